@@ -1,0 +1,57 @@
+"""The `dojo` command line: a thin layer over the engine.
+
+Each area registers its own subcommands from a module in this package, so the areas stay
+apart: services, lab, quiz, lessons, export, lint. `dojo` with no arguments opens the TUI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Modules in this package that define `register(subparsers)`; each adds its own commands.
+COMMAND_MODULES = (
+    "services",
+    "lab",
+    "quiz",
+    "lessons",
+    "lint",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dojo",
+        description="Interview Dojo: study, lab and drill for a senior backend interview.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"dojo.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"dojo.cli.{name}":
+                continue  # that area is not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list:
+        from dojo.tui import run_app  # imported lazily: the CLI never pays for Textual
+
+        return run_app()
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
