@@ -1,0 +1,248 @@
+"""Bring services up, take them down, and say what runs: the engine behind `dojo services`.
+
+Environment:
+  DOJO_DATABASE_URL     use this PostgreSQL instead of the embedded one
+  DOJO_KAFKA_BOOTSTRAP  use this Kafka instead of an embedded broker
+  DOJO_KAFKA_BACKEND    tansu (default) | apache: which embedded broker to start on demand
+  DOJO_PG_PORT, DOJO_KAFKA_PORT  fixed ports for the embedded services
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+from dojo.services import apache_kafka, postgres, tansu
+from dojo.services.errors import ServiceError
+from dojo.services.kafka_common import capabilities_for, check_external
+from dojo.services.paths import state_dir
+from dojo.services.spawn import terminate
+from dojo.services.state import ServiceRecord, load_records, remove_record, update_record
+
+KAFKA_BACKENDS = ("tansu", "apache")
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the services are, as the tests and labs need them."""
+
+    database_url: str  # SQLAlchemy URL of the server's `postgres` database (admin connection)
+    database_source: str  # embedded | external
+    kafka_bootstrap: str
+    kafka_backend: str  # tansu | apache | external
+
+    @property
+    def kafka_capabilities(self) -> frozenset[str]:
+        return capabilities_for(self.kafka_backend)
+
+    @property
+    def database_owned(self) -> bool:
+        """Whether dojo may create and drop databases on this server without being told."""
+        return self.database_source == "embedded"
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    backend: str
+    state: str  # up | dead | stopped | external | unreachable
+    url: str = ""
+    pid: int | None = None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    """One `up`/`down` at a time across processes (parallel test runs start services on demand)."""
+    with open(state_dir() / "services.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def default_kafka_backend() -> str:
+    backend = os.environ.get("DOJO_KAFKA_BACKEND", "tansu")
+    if backend not in KAFKA_BACKENDS:
+        raise ServiceError(
+            f"DOJO_KAFKA_BACKEND={backend!r} is not one of {', '.join(KAFKA_BACKENDS)}."
+        )
+    return backend
+
+
+def _start_kafka(backend: str, recorded_port: int | None) -> ServiceRecord:
+    if backend == "apache":
+        return apache_kafka.start_apache(recorded_port)
+    return tansu.start_tansu(recorded_port)
+
+
+def up(kafka_backend: str | None = None, *, postgres_wanted: bool = True,
+       kafka_wanted: bool = True, log: Log = _quiet) -> Endpoints:
+    """Start what is neither configured externally nor already running; return the endpoints.
+
+    Running `up` twice is harmless. Asking for another Kafka backend than the one running
+    stops the running one first.
+    """
+    with _locked():
+        records = load_records()
+        external_db = os.environ.get("DOJO_DATABASE_URL")
+        external_kafka = os.environ.get("DOJO_KAFKA_BOOTSTRAP")
+
+        if external_db:
+            postgres.check_reachable(external_db, f"DOJO_DATABASE_URL={external_db}")
+            db_url, db_source = postgres.sqlalchemy_url(external_db), "external"
+            log(f"postgres  external  {_redact(external_db)}")
+        elif postgres_wanted or "postgres" in records:
+            rec = records.get("postgres")
+            if rec and rec.is_alive():
+                log(f"postgres  embedded  already up on port {rec.port} (pid {rec.pid})")
+            else:
+                if rec:
+                    log(f"postgres  embedded  was dead (pid {rec.pid}); starting again")
+                rec = postgres.start_embedded(rec.port if rec else None)
+                update_record(rec)
+                log(f"postgres  embedded  started on port {rec.port} (pid {rec.pid})")
+            db_url, db_source = rec.url, "embedded"
+        else:
+            db_url, db_source = "", "none"
+
+        if external_kafka:
+            check_external(external_kafka)
+            bootstrap, backend = external_kafka, "external"
+            log(f"kafka     external  {external_kafka}")
+        elif kafka_wanted or "kafka" in records:
+            wanted = kafka_backend or (records["kafka"].backend if "kafka" in records
+                                       else default_kafka_backend())
+            rec = records.get("kafka")
+            if rec and rec.is_alive() and rec.backend != wanted:
+                log(f"kafka     {rec.backend}  stopping (switching to {wanted})")
+                terminate(rec.pid)
+                remove_record("kafka")
+                rec = None
+            if rec and rec.is_alive():
+                log(f"kafka     {rec.backend}  already up on {rec.url} (pid {rec.pid})")
+            else:
+                if rec:
+                    log(f"kafka     {rec.backend}  was dead (pid {rec.pid}); starting again")
+                recorded_port = rec.port if rec and rec.backend == wanted else None
+                log(f"kafka     {wanted}  starting…")
+                rec = _start_kafka(wanted, recorded_port)
+                update_record(rec)
+                log(f"kafka     {wanted}  started on {rec.url} (pid {rec.pid})")
+            bootstrap, backend = rec.url, rec.backend
+        else:
+            bootstrap, backend = "", "none"
+
+        return Endpoints(db_url, db_source, bootstrap, backend)
+
+
+def down(*, force: bool = False, log: Log = _quiet) -> None:
+    """Stop what dojo started (never an external service). `force` also copes with a corrupt
+    state file, finding dojo's processes by their data directories."""
+    with _locked():
+        if force:
+            _force_stop(log)
+            return
+        records = load_records()
+        if not records:
+            log("nothing dojo started is recorded as running")
+        for name, rec in records.items():
+            if not rec.is_alive():
+                log(f"{name:<9} {rec.backend}  was already dead (pid {rec.pid})")
+            elif name == "postgres":
+                postgres.stop_embedded(rec)
+                log(f"postgres  embedded  stopped (pid {rec.pid})")
+            else:
+                terminate(rec.pid)
+                log(f"{name:<9} {rec.backend}  stopped (pid {rec.pid})")
+            remove_record(name)
+
+
+def _force_stop(log: Log) -> None:
+    import psutil
+
+    from dojo.services.state import state_file
+
+    root = str(state_dir())
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if root in cmd and proc.pid != os.getpid():
+            log(f"stopping {proc.info.get('name')} (pid {proc.pid})")
+            terminate(proc.pid)
+    path = state_file()
+    if path.exists():
+        path.unlink()
+        log(f"removed {path}")
+
+
+def status() -> list[ServiceStatus]:
+    """What runs now, checked live: a recorded process that died is `dead`, not `up`."""
+    records = load_records()
+    out: list[ServiceStatus] = []
+    external_db = os.environ.get("DOJO_DATABASE_URL")
+    if external_db:
+        try:
+            postgres.check_reachable(external_db, "DOJO_DATABASE_URL", timeout=3)
+            out.append(ServiceStatus("postgres", "external", "external", _redact(external_db)))
+        except ServiceError as exc:
+            out.append(ServiceStatus("postgres", "external", "unreachable",
+                                     _redact(external_db), detail=str(exc)))
+    else:
+        out.append(_record_status("postgres", records.get("postgres"), "embedded"))
+    external_kafka = os.environ.get("DOJO_KAFKA_BOOTSTRAP")
+    if external_kafka:
+        try:
+            check_external(external_kafka)
+            out.append(ServiceStatus("kafka", "external", "external", external_kafka))
+        except ServiceError as exc:
+            out.append(ServiceStatus("kafka", "external", "unreachable", external_kafka,
+                                     detail=str(exc)))
+    else:
+        out.append(_record_status("kafka", records.get("kafka"), default_kafka_backend()))
+    return out
+
+
+def _record_status(name: str, rec: ServiceRecord | None, default_backend: str) -> ServiceStatus:
+    if rec is None:
+        return ServiceStatus(name, default_backend, "stopped",
+                             detail="start it with `dojo services up`")
+    if not rec.is_alive():
+        return ServiceStatus(name, rec.backend, "dead", rec.url, rec.pid,
+                             detail=f"pid {rec.pid} is gone; see {rec.log}; "
+                                    "`dojo services up` starts it again")
+    return ServiceStatus(name, rec.backend, "up", rec.url, rec.pid)
+
+
+def resolve(*, start: bool = True) -> Endpoints:
+    """The endpoints to use now: external ones, else running ones, else started on demand."""
+    records = load_records()
+    db = records.get("postgres")
+    kafka = records.get("kafka")
+    db_ok = bool(os.environ.get("DOJO_DATABASE_URL")) or bool(db and db.is_alive())
+    kafka_ok = bool(os.environ.get("DOJO_KAFKA_BOOTSTRAP")) or bool(kafka and kafka.is_alive())
+    if not (db_ok and kafka_ok) and start:
+        return up(kafka.backend if kafka else None)
+    if not (db_ok and kafka_ok):
+        raise ServiceError("Services are not running. Fix: `dojo services up`.")
+    return up(kafka.backend if kafka else None)  # cheap: everything is already up
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(postgres.sqlalchemy_url(url)).render_as_string(hide_password=True)
+    except Exception:
+        return url

@@ -1,0 +1,88 @@
+"""The services state file: what dojo started, where it listens, and whether it still runs.
+
+One JSON document, written atomically (temp file + rename) so a kill mid-write leaves either the
+old or the new state, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dojo.services.errors import StateFileError
+from dojo.services.paths import state_dir
+
+
+@dataclass
+class ServiceRecord:
+    """One service dojo started: enough to find it again, check it and stop it."""
+
+    name: str  # "postgres" | "kafka"
+    backend: str  # "embedded" | "tansu" | "apache"
+    pid: int
+    port: int
+    url: str  # SQLAlchemy URL for postgres, bootstrap servers for kafka
+    started_at: float
+    create_time: float  # process start time: a recycled pid is not our process
+    log: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def is_alive(self) -> bool:
+        """True when the recorded process still runs and is the one we started."""
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            return abs(proc.create_time() - self.create_time) < 1.0
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
+
+def state_file() -> Path:
+    return state_dir() / "services.json"
+
+
+def load_records() -> dict[str, ServiceRecord]:
+    """Read the state file; an absent file means nothing was started."""
+    path = state_file()
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text() or "{}")
+        if not isinstance(raw, dict):
+            raise ValueError("top level is not an object")
+        return {name: ServiceRecord(**rec) for name, rec in raw.items()}
+    except (ValueError, TypeError) as exc:
+        raise StateFileError(
+            f"The services state file {path} is corrupted ({exc}). "
+            "Fix: run `dojo services down --force`: it stops every process dojo started "
+            "(found by their data directories) and removes the file."
+        ) from exc
+
+
+def save_records(records: dict[str, ServiceRecord]) -> None:
+    path = state_file()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({k: asdict(v) for k, v in records.items()}, indent=2))
+    os.replace(tmp, path)
+
+
+def update_record(record: ServiceRecord) -> None:
+    records = load_records()
+    records[record.name] = record
+    save_records(records)
+
+
+def remove_record(name: str) -> None:
+    records = load_records()
+    if records.pop(name, None) is not None:
+        save_records(records)
+
+
+def process_create_time(pid: int) -> float:
+    return float(psutil.Process(pid).create_time())
