@@ -30,7 +30,7 @@ class Database:
         return engine
 
 
-def _admin(endpoints: Endpoints):  # type: ignore[no-untyped-def]
+def _admin(endpoints: Endpoints) -> Any:
     import psycopg
 
     return psycopg.connect(libpq_url(endpoints.database_url), autocommit=True, connect_timeout=10)

@@ -39,7 +39,9 @@ def check_database_server(endpoints: Endpoints) -> None:
 
 def check_database_name(name: str) -> None:
     if not name.startswith(DB_PREFIX):
-        raise GuardError(f"refusing to touch database {name!r}: dojo's names start with {DB_PREFIX}")
+        raise GuardError(
+            f"refusing to touch database {name!r}: dojo's databases start with {DB_PREFIX}"
+        )
 
 
 def check_kafka_cluster(endpoints: Endpoints, topics: set[str]) -> None:
@@ -54,4 +56,6 @@ def check_kafka_cluster(endpoints: Endpoints, topics: set[str]) -> None:
 
 def check_topic_name(name: str) -> None:
     if not name.startswith(TOPIC_PREFIX):
-        raise GuardError(f"refusing to touch topic {name!r}: dojo's topics start with {TOPIC_PREFIX}")
+        raise GuardError(
+            f"refusing to touch topic {name!r}: dojo's topics start with {TOPIC_PREFIX}"
+        )

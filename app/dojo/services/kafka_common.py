@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from dojo.services.errors import ServiceError
 
@@ -32,8 +33,9 @@ def broker_answers(bootstrap: str, timeout: float) -> str | None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000,
-                         "log_level": 0, "logger": _silent_logger()})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000,
+                              "log_level": 0, "logger": _silent_logger()}
+    admin = AdminClient(config)
     try:
         admin.list_topics(timeout=timeout)
         return None

@@ -11,7 +11,7 @@ APP_NAME = "interview-dojo"
 
 
 def state_dir() -> Path:
-    """Pids, ports, URLs, the embedded database cluster and broker logs (DOJO_STATE_DIR overrides)."""
+    """Pids, ports, URLs, the embedded cluster and broker logs (DOJO_STATE_DIR overrides)."""
     override = os.environ.get("DOJO_STATE_DIR")
     path = Path(override) if override else platformdirs.user_state_path(APP_NAME)
     path.mkdir(parents=True, exist_ok=True)

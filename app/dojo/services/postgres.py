@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from dojo.services.errors import ServiceError
 from dojo.services.paths import state_dir
@@ -70,7 +71,7 @@ def _bin(name: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin" / name
 
 
-def _embedded_utils():  # type: ignore[no-untyped-def]
+def _embedded_utils() -> Any:
     import warnings
 
     with warnings.catch_warnings():

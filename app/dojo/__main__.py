@@ -1,0 +1,5 @@
+import sys
+
+from dojo.cli import main
+
+sys.exit(main())
