@@ -8,7 +8,7 @@ from typing import Any
 from dojo.services.errors import ServiceError
 
 # What a check may require of a broker. Apache Kafka (and an external cluster) has all of them;
-# the embedded Tansu build lacks these, as measured (see tests/kafka/test_tansu_gaps.py).
+# embedded Tansu lacks all but auto-creation, as measured in tests/kafka/test_backend_gaps.py.
 ALL_CAPABILITIES = frozenset(
     {
         "transactions",  # read_committed hides aborted transactional records
@@ -19,9 +19,10 @@ ALL_CAPABILITIES = frozenset(
         "retention",  # time/size retention deletes old segments
         "auto_create_topics",
         "fast_group_join",  # a new group gets its first record well under a second
+        "exact_high_watermark",  # ListOffsets(latest) is last offset + 1, also after a batch
     }
 )
-TANSU_CAPABILITIES: frozenset[str] = frozenset()
+TANSU_CAPABILITIES: frozenset[str] = frozenset({"auto_create_topics"})  # measured
 
 
 def capabilities_for(backend: str) -> frozenset[str]:
