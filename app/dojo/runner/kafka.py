@@ -159,8 +159,9 @@ class KafkaEnv:
             return
         for topic in self.created:
             check_topic_name(topic)
+        admin = self.admin()  # held while waiting: a destroyed client's futures just fail
         try:
-            futures = self.admin().delete_topics(list(self.created), operation_timeout=10)
+            futures = admin.delete_topics(list(self.created), operation_timeout=10)
             for future in futures.values():
                 try:
                     future.result(timeout=15)
