@@ -1,0 +1,143 @@
+"""How `dojo lab check` and `watch` print results: live lines, then a per-stage summary table.
+
+Colour only on a terminal (and never with NO_COLOR set), so piped output and CI logs stay
+plain text.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from dojo.content.labs import Lab
+from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
+
+MARKS = {"pass": "✓", "fail": "✗", "error": "!", "needs-backend": "~", "not-run": "·"}
+COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "not-run": "2"}
+LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "needs-backend": "needs Apache Kafka",
+          "not-run": "not run"}
+
+
+def use_colour(stream: TextIO) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+@dataclass
+class Printer:
+    """Prints a run's events as they arrive."""
+
+    lab: Lab
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    colour: bool = False
+    _stage: str | None = None
+    _pending: bool = False  # a "running …" line is on screen, to be replaced by the result
+
+    def paint(self, text: str, status: str) -> str:
+        if not self.colour:
+            return text
+        return f"\033[{COLOURS.get(status, '0')}m{text}\033[0m"
+
+    def bold(self, text: str) -> str:
+        return f"\033[1m{text}\033[0m" if self.colour else text
+
+    def header(self, what: str) -> None:
+        print(self.bold(f"{self.lab.id} · {self.lab.title}") + f"  (checking {what})",
+              file=self.out, flush=True)
+
+    def _stage_header(self, stage_id: str) -> None:
+        if stage_id == self._stage:
+            return
+        self._stage = stage_id
+        if stage_id in self.lab.stage_ids:
+            number = self.lab.stage_ids.index(stage_id) + 1
+            title = self.lab.stage(stage_id).title
+            print(self.bold(f"\nstage {number} · {stage_id}") + f" — {title}", file=self.out)
+        else:
+            print(self.bold(f"\n{stage_id or 'lab'}"), file=self.out)
+
+    def event(self, event: RunEvent) -> None:
+        """Print one event: a running line (terminal only), or a result with its message."""
+        if isinstance(event, CheckStarted):
+            self._stage_header(event.stage)
+            if self.colour:  # a live "running" line only where it can be overwritten
+                self.out.write(f"  … {event.check}")
+                self.out.flush()
+                self._pending = True
+            return
+        self.result(event)
+
+    def result(self, result: CheckResult) -> None:
+        if self._pending:
+            self.out.write("\r\033[K")
+            self._pending = False
+        self._stage_header(result.stage)
+        mark = self.paint(MARKS[result.status], result.status)
+        timing = f"{result.duration:.2f} s" if result.duration >= 0.01 else ""
+        label = "" if result.passed else "  " + self.paint(LABELS[result.status], result.status)
+        print(f"  {mark} {result.check:<52} {timing:>8}{label}", file=self.out)
+        if result.passed:
+            self.out.flush()
+            return
+        for line in result.message.splitlines():
+            print(f"      {line}", file=self.out)
+        if result.hint:
+            print(f"      hint: {result.hint}", file=self.out)
+        if result.lesson and result.status in ("fail", "error"):
+            print(f"      read: lesson {result.lesson}", file=self.out)
+        self.out.flush()
+
+    def summary(self, summary: RunSummary, stopped_early: bool) -> None:
+        """The per-stage table and the one line that says what to do next."""
+        print(self.bold("\nsummary"), file=self.out)
+        stages = summary.stages()
+        for number, stage in enumerate(stages, 1):
+            status = stage.status
+            checks = f"{stage.count('pass')}/{len(stage.results)} checks" if stage.ran else ""
+            label = LABELS[status]
+            if status == "not-run" and stopped_early:
+                label = "not run (an earlier stage did not pass)"
+            print(f"  {number:>2} {stage.stage:<24} "
+                  f"{self.paint(f'{MARKS[status]} {label:<20}', status)} {checks}".rstrip(),
+                  file=self.out)
+        passed = sum(1 for stage in stages if stage.passed)
+        print(f"\n{passed} of {len(stages)} stages passed.", file=self.out)
+        waiting = summary.count("needs-backend")
+        if waiting:
+            print(f"{waiting} {'check needs' if waiting == 1 else 'checks need'} Apache Kafka "
+                  "and could not be verified on this broker: run `dojo services up --kafka "
+                  "apache`, then check again.", file=self.out)
+        first = summary.first_unfinished_stage
+        if first and first in self.lab.stage_ids and self.lab.stage(first).hints:
+            print(f"next: stage {first!r}; stuck? `dojo lab hint {self.lab.id} {first}`",
+                  file=self.out)
+        self.out.flush()
+
+
+def progress_marks(lab: Lab, statuses: dict[str, str], colour: bool) -> str:
+    """One mark per stage, in order: ✓ passed, ✗ failed, ~ needs Kafka, · not checked yet."""
+    marks = []
+    for stage_id in lab.stage_ids:
+        status = statuses.get(stage_id, "not-run")
+        mark = MARKS.get(status, "·")
+        marks.append(f"\033[{COLOURS.get(status, '0')}m{mark}\033[0m" if colour else mark)
+    return "".join(marks)
+
+
+def paint_diff(text: str, colour: bool) -> str:
+    if not colour:
+        return text
+    painted = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("+++", "---")):
+            painted.append(f"\033[1m{line.rstrip(chr(10))}\033[0m\n")
+        elif line.startswith("+"):
+            painted.append(f"\033[32m{line.rstrip(chr(10))}\033[0m\n")
+        elif line.startswith("-"):
+            painted.append(f"\033[31m{line.rstrip(chr(10))}\033[0m\n")
+        elif line.startswith("@@"):
+            painted.append(f"\033[36m{line.rstrip(chr(10))}\033[0m\n")
+        else:
+            painted.append(line)
+    return "".join(painted)

@@ -1,0 +1,235 @@
+"""A pytest plugin (`-p dojo.runner.report`) that turns test reports into dojo's JSON lines.
+
+It orders the checks by the stages of lab.yaml, keeps only the stages or checks asked for,
+and writes one line per event to `--dojo-results` (a path, or `fd:N`):
+
+  {"event": "collected", "checks": [{"nodeid", "stage", "check"}, …]}
+  {"event": "started", "nodeid", "stage", "check"}
+  {"event": "result", "stage", "check", "status", "message", "hint", "lesson", "duration", …}
+
+The runner (`dojo.runner.execute`) reads them; nobody parses pytest's terminal output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Generator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from dojo.content.labs import Lab, LabError, load_lab
+from dojo.runner.failure_message import Diagnosis, clip, describe
+from dojo.runner.plugin import NEEDS_BACKEND
+from dojo.runner.results import CheckResult, Status
+
+PLUGIN_NAME = "dojo-report"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dojo")
+    group.addoption("--dojo-lab", default=None, help="the lab folder (for stage order and hints)")
+    group.addoption("--dojo-results", default=None,
+                    help="where to write JSON lines: a path, or fd:N for an open descriptor")
+    group.addoption("--dojo-stage", action="append", default=[],
+                    help="run only this stage (repeatable)")
+    group.addoption("--dojo-check", action="append", default=[],
+                    help="run only this check id (repeatable)")
+    group.addoption("--dojo-stop-at-failing-stage", action="store_true", default=False,
+                    help="stop after the first stage in which a check failed or errored")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "check_seconds(n): this check's own time limit, when the lab's is too short")
+    config.pluginmanager.register(DojoReport(config), PLUGIN_NAME)
+
+
+def check_id(item: pytest.Item) -> str:
+    """The check id: the test's name without the `test_` prefix (parameters kept)."""
+    name = item.name
+    return name[len("test_"):] if name.startswith("test_") else name
+
+
+def stage_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("stage")
+    return str(marker.args[0]) if marker and marker.args else ""
+
+
+def _open_results(target: str | None) -> IO[str] | None:
+    if not target:
+        return None
+    if target.startswith("fd:"):
+        return os.fdopen(int(target[3:]), "w", encoding="utf-8", buffering=1)
+    return open(target, "a", encoding="utf-8", buffering=1)
+
+
+class DojoReport:
+    """Collects each check's setup/call/teardown reports into one `CheckResult`."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        lab_dir = config.getoption("--dojo-lab")
+        self.lab: Lab | None = None
+        self.lab_error = ""
+        if lab_dir:
+            try:
+                self.lab = load_lab(Path(lab_dir))
+            except LabError as exc:
+                self.lab_error = str(exc)
+        impl = config.getoption("--dojo-impl", default=None)
+        self.impl = Path(impl).resolve() if impl else None
+        self.checks_dir = self.lab.checks_dir if self.lab else None
+        self.out = _open_results(config.getoption("--dojo-results"))
+        self.stop_at_failing_stage = bool(config.getoption("--dojo-stop-at-failing-stage"))
+        self._diagnoses: dict[tuple[str, str], Diagnosis] = {}
+        self._reports: dict[str, list[pytest.TestReport]] = {}
+        self._failed_stages: set[str] = set()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.out is not None:
+            self.out.write(json.dumps({"event": event, **fields}, ensure_ascii=False) + "\n")
+            self.out.flush()
+
+    # --- collection: order by stage, filter, announce ------------------------------------
+
+    def _stage_rank(self, stage: str) -> int:
+        order = self.lab.stage_ids if self.lab else ()
+        return order.index(stage) if stage in order else len(order)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        stages = set(config.getoption("--dojo-stage"))
+        checks = set(config.getoption("--dojo-check"))
+        keep: list[pytest.Item] = []
+        drop: list[pytest.Item] = []
+        for item in items:
+            cid = check_id(item)
+            wanted = (not stages or stage_of(item) in stages) and (
+                not checks or cid in checks or cid.split("[", 1)[0] in checks)
+            (keep if wanted else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+        # sorted() is stable: inside a stage, checks keep the order they are written in
+        items[:] = sorted(keep, key=lambda item: self._stage_rank(stage_of(item)))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            # a check module that does not import is the lab's bug, reported as an error
+            path = Path(str(report.fspath)).name if report.fspath else report.nodeid
+            text = str(report.longrepr).strip().splitlines()
+            detail = "\n".join(text[-8:])
+            self._emit_result(CheckResult(
+                stage="", check=path, status="error", nodeid=report.nodeid,
+                message=clip(f"the checks in {path} could not be loaded:\n{detail}")))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.lab_error:
+            self._emit_result(CheckResult("", "lab.yaml", "error", self.lab_error))
+        self.emit("collected", checks=[
+            {"nodeid": item.nodeid, "stage": stage_of(item), "check": check_id(item)}
+            for item in session.items])
+
+    # --- running -------------------------------------------------------------------------
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int, str]) -> None:
+        self._reports[nodeid] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        marker = item.get_closest_marker("check_seconds")
+        limit = float(marker.args[0]) if marker and marker.args else None
+        self.emit("started", nodeid=item.nodeid, stage=stage_of(item), check=check_id(item),
+                  limit=limit)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+            self._diagnoses[(item.nodeid, call.when)] = describe(
+                call.excinfo.value, self.impl, self.checks_dir)
+        report.user_properties.append(("dojo_stage", stage_of(item)))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._reports.setdefault(report.nodeid, []).append(report)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
+                                ) -> Generator[None, object, object]:
+        outcome = yield
+        result = self._result_for(item)
+        self._emit_result(result)
+        if result.status in ("fail", "error"):
+            self._failed_stages.add(result.stage)
+        if (self.stop_at_failing_stage and result.stage in self._failed_stages
+                and (nextitem is None or stage_of(nextitem) != result.stage)):
+            item.session.shouldstop = f"stage {result.stage!r} did not pass"
+        return outcome
+
+    def _emit_result(self, result: CheckResult) -> None:
+        self.emit("result", **json.loads(result.to_json()))
+
+    def _result_for(self, item: pytest.Item) -> CheckResult:
+        stage = stage_of(item)
+        reports = self._reports.pop(item.nodeid, [])
+        status, message = self._verdict(item.nodeid, reports)
+        hint = lesson = ""
+        if self.lab and stage in self.lab.stage_ids:
+            lab_stage = self.lab.stage(stage)
+            hint, lesson = lab_stage.first_hint, lab_stage.lesson
+        elif not stage:
+            status, message = "error", (
+                "this check has no @pytest.mark.stage(...) marker, so no stage owns it "
+                "(a bug in the lab; `dojo lint` names it)")
+        duration = sum(report.duration for report in reports)
+        return CheckResult(stage=stage, check=check_id(item), status=status,
+                           message=message if status != "pass" else "",
+                           hint=hint if status in ("fail", "error") else "", lesson=lesson,
+                           duration=round(duration, 3), nodeid=item.nodeid)
+
+    def _verdict(self, nodeid: str, reports: list[pytest.TestReport]) -> tuple[Status, str]:
+        """One status for setup + call + teardown: the first phase that did not pass wins,
+        except that a failed cleanup after a failed call keeps the call's message."""
+        for report in reports:
+            if report.skipped:
+                reason = _skip_reason(report)
+                if reason.startswith(NEEDS_BACKEND):
+                    return "needs-backend", reason[len(NEEDS_BACKEND):].strip()
+                return "error", (f"the check was skipped ({reason}); a check must pass or "
+                                 "fail, never skip (a bug in the lab)")
+            if report.failed:
+                diagnosis = self._diagnoses.pop((nodeid, report.when), None)
+                text = diagnosis.message if diagnosis else _longrepr_tail(report)
+                if report.when == "setup":
+                    return "error", f"the check could not be prepared: {text}"
+                if report.when == "teardown":
+                    return "error", f"the check passed, but cleaning up after it failed: {text}"
+                kind: Status = "fail" if diagnosis is None or diagnosis.kind == "fail" \
+                    else "error"
+                return kind, text
+        if not any(r.when == "call" for r in reports):
+            return "error", "the check did not run"
+        return "pass", ""
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    return str(longrepr)
+
+
+def _longrepr_tail(report: pytest.TestReport) -> str:
+    lines = str(report.longrepr).strip().splitlines()
+    return clip("\n".join(lines[-6:]))
