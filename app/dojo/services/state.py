@@ -17,6 +17,11 @@ import psutil
 from dojo.services.errors import StateFileError
 from dojo.services.paths import state_dir
 
+# psutil derives create_time from the kernel's boot time, which moves whenever the wall clock
+# is adjusted (seen on a VM: 1 s steps, 3 s within an hour), so an exact match calls a live
+# service dead. A recycled pid belongs to a process started much later than ours.
+CREATE_TIME_TOLERANCE = 120.0
+
 
 @dataclass
 class ServiceRecord:
@@ -38,7 +43,7 @@ class ServiceRecord:
             proc = psutil.Process(self.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            return abs(proc.create_time() - self.create_time) < 1.0
+            return abs(proc.create_time() - self.create_time) < CREATE_TIME_TOLERANCE
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 
