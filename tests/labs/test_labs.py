@@ -7,6 +7,7 @@ is configured. CI runs this module twice: on Tansu, then `-m kafka` on Apache Ka
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from tests.labs.meta import (
 
 @pytest.mark.parametrize("case", lab_params())
 def test_solution_passes_every_check(case: LabCase,
-                                     record_property: pytest.RecordProperty) -> None:
+                                     record_property: Callable[[str, object], None]) -> None:
     lab = case.loaded()
     summary = run_checks(lab, lab.solution_dir)
     declared = scan_checks(lab.checks_dir).checks

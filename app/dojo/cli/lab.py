@@ -190,13 +190,34 @@ def _watch(args: argparse.Namespace) -> int:
         print(f"\nwatching {impl} — save a file to check again, Ctrl-C to stop", flush=True)
 
     try:
+        seen = _python_files_state(impl)
         run_once()
+        # The watcher only sees events after it starts, and a save may land while checks
+        # run: so every wake-up (change or timeout) compares the files with the state the
+        # last run saw, and nothing saved in between is missed.
         for _changes in watch(impl, watch_filter=lambda _, path: path.endswith(".py"),
-                              debounce=300, rust_timeout=1000, yield_on_timeout=False):
-            run_once()
+                              debounce=300, rust_timeout=500, yield_on_timeout=True):
+            now = _python_files_state(impl)
+            if now != seen:
+                seen = now
+                run_once()
     except KeyboardInterrupt:
         print("\nstopped watching")
     return 0
+
+
+def _python_files_state(folder: Path) -> dict[Path, tuple[int, int]]:
+    """Modification time and size of every .py file under `folder` (caches excluded)."""
+    state = {}
+    for path in folder.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        try:
+            stat = path.stat()
+        except OSError:  # deleted between listing and looking: an editor's temp file
+            continue
+        state[path] = (stat.st_mtime_ns, stat.st_size)
+    return state
 
 
 def _hint(args: argparse.Namespace) -> int:

@@ -179,7 +179,7 @@ class _LabLinter:
         if check and check not in checks:
             self.add(manifest, doc.line("check"), f"mutant names check {check!r}, which no "
                                                   "checks/test_*.py defines")
-        elif check and stage and checks.get(check) != stage:
+        elif check and stage in self.lab.stage_ids and checks.get(check) != stage:
             self.add(manifest, doc.line("check"), f"check {check!r} belongs to stage "
                                                   f"{checks.get(check)!r}, not {stage!r}")
         self.file_set(folder, f"mutants/{folder.name}/", frozenset({"mutant.yaml"}))
@@ -201,12 +201,13 @@ class _LabLinter:
             elif not fenced and (match := _H2.match(line)):
                 headings.append((number, match["title"].lower()))
         position = 0
-        last_line = headings[-1][0] if headings else 1
         for stage in self.lab.stages:
             wanted = [n for n, (_, title) in enumerate(headings)
                       if stage.title.lower() in title or stage.id.lower() in title]
             if not wanted:
-                self.add(path, last_line, f"README.md has no `## …` section for stage "
+                # point where the section belongs: at the next heading, else the last one
+                after = headings[position:] or headings[-1:] or [(1, "")]
+                self.add(path, after[0][0], f"README.md has no `## …` section for stage "
                                           f"{stage.id!r} ({stage.title}); one per stage, in "
                                           "lab.yaml order")
                 continue

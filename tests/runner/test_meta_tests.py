@@ -1,0 +1,60 @@
+"""The meta-tests (tests/labs/) themselves, run on a private content root: they pass on a good
+lab, fail on a mutant its check does not catch, and carry the `kafka` mark CI selects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _meta(content: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/labs", "-p", "no:cacheprovider", "-rA",
+         "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DOJO_CONTENT_ROOT": str(content)})
+
+
+def test_a_good_lab_passes_all_meta_tests(content: Path) -> None:
+    result = _meta(content)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "4 passed" in result.stdout
+
+
+def test_a_mutant_its_check_misses_fails_with_a_teaching_message(content: Path) -> None:
+    mutant = content / "labs/tally/mutants/case-sensitive"
+    (mutant / "mutant.yaml").write_text(
+        "mistake: counts words by case\nstage: count\ncheck: counts_each_word\n"
+        "mentions: [case]\n")
+    result = _meta(content, "-k", "case-sensitive")
+    assert result.returncode == 1
+    assert "got past check 'counts_each_word'" in result.stdout
+
+
+def test_a_message_without_the_mentions_fails(content: Path) -> None:
+    manifest = content / "labs/tally/mutants/case-sensitive/mutant.yaml"
+    manifest.write_text(manifest.read_text().replace('"KAFKA"', '"lower()"'))
+    result = _meta(content, "-k", "case-sensitive")
+    assert result.returncode == 1
+    assert "does not mention ['lower()']" in result.stdout
+
+
+def test_a_solved_starter_fails_the_meta_tests(content: Path) -> None:
+    solution = (content / "solutions/tally/tally.py").read_text()
+    (content / "labs/tally/starter/tally.py").write_text(solution)
+    result = _meta(content, "-k", "starter")
+    assert result.returncode == 1
+    assert "the untouched starter must fail stage 1" in result.stdout
+
+
+def test_only_labs_that_use_kafka_carry_the_kafka_mark(content: Path) -> None:
+    assert "no tests collected (4 deselected)" in _meta(content, "-m", "kafka", "--co").stdout
+    manifest = content / "labs/tally/lab.yaml"
+    manifest.write_text(manifest.read_text().replace("services: [postgres]",
+                                                     "services: [postgres, kafka]"))
+    listed = _meta(content, "-m", "kafka", "--co").stdout
+    assert "test_solution_passes_every_check[tally]" in listed
+    assert "test_mutant_is_rejected_by_its_check[tally/case-sensitive]" in listed
