@@ -48,9 +48,15 @@ def kafka_has(capability: str) -> bool:
     return capability in resolve(start=True).kafka_capabilities
 
 
-def run_dojo(*args: str, root: Path, stdin: str = "", timeout: float = 120,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli_env(root: Path) -> dict[str, str]:
+    """The environment for a CLI run on the content under `root`, with a private progress
+    store beside it (never the developer's own)."""
+    return {**os.environ, "DOJO_CONTENT_ROOT": str(root), "DOJO_DATA_DIR": str(root / ".data")}
+
+
+def run_dojo(*args: str, root: Path, stdin: str = "",
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real `dojo` CLI in a subprocess, on the content under `root`."""
     return subprocess.run(
         [sys.executable, "-m", "dojo.cli", *args], input=stdin, capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, "DOJO_CONTENT_ROOT": str(root), **(env or {})})
+        timeout=timeout, env=cli_env(root))

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.runner.conftest import FIXTURES, kafka_has, run_dojo
+from tests.runner.conftest import FIXTURES, cli_env, kafka_has, run_dojo
 
 SCHEMA_KEYS = {"stage", "check", "status", "message", "hint", "lesson", "duration", "nodeid"}
 
@@ -138,12 +138,25 @@ def test_hint_walks_through_the_hints_of_the_first_unfinished_stage(content: Pat
     assert "hint 1 of 1: INSERT" in chosen
 
 
-def test_list_shows_progress_per_stage(content: Path) -> None:
+def test_list_shows_progress_per_stage_from_the_store(content: Path) -> None:
     assert "not started" in run_dojo("lab", "list", root=content).stdout
     _solve(_started(content))
     run_dojo("lab", "check", "tally", "--stage", "count", root=content)
     listing = run_dojo("lab", "list", root=content).stdout
     assert "tally      ✓··  1/3 stages" in listing
+    from dojo.store import ProgressStore
+
+    with ProgressStore(content / ".data" / "progress.sqlite3") as store:
+        assert store.passed_stages("tally") == {"count"}
+        place = store.last_place()
+    assert place is not None and (place.kind, place.target, place.detail) == (
+        "lab", "tally", "dedupe")
+
+
+def test_checking_the_solution_records_no_progress(content: Path) -> None:
+    _started(content)
+    run_dojo("lab", "check", "tally", "--solution", "--stage", "count", root=content)
+    assert "✓" not in run_dojo("lab", "list", root=content).stdout.splitlines()[0]
 
 
 def _read_until(fd: int, needle: str, timeout: float) -> str:
@@ -165,7 +178,7 @@ def test_check_is_coloured_on_a_terminal(content: Path) -> None:
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "dojo.cli", "lab", "check", "tally",
                              "--solution", "--stage", "count"], stdout=follower,
-                            stderr=follower, env={**os.environ, "DOJO_CONTENT_ROOT": str(content)})
+                            stderr=follower, env=cli_env(content))
     os.close(follower)
     output = _read_until(leader, "stages passed", 60)
     assert proc.wait(timeout=30) == 0
@@ -178,7 +191,7 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "dojo.cli", "lab", "watch", "tally"],
                             stdout=follower, stderr=follower, start_new_session=True,
-                            env={**os.environ, "DOJO_CONTENT_ROOT": str(content)})
+                            env=cli_env(content))
     os.close(follower)
     try:
         first = _read_until(leader, "save a file to check again", 60)

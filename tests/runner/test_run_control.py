@@ -3,6 +3,7 @@ limit, cancelling from another thread, and checks that are themselves broken."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -158,3 +159,12 @@ def test_a_check_may_ask_for_a_longer_limit_than_the_lab(content: Path) -> None:
                "    time.sleep(1.5)\n")
     results = by_check(run(lab, SOLUTION, stages=("count",), check_seconds=1))
     assert results["slow_but_allowed"].status == "pass", results["slow_but_allowed"]
+
+
+def test_checks_that_cannot_start_give_one_error_in_pytests_words(content: Path) -> None:
+    lab = _copy_lab(content)
+    shutil.rmtree(lab.checks_dir)
+    summary = run(lab, SOLUTION)
+    assert [(r.check, r.status) for r in summary.results] == [("(startup)", "error")]
+    assert summary.results[0].message.startswith("the checks could not start: ")
+    assert "checks" in summary.results[0].message

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dojo.cli.lab_render import Printer, paint_diff, progress_marks, use_colour
-from dojo.content.labs import Lab, LabError, find_lab, load_labs
+from dojo.content.labs import Lab, LabError, content_root, find_lab, lab_dirs, load_lab
 from dojo.runner import progress, workspace
 from dojo.runner.execute import CheckRun, RunOptions
 from dojo.runner.results import CheckResult, RunSummary
@@ -109,12 +109,18 @@ def _impl(lab: Lab, args: argparse.Namespace) -> tuple[Path, str, bool]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    labs = load_labs()
-    if not labs:
-        print("no labs yet")
+    root = content_root()
+    folders = list(lab_dirs(root))
+    if not folders:
+        print(f"no labs yet under {root / 'labs'}")
         return 0
     colour = use_colour(sys.stdout)
-    for lab in labs:
+    for folder in folders:
+        try:
+            lab = load_lab(folder, root)
+        except LabError as exc:  # one broken manifest must not hide the other labs
+            print(f"{folder.name:<10} (cannot load: {exc})")
+            continue
         started = workspace.workspace_dir(lab).is_dir()
         statuses = progress.stage_statuses(lab)
         passed = sum(1 for s in lab.stage_ids if statuses.get(s) == "pass")

@@ -222,6 +222,9 @@ class CheckRun:
                                       detail + (f"\nIt was running {crash_at}" if crash_at else ""),
                                       now - in_flight.since)
                     return _ChildEnding("crashed", in_flight, progressed=True)
+                if not collected:  # pytest itself could not start: its own words say why
+                    return _ChildEnding("done", detail=child.output_tail()
+                                        or describe_exit(child.exit_code))
                 return _ChildEnding("done", progressed=progressed, detail=_exit_detail(child))
             timeout = min(POLL_SECONDS, limit_at - now, run_deadline - now)
             for event in child.read_events(timeout):
