@@ -1,0 +1,151 @@
+"""Stage schema: the outbox table, its keys, and the partial index the relay's claim uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _support import (
+    DOCUMENTED_CLAIM,
+    READ,
+    explain,
+    explain_uses_partial_index,
+    fill_with_published_rows,
+    indent,
+    indexes,
+    insert_event,
+    require_table,
+    table,
+)
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
+
+pytestmark = pytest.mark.stage("schema")
+SEE = READ["schema"]
+
+TEXT = ("text", "character varying")
+TIMESTAMPTZ = ("timestamp with time zone",)
+INTEGER = ("integer", "bigint")
+
+# column → (accepted types, NOT NULL?, needs a default?)  None: either is fine
+EXPECTED: dict[str, tuple[tuple[str, ...], bool | None, bool]] = {
+    "id": (("uuid",), True, False),
+    "aggregate_type": (TEXT, True, False),
+    "aggregate_id": (("uuid", *TEXT), True, False),
+    "event_type": (TEXT, True, False),
+    "aggregate_version": (INTEGER, True, False),
+    "payload": (("jsonb",), True, False),
+    "headers": (("jsonb",), None, False),
+    "created_at": (TIMESTAMPTZ, True, True),
+    "published_at": (TIMESTAMPTZ, False, False),
+    "lease_until": (TIMESTAMPTZ, False, False),
+    "attempt_count": (("integer", "bigint", "smallint"), True, True),
+    "last_error": (TEXT, False, False),
+    "next_attempt_at": (TIMESTAMPTZ, False, False),
+}
+
+
+def columns(engine: Engine) -> dict[str, dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("""
+            SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type,
+                   a.attnotnull AS not_null, pg_get_expr(d.adbin, d.adrelid) AS "default"
+            FROM pg_attribute a
+            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+            WHERE a.attrelid = 'outbox_event'::regclass AND a.attnum > 0
+              AND NOT a.attisdropped""")).mappings().all()
+    return {row["name"]: dict(row) for row in rows}
+
+
+def index_table(found: list[dict[str, Any]]) -> str:
+    return table(found, ("definition",), width=110) if found else "(outbox_event has no indexes)"
+
+
+def test_outbox_table_has_every_column(outbox):
+    require_table(outbox, "outbox_event", "schema")
+    found = columns(outbox)
+    problems = []
+    for name, (types, not_null, needs_default) in EXPECTED.items():
+        col = found.get(name)
+        want = " or ".join(types)
+        if not_null is True:
+            want += ", NOT NULL"
+        elif not_null is False:
+            want += ", nullable"
+        if needs_default:
+            want += ", with a DEFAULT"
+        if col is None:
+            problems.append({"column": name, "expected": want, "found": "missing"})
+            continue
+        base_type = col["type"].split("(")[0]
+        wrong = (base_type not in types
+                 or (not_null is not None and col["not_null"] != not_null)
+                 or (needs_default and not col["default"]))
+        if wrong:
+            problems.append({"column": name, "expected": want,
+                             "found": col["type"] + (", NOT NULL" if col["not_null"] else
+                                                     ", nullable") +
+                             (f", DEFAULT {col['default']}" if col["default"] else "")})
+    hint = ""
+    if any(p["column"].endswith(("_at", "_until")) and "without time zone" in p["found"]
+           for p in problems):
+        hint = ("\n  timestamp without time zone stores wall-clock time with no zone: two "
+                "relays on servers in different zones would disagree about when a lease ends.")
+    assert not problems, explain(
+        "outbox_event does not have the columns the relay, the consumer and the metrics need."
+        + hint,
+        expected="the 13 columns of the README's table, with those types and NULL rules",
+        actual=f"{len(problems)} column(s) differ",
+        state=table(problems, ("column", "expected", "found"), limit=20),
+        read=SEE)
+
+
+def test_outbox_keys(outbox):
+    require_table(outbox, "outbox_event", "schema")
+    found = indexes(outbox)
+    primary = [ix for ix in found if ix["is_primary"]]
+    assert primary and primary[0]["columns"] == ["id"], explain(
+        "The event id must be the primary key: consumers deduplicate on it.",
+        expected="PRIMARY KEY (id)",
+        actual=f"primary key on {primary[0]['columns']}" if primary else "no primary key",
+        state=index_table(found), read=SEE)
+    wanted = {"aggregate_type", "aggregate_id", "aggregate_version"}
+    unique = [ix for ix in found if ix["is_unique"] and not ix["predicate"]
+              and set(ix["columns"]) == wanted]
+    assert unique, explain(
+        "Two events of one aggregate must never share a version: without a unique key, two "
+        "concurrent updates can both write version 2 and the consumer cannot order them.",
+        expected="UNIQUE (aggregate_type, aggregate_id, aggregate_version)",
+        actual="no unique constraint or index on exactly those three columns",
+        state=index_table(found), read=SEE)
+    aggregate = "5b1f8e36-9a55-4d1c-8c1e-0d6a4f3b2a10"
+    insert_event(outbox, aggregate_id=aggregate, version=1)
+    with pytest.raises(IntegrityError):
+        insert_event(outbox, aggregate_id=aggregate, version=1)
+
+
+def test_partial_index_on_unpublished_rows(outbox):
+    require_table(outbox, "outbox_event", "schema")
+    found = indexes(outbox)
+    partial = [ix for ix in found if ix["predicate"] and
+               "published_at IS NULL" in ix["predicate"]]
+    assert partial, explain(
+        "The relay looks for unpublished rows many times a second. Published rows pile up "
+        "(millions, until cleanup), so its index should hold only the unpublished ones.",
+        expected="an index on outbox_event with WHERE published_at IS NULL, e.g. "
+                 "CREATE INDEX … ON outbox_event (created_at) WHERE published_at IS NULL",
+        actual="no partial index with that predicate",
+        state=index_table(found), read=SEE)
+
+
+def test_claim_query_uses_the_partial_index(outbox):
+    require_table(outbox, "outbox_event", "schema")
+    fill_with_published_rows(outbox)
+    ok, partial, plan = explain_uses_partial_index(outbox, DOCUMENTED_CLAIM)
+    assert ok, explain(
+        "With 20,000 published rows and 30 unpublished ones, the README's claim query should "
+        "read the small partial index, not scan the table.",
+        expected=f"an Index Scan using a partial index ({', '.join(partial) or 'none found'})",
+        actual="the plan below",
+        state="EXPLAIN" + DOCUMENTED_CLAIM.rstrip() + "\n\n" + indent(plan, 2),
+        read=SEE)

@@ -1,0 +1,294 @@
+"""Stage idempotent-consumer: the event id from the header, the marker and the effect in one
+transaction, duplicates and racing twins applied once, offsets committed after the database."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from _support import (
+    CONSUMER,
+    CommitWatch,
+    call,
+    deliver,
+    explain,
+    require_table,
+    table,
+)
+from confluent_kafka import TopicPartition
+from sqlalchemy import Engine, text
+
+from dojo.runner.faults import duplicate_and_reorder, run_concurrently, slow_sql
+
+pytestmark = pytest.mark.stage("idempotent-consumer")
+
+PLACED, CHANGED = "order.placed.v1", "order.total-changed.v1"
+RACE_ROUNDS = 2  # exists-then-insert is caught in round 1: slowed SQL lines the twins up
+
+
+def placed(customer: str, total: int, **extra: Any) -> dict[str, Any]:
+    return {"order_id": str(uuid.uuid4()), "customer_id": customer, "total_cents": total,
+            **extra}
+
+
+def stats(engine: Engine) -> dict[str, tuple[int, int]]:
+    with engine.connect() as conn:
+        return {str(r[0]): (r[1], r[2]) for r in conn.execute(text(
+            "SELECT customer_id, orders_placed, total_cents FROM customer_stats"))}
+
+
+def processed(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return {str(r[0]) for r in conn.execute(text("SELECT event_id FROM processed_event"))}
+
+
+def state(engine: Engine) -> str:
+    rows = [{"customer_id": c, "orders_placed": o, "total_cents": t}
+            for c, (o, t) in stats(engine).items()]
+    return ("customer_stats:\n" + table(rows, ("customer_id", "orders_placed", "total_cents")) +
+            "\nprocessed_event: " + (", ".join(sorted(processed(engine))) or "(empty)"))
+
+
+def test_processed_event_table(outbox):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    with outbox.connect() as conn:
+        rows = conn.execute(text("""
+            SELECT format_type(a.atttypid, a.atttypmod) AS type,
+                   EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid
+                           AND i.indisunique AND i.indpred IS NULL
+                           AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum) AS is_unique
+            FROM pg_attribute a WHERE a.attrelid = 'processed_event'::regclass
+              AND a.attname = 'event_id' AND NOT a.attisdropped""")).all()
+    assert rows and rows[0].type in ("uuid", "text") and rows[0].is_unique, explain(
+        "processed_event remembers which events were applied. Its event_id must be unique on "
+        "its own, so the database — not a check in your code — decides who is first.",
+        expected="processed_event(event_id uuid PRIMARY KEY, processed_at timestamptz …)",
+        actual=f"event_id column: {rows[0].type if rows else 'missing'}, unique: "
+               f"{rows[0].is_unique if rows else '-'}", read=f"{CONSUMER}#deep-dive")
+
+
+def test_duplicates_apply_once(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer = learner.module("consumer")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(c, total))
+              for c, total in ((a, 100), (a, 200), (b, 300), (b, 400))]
+    messages = deliver(kafka, duplicate_and_reorder(events, copies=3, seed=11))
+    results = [call(consumer.handle_record, outbox, m) for m in messages]
+    want = {a: (2, 300), b: (2, 700)}
+    assert stats(outbox) == want and results.count(True) == 4, explain(
+        "Each of 4 events was delivered 3 times, shuffled (at-least-once delivery does this "
+        "after a relay crash or a consumer rebalance). The effect must happen once per event.",
+        expected=f"customer_stats {want}; handle_record True 4 times, False 8 times",
+        actual=f"customer_stats {stats(outbox)}; True {results.count(True)} times",
+        state=state(outbox), read=f"{CONSUMER}#deep-dive")
+
+
+def test_event_id_comes_from_the_header(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer = learner.module("consumer")
+    customer = str(uuid.uuid4())
+    header_id = str(uuid.uuid4())
+    first = placed(customer, 100, event_id=str(uuid.uuid4()))
+    # The same event, re-sent by a relay that re-serialised the payload (a v2 writer that
+    # puts a fresh id in it): the header still carries the event's own id.
+    again = dict(first, event_id=str(uuid.uuid4()))
+    change = {"order_id": first["order_id"], "customer_id": customer, "total_cents": 150,
+              "previous_total_cents": 100}  # another event of the same order, no id inside
+    messages = deliver(kafka, [(header_id, PLACED, first), (header_id, PLACED, again),
+                               (str(uuid.uuid4()), CHANGED, change)])
+    outcomes = []
+    for msg in messages:
+        try:
+            outcomes.append(call(consumer.handle_record, outbox, msg))
+        except Exception as exc:  # reported with the evidence below
+            outcomes.append(f"raised {type(exc).__name__}: {exc}")
+    assert stats(outbox) == {customer: (1, 150)} and outcomes == [True, False, True], explain(
+        "The deduplication key is the event id in the record's `event-id` header: the relay "
+        "sets it from the outbox row and it never changes. The payload is the event's data; "
+        "its shape evolves (v2 adds, renames, re-generates fields), and a business id like "
+        "order_id is shared by every event of that order.",
+        expected="placed (header X) → True; the same event again (header X, payload with "
+                 "another event_id) → False; total-changed of the same order (header Y) → True",
+        actual=f"{outcomes}", state=state(outbox), read=f"{CONSUMER}#deep-dive")
+
+
+def test_racing_consumers_apply_once(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer = learner.module("consumer")
+    for round_no in range(1, RACE_ROUNDS + 1):
+        customer = str(uuid.uuid4())
+        [message] = deliver(kafka, [(str(uuid.uuid4()), PLACED, placed(customer, 500))])
+        # Two consumers got the same event (a rebalance handed it over mid-processing).
+        with slow_sql(outbox, 0.05):
+            outcomes = run_concurrently(
+                lambda i, m=message: call(consumer.handle_record, outbox, m), 2, timeout=20)
+        errors = [o.error for o in outcomes if o.error is not None]
+        for error in errors:
+            if isinstance(error, pytest.fail.Exception):
+                raise error  # "not written yet", as the worker reported it
+        values = [o.value for o in outcomes if o.error is None]
+        assert not errors, explain(
+            f"Two consumers handled the same event at the same moment (round {round_no}) and "
+            "one of them crashed. Checking processed_event first and inserting afterwards is "
+            "a check-then-act race: both see 'not processed', both apply the effect, one then "
+            "hits the primary key. Let the database decide in one statement: INSERT INTO "
+            "processed_event … ON CONFLICT DO NOTHING, then apply the effect only if a row "
+            "was inserted — the twin waits for the first commit and inserts nothing.",
+            expected="one handle_record returns True, the other False, neither raises",
+            actual="; ".join(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                             for e in errors), state=state(outbox),
+            read=f"{CONSUMER}#common-mistakes")
+        assert sorted(values) == [False, True] and stats(outbox)[customer] == (1, 500), explain(
+            f"Two consumers handled the same event at once (round {round_no}); the effect "
+            "must happen exactly once.",
+            expected="True once, False once; orders_placed 1",
+            actual=f"returned {values}; customer_stats {stats(outbox).get(customer)}",
+            state=state(outbox), read=f"{CONSUMER}#common-mistakes")
+
+
+def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer = learner.module("consumer")
+    customer = str(uuid.uuid4())
+    event_id = str(uuid.uuid4())
+    [message] = deliver(kafka, [(event_id, PLACED, placed(customer, 700))])
+
+    def effect_that_fails(conn: Any, event_type: str, payload: Any) -> None:
+        consumer.apply_effect(conn, event_type, payload)  # some of the work happened…
+        raise RuntimeError("the effect failed halfway (injected by the check)")
+
+    raised: BaseException | None = None
+    try:
+        call(consumer.handle_record, outbox, message, effect=effect_that_fails)
+    except RuntimeError as exc:
+        raised = exc
+    after_failure = state(outbox)
+    marked = event_id in processed(outbox)
+    assert raised is not None and not marked and customer not in stats(outbox), explain(
+        "The effect failed, so nothing may remain: no marker, no half effect, and the error "
+        "propagates so the record is not committed and comes again. If the marker commits in "
+        "its own transaction, the redelivery finds it and skips: the event is LOST. The marker "
+        "and the effect must be in the same transaction.",
+        expected="handle_record raises; processed_event without the event; customer_stats "
+                 "untouched",
+        actual=f"{'raised' if raised else 'did not raise'}; marker "
+               f"{'present' if marked else 'absent'}; customer_stats "
+               f"{stats(outbox).get(customer)}", state=after_failure,
+        read=f"{CONSUMER}#common-mistakes")
+    applied = call(consumer.handle_record, outbox, message)
+    assert applied is True and stats(outbox)[customer] == (1, 700), explain(
+        "Redelivered after the failure, the event must be processed now.",
+        expected="True; orders_placed 1, total 700",
+        actual=f"{applied}; {stats(outbox).get(customer)}", state=state(outbox),
+        read=f"{CONSUMER}#deep-dive")
+
+
+def produce_events(kafka: Any, topic: str, events: list[tuple[str, str, Any]]) -> None:
+    import json
+
+    producer = kafka.producer(**{"linger.ms": 0})
+    for event_id, event_type, payload in events:
+        producer.produce(topic, key=b"k", value=json.dumps(payload).encode(), headers=[
+            ("event-id", event_id.encode()), ("event-type", event_type.encode())])
+    assert producer.flush(10) == 0
+
+
+def committed_offset(consumer: Any, topic: str) -> int | None:
+    deadline = time.monotonic() + 1.5
+    offset = None
+    while time.monotonic() < deadline:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=5)
+        offset = tp.offset if tp.offset >= 0 else None
+        if offset is not None:
+            return offset
+        time.sleep(0.1)
+    return offset
+
+
+def group_consumer(kafka: Any, topic: str, group: str) -> Any:
+    """A consumer in `group`, assigned partition 0 directly (committed offsets still apply;
+    no group join, so no rebalance wait)."""
+    consumer = kafka.consumer(group)
+    consumer.assign([TopicPartition(topic, 0)])
+    return consumer
+
+
+def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer_module = learner.module("consumer")
+    topic = kafka.topic(1, hint="commit")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 100)) for _ in range(3)]
+    produce_events(kafka, topic, events)
+    group = kafka.group_id("commit")
+    kafka_consumer = group_consumer(kafka, topic, group)
+    watch = CommitWatch(kafka_consumer, outbox)
+    handled = call(consumer_module.consume, outbox, watch, max_records=3, timeout_seconds=10)
+    assert not watch.violations, explain(
+        "consume() committed a Kafka offset before the database transaction of that record "
+        "had committed. If the process dies between the two, Kafka thinks the record is done "
+        "and it is never redelivered: the event is lost. Commit the offset only after the "
+        "database commit (a crash then redelivers, and the marker makes that harmless).",
+        expected="at every offset commit, every record below it already in processed_event",
+        actual=f"{len(watch.violations)} offset commit(s) ahead of the database",
+        state=table(watch.violations, ("partition", "committed up to", "records below it",
+                                       "processed_event rows")),
+        read=f"{CONSUMER}#deep-dive")
+    offset = committed_offset(kafka_consumer, topic)
+    assert handled == 3 and offset == 3, explain(
+        "After handling 3 records, the group's committed offset must say so (next to read: 3), "
+        "or a restarted consumer handles them all again.",
+        expected="consume returns 3; committed offset 3",
+        actual=f"consume returned {handled!r}; committed offset {offset}",
+        state=f"commits seen: {watch.commits}", read=f"{CONSUMER}#deep-dive")
+
+
+def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer_module = learner.module("consumer")
+    topic = kafka.topic(1, hint="redeliver")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 100)) for _ in range(3)]
+    produce_events(kafka, topic, events)
+    group = kafka.group_id("redeliver")
+    failing_order = events[1][2]["order_id"]
+    failed: list[str] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        consumer_module.apply_effect(conn, event_type, payload)
+        if payload.get("order_id") == failing_order and not failed:
+            failed.append(failing_order)
+            raise RuntimeError("the effect failed (injected by the check)")
+
+    first = group_consumer(kafka, topic, group)
+    raised: BaseException | None = None
+    try:
+        call(consumer_module.consume, outbox, first, max_records=3, timeout_seconds=10,
+             effect=effect)
+    except Exception as exc:  # expected: the injected failure, propagated
+        raised = exc
+    offset = committed_offset(first, topic)
+    first.close()
+    assert raised is not None, explain(
+        "The second record's effect raised, but consume() carried on. A consumer that skips "
+        "a failed record (and commits past it) loses it; stop, and let the record come again "
+        "(a dead letter topic is the next lab).",
+        expected="consume() raises the effect's error", actual="it returned normally",
+        state=state(outbox), read=f"{CONSUMER}#deep-dive")
+    assert offset in (None, 1), explain(
+        "The second record's effect failed, so consume() must stop with the error and leave "
+        "that record's offset uncommitted: the next consumer of the group starts from it.",
+        expected="committed offset 1 (the failed record is next)",
+        actual=f"committed offset {offset}", state=state(outbox), read=f"{CONSUMER}#deep-dive")
+    second = group_consumer(kafka, topic, group)
+    handled = call(consumer_module.consume, outbox, second, max_records=3 - (offset or 0),
+                   timeout_seconds=5)
+    assert stats(outbox).get(customer) == (3, 300), explain(
+        "A new consumer in the same group resumed from the committed offset; all three "
+        "orders must now be counted, each once.",
+        expected="orders_placed 3, total 300", actual=f"{stats(outbox).get(customer)} after "
+        f"the second consume handled {handled}", state=state(outbox),
+        read=f"{CONSUMER}#deep-dive")
