@@ -84,7 +84,8 @@ class Printer:
             print(f"      {line}", file=self.out)
         if result.hint:
             print(f"      hint: {result.hint}", file=self.out)
-        if result.lesson and result.status in ("fail", "error"):
+        if (result.lesson and result.status in ("fail", "error")
+                and result.lesson not in result.message):  # many checks name it already
             print(f"      read: lesson {result.lesson}", file=self.out)
         self.out.flush()
 
