@@ -9,6 +9,7 @@ clock): answers end at an empty line, each followed by a grade line.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from collections.abc import Sequence
@@ -75,6 +76,10 @@ def run_quiz(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             console.say("\nStopped.")
             return 130
+        except BrokenPipeError:
+            # The reader went away (`dojo quiz | head`); what was recorded stays recorded.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
 
 
 def _drill(console: Console, catalog: Catalog, store: ProgressStore,
