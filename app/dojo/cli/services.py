@@ -12,7 +12,7 @@ from dojo.services.errors import ServiceError
 _STATE_COLOUR = {"up": "32", "external": "32", "dead": "31", "unreachable": "31", "stopped": "33"}
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("services", help="start, stop and inspect PostgreSQL and Kafka")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
 
