@@ -123,15 +123,15 @@ class CheckRun:
     def _stopping(self) -> bool:
         """With stop_at_failing_stage: a stage already failed, so later ones do not run."""
         return self.options.stop_at_failing_stage and any(
-            not s.passed and s.status != "needs-backend" and s.ran for s in self.summary.stages())
+            s.status in ("fail", "error") for s in self.summary.stages())
 
     def __iter__(self) -> Iterator[RunEvent]:
-        deadline = time.monotonic() + self.run_seconds
         if self.options.start_services and self.lab.services:
             failure = _prepare_services()
             if failure:
                 yield self._result(CheckResult("", "services", "error", failure))
                 return
+        deadline = time.monotonic() + self.run_seconds  # a slow service start is not the run's
         scratch = Path(tempfile.mkdtemp(prefix="dojo-run-"))
         try:
             serial = 0
