@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from _kafka_support import read_topic, records_table
 from _support import (
     MISTAKES,
     READ,
@@ -17,8 +18,6 @@ from _support import (
     insert_event,
     not_written,
     outbox_rows,
-    read_topic,
-    records_table,
     require_table,
     table,
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _kafka_support import read_topic, records_table
 from _support import (
     MISTAKES,
     READ,
@@ -16,8 +17,6 @@ from _support import (
     explain,
     insert_event,
     outbox_rows,
-    read_topic,
-    records_table,
     require_table,
     table,
 )
@@ -28,14 +27,14 @@ from dojo.runner.faults import run_in_subprocess, unreachable_bootstrap
 pytestmark = pytest.mark.stage("crash-safety")
 SEE = READ["crash-safety"]
 
-SUPPORT = Path(__file__).with_name("_support.py")
+CHILD = Path(__file__).with_name("_relay_child.py")
 ROW_COLUMNS = ("id", "published_at", "lease_left", "attempt_count", "last_error")
 LEASE = 1.0
 
 
 def crash_relay(outbox: Any, database: Any, learner: Any, kafka: Any, topic: str,
                 fault: str) -> Any:
-    result = run_in_subprocess(f"{SUPPORT}:relay_child", database.url,
+    result = run_in_subprocess(f"{CHILD}:relay_child", database.url,
                                kafka.producer_config(), topic, fault, LEASE,
                                path=[learner.dir], timeout=30)
     if result.error and "NotImplementedError" in result.error:

@@ -8,11 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
+from _kafka_support import CommitWatch, deliver
 from _support import (
     CONSUMER,
-    CommitWatch,
     call,
-    deliver,
     explain,
     require_table,
     table,
