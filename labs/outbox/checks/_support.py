@@ -30,7 +30,7 @@ READ = {
     "publish": f"{OUTBOX}#publishing-key-headers-acknowledgement-conditional-mark",
     "crash-safety": f"{OUTBOX}#delivery-is-at-least-once",
     "backoff": f"{OUTBOX}#when-a-send-fails-backoff-attempts-last_error",
-    "idempotent-consumer": f"{CONSUMER}#deep-dive",
+    "idempotent-consumer": f"{CONSUMER}#marker-and-effect-in-one-transaction",
     "cleanup": f"{OUTBOX}#cleanup-without-losing-events",
     "measure": f"{OUTBOX}#measuring-and-sizing",
 }

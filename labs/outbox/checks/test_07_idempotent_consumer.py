@@ -24,6 +24,13 @@ from dojo.runner.faults import duplicate_and_reorder, run_concurrently, slow_sql
 pytestmark = pytest.mark.stage("idempotent-consumer")
 
 PLACED, CHANGED = "order.placed.v1", "order.total-changed.v1"
+# Lesson sections the failures point to.
+MARKER = f"{CONSUMER}#marker-and-effect-in-one-transaction"
+DUPLICATES = f"{CONSUMER}#duplicates-are-the-normal-case"
+THE_KEY = f"{CONSUMER}#choosing-the-de-duplication-key"
+RACE = f"{CONSUMER}#why-check-then-act-is-a-race"
+TWINS = f"{CONSUMER}#two-consumers-one-event-what-the-database-does"
+OFFSETS = f"{CONSUMER}#offsets-kafka-transactions-and-what-they-do-not-cover"
 RACE_ROUNDS = 2  # exists-then-insert is caught in round 1: slowed SQL lines the twins up
 
 
@@ -65,7 +72,7 @@ def test_processed_event_table(outbox):
         "its own, so the database — not a check in your code — decides who is first.",
         expected="processed_event(event_id uuid PRIMARY KEY, processed_at timestamptz …)",
         actual=f"event_id column: {rows[0].type if rows else 'missing'}, unique: "
-               f"{rows[0].is_unique if rows else '-'}", read=f"{CONSUMER}#deep-dive")
+               f"{rows[0].is_unique if rows else '-'}", read=MARKER)
 
 
 def test_duplicates_apply_once(outbox, learner, kafka):
@@ -82,7 +89,7 @@ def test_duplicates_apply_once(outbox, learner, kafka):
         "after a relay crash or a consumer rebalance). The effect must happen once per event.",
         expected=f"customer_stats {want}; handle_record True 4 times, False 8 times",
         actual=f"customer_stats {stats(outbox)}; True {results.count(True)} times",
-        state=state(outbox), read=f"{CONSUMER}#deep-dive")
+        state=state(outbox), read=DUPLICATES)
 
 
 def test_event_id_comes_from_the_header(outbox, learner, kafka):
@@ -111,7 +118,7 @@ def test_event_id_comes_from_the_header(outbox, learner, kafka):
         "order_id is shared by every event of that order.",
         expected="placed (header X) → True; the same event again (header X, payload with "
                  "another event_id) → False; total-changed of the same order (header Y) → True",
-        actual=f"{outcomes}", state=state(outbox), read=f"{CONSUMER}#deep-dive")
+        actual=f"{outcomes}", state=state(outbox), read=THE_KEY)
 
 
 def test_racing_consumers_apply_once(outbox, learner, kafka):
@@ -139,13 +146,13 @@ def test_racing_consumers_apply_once(outbox, learner, kafka):
             expected="one handle_record returns True, the other False, neither raises",
             actual="; ".join(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                              for e in errors), state=state(outbox),
-            read=f"{CONSUMER}#common-mistakes")
+            read=RACE)
         assert sorted(values) == [False, True] and stats(outbox)[customer] == (1, 500), explain(
             f"Two consumers handled the same event at once (round {round_no}); the effect "
             "must happen exactly once.",
             expected="True once, False once; orders_placed 1",
             actual=f"returned {values}; customer_stats {stats(outbox).get(customer)}",
-            state=state(outbox), read=f"{CONSUMER}#common-mistakes")
+            state=state(outbox), read=TWINS)
 
 
 def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
@@ -176,13 +183,13 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
         actual=f"{'raised' if raised else 'did not raise'}; marker "
                f"{'present' if marked else 'absent'}; customer_stats "
                f"{stats(outbox).get(customer)}", state=after_failure,
-        read=f"{CONSUMER}#common-mistakes")
+        read=MARKER)
     applied = call(consumer.handle_record, outbox, message)
     assert applied is True and stats(outbox)[customer] == (1, 700), explain(
         "Redelivered after the failure, the event must be processed now.",
         expected="True; orders_placed 1, total 700",
         actual=f"{applied}; {stats(outbox).get(customer)}", state=state(outbox),
-        read=f"{CONSUMER}#deep-dive")
+        read=MARKER)
 
 
 def produce_events(kafka: Any, topic: str, events: list[tuple[str, str, Any]]) -> None:
@@ -235,14 +242,14 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
         actual=f"{len(watch.violations)} offset commit(s) ahead of the database",
         state=table(watch.violations, ("partition", "committed up to", "records below it",
                                        "processed_event rows")),
-        read=f"{CONSUMER}#deep-dive")
+        read=OFFSETS)
     offset = committed_offset(kafka_consumer, topic)
     assert handled == 3 and offset == 3, explain(
         "After handling 3 records, the group's committed offset must say so (next to read: 3), "
         "or a restarted consumer handles them all again.",
         expected="consume returns 3; committed offset 3",
         actual=f"consume returned {handled!r}; committed offset {offset}",
-        state=f"commits seen: {watch.commits}", read=f"{CONSUMER}#deep-dive")
+        state=f"commits seen: {watch.commits}", read=OFFSETS)
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
@@ -276,12 +283,12 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
         "a failed record (and commits past it) loses it; stop, and let the record come again "
         "(a dead letter topic is the next lab).",
         expected="consume() raises the effect's error", actual="it returned normally",
-        state=state(outbox), read=f"{CONSUMER}#deep-dive")
+        state=state(outbox), read=OFFSETS)
     assert offset in (None, 1), explain(
         "The second record's effect failed, so consume() must stop with the error and leave "
         "that record's offset uncommitted: the next consumer of the group starts from it.",
         expected="committed offset 1 (the failed record is next)",
-        actual=f"committed offset {offset}", state=state(outbox), read=f"{CONSUMER}#deep-dive")
+        actual=f"committed offset {offset}", state=state(outbox), read=OFFSETS)
     second = group_consumer(kafka, topic, group)
     handled = call(consumer_module.consume, outbox, second, max_records=3 - (offset or 0),
                    timeout_seconds=5)
@@ -290,4 +297,4 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
         "orders must now be counted, each once.",
         expected="orders_placed 3, total 300", actual=f"{stats(outbox).get(customer)} after "
         f"the second consume handled {handled}", state=state(outbox),
-        read=f"{CONSUMER}#deep-dive")
+        read=OFFSETS)
