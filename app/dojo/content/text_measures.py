@@ -7,7 +7,9 @@ import unicodedata
 
 _WORD = re.compile(r"\w+(?:['’\-.]\w+)*")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
-_MARKUP = re.compile(r"[*_`>#]+")
+# Emphasis, code ticks, headings and quote marks — but not `_` inside a word (published_at)
+# nor `>` inside a sentence (balance >= 0): a learner types those, so patterns see them too.
+_MARKUP = re.compile(r"`+|\*+|(?<!\w)_+|_+(?!\w)|^[ \t]*(?:#+|>+)[ \t]?", re.MULTILINE)
 STOPWORDS = frozenset(
     "a an and are as at be but by can do does for from how i if in into is it its of on or "
     "so than that the their then there they this to was we what when where which while who "
