@@ -143,3 +143,18 @@ def test_a_solution_without_a_lab(content: Path) -> None:
     (content / "solutions/ghost").mkdir()
     assert _only(content) == ("solutions/ghost", 1,
                               "a solution without a lab: labs/ghost/ does not exist")
+
+
+def test_a_stage_linking_a_lesson_section_that_does_not_exist(content: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "lessons/10-idempotent-consumer",
+                    content / "lessons/10-idempotent-consumer")
+    problems = _problems(content)
+    messages = [message for _, _, message in problems]
+    assert any("'idempotent-consumer#the-idea'" in m and "no section with that slug" in m
+               for m in messages), problems
+    manifest = content / "labs/tally/lab.yaml"
+    for stale in ("the-idea", "dedupe-key", "upsert"):
+        _edit(manifest, f'"idempotent-consumer#{stale}"',
+              '"idempotent-consumer#marker-and-effect-in-one-transaction"')
+    assert _problems(content) == []

@@ -224,24 +224,32 @@ def lint_lab(lab: Lab) -> list[Problem]:
     return sorted(_LabLinter(lab, read_yaml(lab.manifest)).run())
 
 
-def _lesson_ids(root: Path) -> set[str]:
-    lessons = root / "lessons"
-    if not lessons.is_dir():
-        return set()
-    return {re.sub(r"^\d+-", "", p.name) for p in lessons.iterdir() if p.is_dir()}
+def _lesson_anchors(root: Path) -> dict[str, frozenset[str]]:
+    """Lesson id → the section slugs a `lesson#section` link may name."""
+    if not (root / "lessons").is_dir():
+        return {}
+    from dojo.content import load_catalog
+
+    return {lesson.id: lesson.anchors() for lesson in load_catalog(root).lessons}
 
 
-def _lesson_links(lab: Lab, known: set[str]) -> list[Problem]:
+def _lesson_links(lab: Lab, known: dict[str, frozenset[str]]) -> list[Problem]:
     doc = read_yaml(lab.manifest)
     problems = [Problem(lab.manifest, doc.line("lessons", i), f"lesson {lesson!r} does not "
                                                                   "exist under lessons/")
                 for i, lesson in enumerate(lab.lessons) if lesson not in known]
     for index, stage in enumerate(lab.stages):
-        lesson = stage.lesson.split("#", 1)[0]
+        lesson, _, section = stage.lesson.partition("#")
+        line = doc.line("stages", index, "lesson")
         if lesson and lesson not in known:
-            problems.append(Problem(lab.manifest, doc.line("stages", index, "lesson"),
-                                       f"stage {stage.id!r} links lesson {lesson!r}, which "
-                                       "does not exist under lessons/"))
+            problems.append(Problem(lab.manifest, line, f"stage {stage.id!r} links lesson "
+                                                         f"{lesson!r}, which does not exist "
+                                                         "under lessons/"))
+        elif lesson and section and section not in known[lesson]:
+            problems.append(Problem(lab.manifest, line, f"stage {stage.id!r} links "
+                                                         f"{stage.lesson!r}, but lesson "
+                                                         f"{lesson!r} has no section with "
+                                                         f"that slug"))
     return problems
 
 
@@ -252,7 +260,7 @@ def lint_labs(root: Path) -> list[Problem]:
     problems: list[Problem] = []
     labs_dir = root / "labs"
     slugs: set[str] = set()
-    known_lessons = _lesson_ids(root)
+    known_lessons = _lesson_anchors(root)
     if labs_dir.is_dir():
         for folder in sorted(labs_dir.iterdir()):
             if folder.name in IGNORED or folder.name.startswith("."):
