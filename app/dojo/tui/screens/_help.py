@@ -1,0 +1,110 @@
+"""`?`: every key of every screen, read from the bindings themselves so it cannot drift."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.dom import DOMNode
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEY_WIDTH = 16
+
+
+def _bindings(owner: type[DOMNode]) -> list[Binding]:
+    found: list[Binding] = []
+    for item in owner.__dict__.get("BINDINGS", []):
+        if isinstance(item, Binding):
+            found.append(item)
+        else:
+            key, action, *rest = item
+            found.append(Binding(key, action, rest[0] if rest else ""))
+    return found
+
+
+def sections() -> list[tuple[str, list[type[DOMNode]]]]:
+    """Each screen with the widgets whose keys work on it."""
+    from dojo.tui.app import DojoApp
+    from dojo.tui.screens._home import HomeScreen
+    from dojo.tui.screens._lab import LabScreen
+    from dojo.tui.screens._lesson import LessonScreen
+    from dojo.tui.screens._mock import MockScreen
+    from dojo.tui.screens._mock_report import MockReportScreen
+    from dojo.tui.screens._progress import ProgressScreen
+    from dojo.tui.screens._quiz import QuizScreen
+    from dojo.tui.widgets import AnswerPanel, CheckLog, DocumentView, LessonList, SearchBar
+
+    return [
+        ("Everywhere", [DojoApp]),
+        ("Home", [HomeScreen, LessonList]),
+        ("Lesson", [LessonScreen, DocumentView, SearchBar]),
+        ("Lab", [LabScreen, CheckLog]),
+        ("Drill", [QuizScreen, AnswerPanel]),
+        ("Mock interview", [MockScreen]),
+        ("Mock interview report", [MockReportScreen]),
+        ("Progress", [ProgressScreen]),
+    ]
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists the keys by screen; Esc, q or ? closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen {
+        align: center middle;
+        & > VerticalScroll {
+            width: 76; max-width: 100%; height: 90%;
+            border: thick $primary; border-title-color: $text-primary;
+            background: $surface; padding: 0 1;
+        }
+        & Static { height: auto; }
+        & .help-title { color: $text-primary; text-style: bold; margin-top: 1; }
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "close", "Close"),
+        Binding("j,down", "scroll(1)", "Down", show=False),
+        Binding("k,up", "scroll(-1)", "Up", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-body"):
+            yield Static(Content.assemble(
+                ("Interview Dojo", "bold"),
+                ("  ·  Ctrl+P opens the command palette: every lesson and lab by name, the "
+                 "main actions, themes.", "$text-muted")))
+            for title, owners in sections():
+                yield Static(title, classes="help-title")
+                yield Static(self._keys(owners))
+
+    def _keys(self, owners: list[type[DOMNode]]) -> Content:
+        lines: list[Content] = []
+        seen: set[tuple[str, str]] = set()
+        for owner in owners:
+            for binding in _bindings(owner):
+                keys = " ".join(self.app.get_key_display(Binding(key.strip(), ""))
+                                for key in binding.key.split(","))
+                if binding.key_display:
+                    keys = binding.key_display
+                label = binding.description or binding.action
+                if (keys, label) in seen:
+                    continue
+                seen.add((keys, label))
+                lines.append(Content.assemble((f"{keys:<{KEY_WIDTH}}", "bold $text-accent"),
+                                              label))
+        return Content("\n").join(lines)
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").border_title = "Keys"
+
+    def action_scroll(self, step: int) -> None:
+        body = self.query_one("#help-body")
+        body.scroll_to(y=body.scroll_y + 2 * step, animate=False)
+
+    def action_close(self) -> None:
+        self.dismiss()

@@ -1,0 +1,473 @@
+"""A lab: instructions by stage, live check runs, watch mode, hints, editor, diff, reset.
+
+Checks run in the runner's child process, driven from a thread worker that posts each event
+as a message, so the screen keeps drawing (and can cancel) while they run. Each stage's
+result is written to the store as soon as the stage finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
+
+from dojo.runner import workspace
+from dojo.runner.results import CheckResult, CheckStarted, RunSummary, StageSummary
+from dojo.tui.pages import diff_page, files_page, lab_overview_page, lab_stage_page, read_lab_readme
+from dojo.tui.widgets import CheckLog, DocumentView, ServicesPanel, StageList
+from dojo.tui.widgets._stage_list import OVERVIEW, StageState
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dojo.content.labs import Lab
+    from dojo.runner.execute import CheckRun, RunOptions
+    from dojo.tui.session import Session
+
+SOLUTION_CONFIRM_SECONDS = 10.0
+
+
+def files_state(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Modification time and size of each learner file: what a save changes."""
+    state = {}
+    for name in names:
+        try:
+            stat = (folder / name).stat()
+        except OSError:
+            continue
+        state[name] = (stat.st_mtime_ns, stat.st_size)
+    return state
+
+
+class LabScreen(Screen[None]):
+    """One lab, checked against the learner's workspace."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "back", "Back"),
+        Binding("r", "run", "Run"),
+        Binding("s", "run_stage", "Stage"),
+        Binding("w", "watch", "Watch"),
+        Binding("h", "hint", "Hint"),
+        Binding("e", "edit", "Edit"),
+        Binding("d", "diff", "Diff"),
+        Binding("x", "reset", "Reset"),
+        Binding("S", "solution", "Solution", show=False),
+        Binding("c", "cancel", "Stop the run", show=False),
+        Binding("u", "services_up", "Start services", show=False),
+        Binding("i", "tab('lab-instructions')", "Instructions", show=False),
+        Binding("o", "tab('lab-results')", "Results", show=False),
+    ]
+
+    @dataclass
+    class _Event(Message):
+        event: CheckStarted | CheckResult
+
+    @dataclass
+    class _Progress(Message):
+        line: str
+
+    @dataclass
+    class _Done(Message):
+        summary: RunSummary | None
+        cancelled: bool
+        error: str = ""
+
+    @dataclass
+    class _Changed(Message):
+        """A learner file was saved (watch mode)."""
+
+    def __init__(self, session: Session, lab: Lab, *, stage: str = "") -> None:
+        super().__init__()
+        self.session = session
+        self.lab = lab
+        self.readme = read_lab_readme(lab)
+        self.impl = workspace.workspace_dir(lab)
+        self._initial_stage = stage
+        self._statuses = {stage_id: record.status for (_, stage_id), record
+                          in session.store.stage_results(lab.id).items()}
+        self._hints: dict[str, list[tuple[int, str]]] = {}
+        self._run: CheckRun | None = None
+        self._checking = False
+        self._live: dict[str, list[CheckResult]] = {}
+        self._current_stage = ""
+        self._rerun = False
+        self._watch_stop: threading.Event | None = None
+        self._solution_asked_at = 0.0
+
+    # --- layout --------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="lab-main"):
+            with Vertical(id="lab-side"):
+                yield StageList(self.lab, self._statuses, id="lab-stages")
+                yield ServicesPanel(self.session.services, id="lab-services")
+                yield Static("", id="lab-watch", classes="status-line")
+            with TabbedContent(id="lab-tabs"):
+                with TabPane("Instructions", id="lab-instructions"):
+                    yield DocumentView(id="lab-doc")
+                with TabPane("Results", id="lab-results"):
+                    yield CheckLog(self.lab, id="lab-log")
+                with TabPane("Diff", id="lab-diff"):
+                    yield DocumentView(id="lab-diff-doc")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = f"Lab · {self.lab.id}"
+        self.sub_title = self.lab.title
+        outcome = workspace.start(self.lab)
+        if outcome.created:
+            self.notify(f"Your files are in workspace/{self.lab.id}/ — edit them there (e).",
+                        title="Lab started", timeout=6)
+        elif outcome.copied:
+            self.notify(f"Restored missing starter files: {', '.join(outcome.copied)}",
+                        timeout=6)
+        stages = self.query_one(StageList)
+        stage = self._initial_stage if self._initial_stage in self.lab.stage_ids else \
+            self._first_unfinished() if self._statuses else OVERVIEW
+        stages.select_stage(stage)
+        self._show_stage(stage)
+        stages.focus()
+        self.query_one(CheckLog).note("No run yet. r checks up to the first stage that fails; "
+                                      "s checks the highlighted stage; w re-checks on save.")
+        self._draw_watch()
+        self.session.store.set_last_place("lab", self.lab.id, stage)
+
+    def _first_unfinished(self) -> str:
+        for stage_id in self.lab.stage_ids:
+            if self._statuses.get(stage_id) != "pass":
+                return stage_id
+        return self.lab.stage_ids[-1]
+
+    def _show_stage(self, stage_id: str) -> None:
+        doc = self.query_one("#lab-doc", DocumentView)
+        if stage_id == OVERVIEW:
+            doc.blocks = tuple(lab_overview_page(self.lab, self.readme,
+                                                 f"workspace/{self.lab.id}/"))
+        else:
+            doc.blocks = tuple(lab_stage_page(self.lab, self.lab.stage(stage_id), self.readme,
+                                              self._hints.get(stage_id, [])))
+
+    def on_stage_list_highlighted(self, message: StageList.Highlighted) -> None:
+        self._show_stage(message.stage_id)
+
+    def _draw_watch(self) -> None:
+        status = self.query_one("#lab-watch", Static)
+        if self._watch_stop is not None:
+            status.update(Content.assemble(("● watching", "bold $text-success"),
+                                           (" · w stops", "$text-muted")))
+        else:
+            status.update(Content.assemble(("○ watch off", "$text-muted"),
+                                           (" · w re-checks on save", "$text-muted")))
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    # --- running checks --------------------------------------------------------------------
+
+    def action_run(self) -> None:
+        from dojo.runner.execute import RunOptions
+
+        self._start(RunOptions(stop_at_failing_stage=True),
+                    "checking up to the first stage that does not pass")
+
+    def action_run_stage(self) -> None:
+        from dojo.runner.execute import RunOptions
+
+        stage = self.query_one(StageList).stage_id or self._first_unfinished()
+        self._start(RunOptions(stages=(stage,)), f"checking stage {stage}")
+
+    def _start(self, options: RunOptions, label: str) -> None:
+        if self._checking:
+            self.notify("Checks are running (c stops them).", timeout=3)
+            return
+        self._checking = True
+        self._live, self._current_stage = {}, ""
+        log = self.query_one(CheckLog)
+        log.clear()
+        log.note(f"{time.strftime('%H:%M:%S')} · workspace/{self.lab.id} · {label}")
+        self.query_one(TabbedContent).active = "lab-results"
+        self._check(options)
+
+    @work(thread=True, exclusive=True, group="checks")
+    def _check(self, options: RunOptions) -> None:
+        from dojo.runner import progress
+        from dojo.runner.execute import CheckRun
+
+        worker = get_current_worker()
+        if self.lab.services:
+            try:
+                statuses = self.session.services.status()
+                if not all(status.state in ("up", "external") for status in statuses):
+                    self.post_message(self._Progress("starting PostgreSQL and Kafka…"))
+                    self.session.services.up(log=self._relay)
+            except Exception as exc:
+                self.post_message(self._Done(None, False, f"services did not start: {exc}"))
+                return
+        run = CheckRun(self.lab, self.impl, options)
+        self._run = run
+        stage, results = "", list[CheckResult]()
+        for event in run:
+            if worker.is_cancelled:
+                run.cancel()
+                break
+            self.post_message(self._Event(event))
+            if isinstance(event, CheckResult) and event.stage in self.lab.stage_ids:
+                if event.stage != stage:
+                    if results:
+                        progress.record_stage_results(self.lab, RunSummary((stage,), results))
+                    stage, results = event.stage, []
+                results.append(event)
+        if results and not run.cancelled and not worker.is_cancelled:
+            progress.record_stage_results(self.lab, RunSummary((stage,), results))
+        self.post_message(self._Done(run.summary, run.cancelled or worker.is_cancelled))
+
+    def _relay(self, line: str) -> None:
+        self.post_message(self._Progress(line))
+
+    @on(_Progress)
+    def _progress(self, message: _Progress) -> None:
+        self.query_one(CheckLog).note(" ".join(message.line.split()))
+        self.query_one(ServicesPanel).check()
+
+    @on(_Event)
+    def _event(self, message: _Event) -> None:
+        event = message.event
+        log = self.query_one(CheckLog)
+        stages = self.query_one(StageList)
+        if event.stage != self._current_stage:
+            self._finish_stage(self._current_stage)
+            self._current_stage = event.stage
+        if isinstance(event, CheckStarted):
+            log.started(event)
+            if event.stage in self.lab.stage_ids:
+                results = self._live.setdefault(event.stage, [])
+                stages.set_state(event.stage, StageState("running", sum(r.passed for r in
+                                                                        results), len(results)))
+            return
+        log.result(event)
+        if event.stage in self.lab.stage_ids:
+            results = self._live.setdefault(event.stage, [])
+            results.append(event)
+            stages.set_state(event.stage, StageState("running", sum(r.passed for r in results),
+                                                     len(results)))
+
+    def _finish_stage(self, stage_id: str) -> None:
+        results = self._live.get(stage_id)
+        if not results:
+            return
+        status = StageSummary(stage_id, tuple(results)).status
+        self._statuses[stage_id] = status
+        self.query_one(StageList).set_state(
+            stage_id, StageState(status, sum(r.passed for r in results), len(results)))
+
+    @on(_Done)
+    def _done(self, message: _Done) -> None:
+        self._checking = False
+        self._run = None
+        log = self.query_one(CheckLog)
+        stages = self.query_one(StageList)
+        if message.cancelled:
+            for stage_id in self._live:
+                if stages.state(stage_id).status == "running":
+                    stages.set_state(stage_id, StageState(self._statuses.get(stage_id, ""),
+                                                          stale=True))
+            log.note("Stopped.")
+        else:
+            self._finish_stage(self._current_stage)
+        if message.error:
+            log.note(message.error, error=True)
+            self.notify(message.error, severity="error", timeout=10)
+        if message.summary is not None and not message.cancelled:
+            self._summarise(message.summary)
+        if self._rerun:
+            self._rerun = False
+            self.action_run()
+
+    def _summarise(self, summary: RunSummary) -> None:
+        ran = [stage for stage in summary.stages() if stage.ran]
+        passed = [stage for stage in ran if stage.passed]
+        everything = sum(1 for s in self.lab.stage_ids if self._statuses.get(s) == "pass")
+        log = self.query_one(CheckLog)
+        if ran and len(passed) == len(ran):
+            if everything == len(self.lab.stage_ids):
+                text = Content.styled(f"All {everything} stages pass — the lab is done.",
+                                      "$text-success")
+                self.notify(f"{self.lab.id}: every stage passes", title="Lab done", timeout=6)
+            else:
+                text = Content.styled(f"{len(passed)} of {len(ran)} stage(s) checked pass · "
+                                      f"{everything}/{len(self.lab.stage_ids)} in all",
+                                      "$text-success")
+        else:
+            failing = next((stage for stage in ran if not stage.passed), None)
+            where = failing.stage if failing else "?"
+            text = Content.assemble(
+                (f"Stage {where} does not pass yet.", "$text-error"),
+                (" Read the message above, h for a hint, e to edit, r to check again.",
+                 "$text-muted"))
+            if failing is not None:
+                self.query_one(StageList).select_stage(failing.stage)
+        log.summary(text)
+
+    def action_cancel(self) -> None:
+        if self._run is not None:
+            self._run.cancel()
+        self.workers.cancel_group(self, "checks")
+
+    # --- watch mode ----------------------------------------------------------------------
+
+    def action_watch(self) -> None:
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+            self._watch_stop = None
+            self.notify("Stopped watching.", timeout=2)
+        else:
+            self._watch_stop = threading.Event()
+            self._watch(self._watch_stop)
+            self.notify(f"Watching workspace/{self.lab.id}: every save re-checks.", timeout=3)
+            self.action_run()
+        self._draw_watch()
+
+    @work(thread=True, group="watch")
+    def _watch(self, stop: threading.Event) -> None:
+        from watchfiles import watch
+
+        seen = files_state(self.impl, self.lab.files)
+        for _changes in watch(self.impl, debounce=300, rust_timeout=500,
+                              yield_on_timeout=True, stop_event=stop):
+            now = files_state(self.impl, self.lab.files)
+            if now != seen:
+                seen = now
+                self.post_message(self._Changed())
+
+    @on(_Changed)
+    def _changed(self, message: _Changed) -> None:
+        if self._watch_stop is None:
+            return
+        if self._checking:
+            self._rerun = True
+            self.action_cancel()
+        else:
+            self.action_run()
+
+    # --- the learner's files ---------------------------------------------------------------
+
+    def action_hint(self) -> None:
+        from dojo.runner import progress
+
+        stage_id = self.query_one(StageList).stage_id or self._first_unfinished()
+        number, text = progress.next_hint(self.lab, stage_id)
+        if not text:
+            self.notify(f"Stage {stage_id} has no hints.", timeout=3)
+            return
+        shown = self._hints.setdefault(stage_id, [])
+        if (number, text) not in shown:
+            shown.append((number, text))
+        self.query_one(StageList).select_stage(stage_id)
+        self._show_stage(stage_id)
+        self.query_one(TabbedContent).active = "lab-instructions"
+        self.query_one("#lab-doc", DocumentView).go_to(line=10_000)
+
+    def action_edit(self) -> None:
+        from dojo.tui.screens._pick_file import PickFileScreen
+
+        if len(self.lab.files) == 1:
+            self._edit(self.lab.files[0])
+            return
+        self.app.push_screen(PickFileScreen(f"Open which file of workspace/{self.lab.id}?",
+                                            self.lab.files), self._edit)
+
+    def _edit(self, name: str | None) -> None:
+        if not name:
+            return
+        path = self.impl / name
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+        if not editor:
+            self.notify(f"No editor is set. Open {path} in your editor, or set one and "
+                        "restart dojo: export EDITOR=vim. With w on, every save re-checks.",
+                        title="$EDITOR is not set", severity="warning", timeout=15)
+            return
+        from textual.app import SuspendNotSupported
+
+        try:
+            with self.app.suspend():
+                subprocess.run([*shlex.split(editor), str(path)], check=False)
+        except SuspendNotSupported:
+            self.notify(f"Cannot hand the terminal to {editor} here; open {path} yourself.",
+                        severity="warning", timeout=10)
+            return
+        except OSError as exc:
+            self.notify(f"{editor}: {exc.strerror or exc}", severity="error", timeout=10)
+            return
+        if self._watch_stop is None:
+            self.notify("Back from the editor: r checks your code.", timeout=3)
+
+    def action_diff(self) -> None:
+        self.query_one("#lab-diff-doc", DocumentView).blocks = tuple(
+            diff_page(self.lab.id, workspace.diff(self.lab)))
+        self.query_one(TabbedContent).active = "lab-diff"
+
+    def action_reset(self) -> None:
+        from dojo.tui.screens._confirm import ConfirmScreen
+
+        changed = workspace.changed_files(self.lab)
+        if not changed:
+            self.notify(f"workspace/{self.lab.id} already matches the starter.", timeout=3)
+            return
+
+        def reset(confirmed: bool | None) -> None:
+            if confirmed:
+                workspace.reset(self.lab)
+                self.notify(f"Reset {', '.join(changed)} to the starter.", timeout=4)
+                if self.query_one(TabbedContent).active == "lab-diff":
+                    self.action_diff()
+
+        self.app.push_screen(ConfirmScreen(
+            f"Reset workspace/{self.lab.id}?",
+            f"Your changes to {', '.join(changed)} will be lost. (d shows them first.)",
+            confirm="Reset"), reset)
+
+    def action_solution(self) -> None:
+        now = time.monotonic()
+        if now - self._solution_asked_at > SOLUTION_CONFIRM_SECONDS:
+            self._solution_asked_at = now
+            self.notify("Seeing the solution ends the puzzle for this lab. Stuck? h gives a "
+                        "hint. Press S again to open it anyway.",
+                        title="The reference solution", severity="warning", timeout=8)
+            return
+        self._solution_asked_at = 0.0
+        if not self.lab.solution_dir.is_dir():
+            self.notify("This lab has no reference solution yet.", severity="warning")
+            return
+        from dojo.tui.screens._viewer import ViewerScreen
+
+        self.app.push_screen(ViewerScreen(
+            f"Solution · {self.lab.id}",
+            files_page(f"Reference solution · {self.lab.id}", self.lab.solution_dir,
+                       self.lab.files)))
+
+    def action_services_up(self) -> None:
+        self.query_one(ServicesPanel).start()
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+    def on_unmount(self) -> None:
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+        if self._run is not None:
+            self._run.cancel()

@@ -1,0 +1,225 @@
+"""The lesson reader: table of contents, the page, search, links to the lab and the cards."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Static
+
+from dojo.tui.navigation import OpenLab, StartDrill
+from dojo.tui.pages import lesson_page
+from dojo.tui.widgets import DocumentView, SearchBar, TableOfContents
+
+if TYPE_CHECKING:
+    from dojo.content import Lesson
+    from dojo.tui.session import Session
+
+SAVE_AFTER_SECONDS = 0.5  # after the reader stops scrolling, the place is written
+WIDE_ENOUGH_FOR_CONTENTS = 100
+
+
+class LessonScreen(Screen[None]):
+    """Reads one lesson and records where the learner is as they scroll."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "back", "Back"),
+        Binding("slash", "search", "Search"),
+        Binding("t", "toggle_contents", "Contents"),
+        Binding("o", "open_lab", "Lab"),
+        Binding("d", "drill", "Drill cards"),
+        Binding("right_square_bracket", "section(1)", "Next section", show=False),
+        Binding("left_square_bracket", "section(-1)", "Previous section", show=False),
+    ]
+
+    def __init__(self, session: Session, lesson: Lesson, *, section: str = "",
+                 position: int | None = None) -> None:
+        super().__init__()
+        self.session = session
+        self.lesson = lesson
+        self._start = (section, position)
+        self._save_timer: Timer | None = None
+        self._finished = False
+
+    # --- layout ----------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="lesson-main"):
+            yield TableOfContents(self.lesson, id="lesson-contents")
+            with Vertical(id="lesson-page"):
+                yield DocumentView(lesson_page(self.lesson, self._links()), id="lesson-view")
+                yield Static("", id="lesson-status")
+        yield SearchBar(id="lesson-search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = self.lesson.title
+        self.sub_title = f"lesson {self.lesson.dir.name[:2]}"
+        if self.app.size.width < WIDE_ENOUGH_FOR_CONTENTS:
+            self.query_one(TableOfContents).display = False
+        view = self.query_one(DocumentView)
+        section, position = self._start
+        if position is not None:
+            view.go_to(line=position)
+        elif section:
+            view.go_to(section)
+        view.focus()
+        self.watch(view, "scroll_y", self._scrolled, init=False)
+        self.session.store.set_last_place("lesson", self.lesson.id, section)
+        self._draw_status()
+
+    def _scrolled(self) -> None:
+        self._draw_status()
+        self._save_soon()
+
+    def _links(self) -> tuple[str, ...]:
+        """What the lesson leads to, with the keys that go there."""
+        from dojo.content import lab_availability
+        from dojo.content.lab_links import LabAvailability
+
+        lines = []
+        for lab in dict.fromkeys(link.lab for link in self.lesson.labs):
+            stages = [link.stage for link in self.lesson.labs if link.lab == lab]
+            if lab_availability(self.session.content_root, lab) is LabAvailability.READY:
+                passed = self.session.store.passed_stages(lab) & set(stages)
+                lines.append(f"[b]Lab[/b] {lab} · ready · {len(passed)}/{len(stages)} stages "
+                             "passed — press [b]o[/b] to open it")
+            else:
+                lines.append(f"[b]Lab[/b] {lab} · coming — read on; the lab is being built")
+        cards = len(self.lesson.cards)
+        if cards:
+            lines.append(f"[b]Cards[/b] {cards} — press [b]d[/b] to answer them against the "
+                         "clock")
+        return tuple(lines)
+
+    # --- recording the place -------------------------------------------------------------
+
+    def on_document_view_section_changed(self, message: DocumentView.SectionChanged) -> None:
+        self.query_one(TableOfContents).mark(message.slug)
+        self._draw_status()
+
+    def on_document_view_reached_end(self, message: DocumentView.ReachedEnd) -> None:
+        self._finished = True
+        self._save()
+
+    def on_document_view_search_changed(self, message: DocumentView.SearchChanged) -> None:
+        self._draw_status()
+
+    def _save_soon(self) -> None:
+        if self._save_timer is not None:
+            self._save_timer.stop()
+        self._save_timer = self.set_timer(SAVE_AFTER_SECONDS, self._save)
+
+    def _save(self) -> None:
+        view = self.query_one(DocumentView)
+        if view.document is None:
+            return
+        section = view.section
+        self.session.store.record_lesson_read(self.lesson.id, section, view.top_line,
+                                              finished=self._finished)
+        self.session.store.set_last_place("lesson", self.lesson.id, section)
+
+    def on_unmount(self) -> None:
+        if self._save_timer is not None:
+            self._save_timer.stop()
+
+    def _draw_status(self) -> None:
+        view = self.query_one(DocumentView)
+        section = self.lesson.section(view.section)
+        title = section.title if section else self.lesson.title
+        sub = next((s for sec in self.lesson.sections for s in sec.subsections
+                    if s.slug == view.section), None)
+        if sub is not None:
+            title = sub.title
+        lines = len(view.document.lines) if view.document else 0
+        shown = min(100, round(100 * (view.top_line + view.size.height) / lines)) if lines else 0
+        parts: list[str | tuple[str, str]] = [("§ ", "$text-primary"), title,
+                                              (f"  {shown}%", "$text-muted")]
+        if view.search_query:
+            found = (f"  /{view.search_query}  {view.current_match} of {view.match_count}"
+                     if view.match_count else f"  /{view.search_query}  no match")
+            parts.append((found, "$text-accent"))
+            parts.append(("  n next · N previous", "$text-muted"))
+        self.query_one("#lesson-status", Static).update(Content.assemble(*parts))
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        if self.query_one(DocumentView).document is not None:
+            self._save()
+        self.dismiss()
+
+    def action_search(self) -> None:
+        self.query_one(SearchBar).open(self.query_one(DocumentView).search_query)
+
+    def on_search_bar_search(self, message: SearchBar.Search) -> None:
+        bar, view = self.query_one(SearchBar), self.query_one(DocumentView)
+        bar.close()
+        view.focus()
+        if not message.query.strip():
+            view.clear_search()
+            return
+        if not view.search(message.query):
+            self.notify(f"no match for “{message.query.strip()}”", severity="warning",
+                        timeout=3)
+
+    def on_search_bar_cancelled(self, message: SearchBar.Cancelled) -> None:
+        self.query_one(SearchBar).close()
+        self.query_one(DocumentView).focus()
+
+    def action_toggle_contents(self) -> None:
+        contents = self.query_one(TableOfContents)
+        contents.display = not contents.display
+        if contents.display:
+            contents.mark(self.query_one(DocumentView).section)
+            contents.focus()
+        else:
+            self.query_one(DocumentView).focus()
+
+    def on_table_of_contents_selected(self, message: TableOfContents.Selected) -> None:
+        view = self.query_one(DocumentView)
+        view.go_to(message.slug)
+        if self.app.size.width < WIDE_ENOUGH_FOR_CONTENTS:
+            self.query_one(TableOfContents).display = False
+        view.focus()
+
+    def action_section(self, step: int) -> None:
+        view = self.query_one(DocumentView)
+        if view.document is None:
+            return
+        anchors = list(view.document.anchors.values())
+        top = view.top_line
+        targets = [line for line in anchors if (line > top + 1 if step > 0 else line < top)]
+        if targets:
+            view.go_to(line=targets[0] if step > 0 else targets[-1])
+
+    def action_open_lab(self) -> None:
+        from dojo.content import lab_availability
+        from dojo.content.lab_links import LabAvailability
+
+        labs = list(dict.fromkeys(link.lab for link in self.lesson.labs))
+        if not labs:
+            self.notify("This lesson has no lab; practise it with its cards (d).", timeout=4)
+            return
+        ready = [lab for lab in labs
+                 if lab_availability(self.session.content_root, lab) is LabAvailability.READY]
+        if not ready:
+            self.notify(f"The {labs[0]} lab is coming; it is not built yet.",
+                        severity="warning", timeout=4)
+            return
+        self.post_message(OpenLab(ready[0]))
+
+    def action_drill(self) -> None:
+        cards = self.lesson.cards
+        if not cards:
+            self.notify("This lesson has no cards yet.", severity="warning")
+            return
+        chosen = self.session.scheduler.next_cards(cards, len(cards), self.session.now())
+        self.post_message(StartDrill(tuple(card.id for card in chosen or cards),
+                                     f"Drill: {self.lesson.title}"))

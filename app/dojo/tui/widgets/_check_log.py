@@ -1,0 +1,112 @@
+"""`CheckLog`: the results of a check run as they stream in, failures in full."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from dojo.tui.widgets._meter import STATUS_WORDS, stage_mark
+
+if TYPE_CHECKING:
+    from dojo.content.labs import Lab
+    from dojo.runner.results import CheckResult, CheckStarted
+
+
+class CheckLog(VerticalScroll, can_focus=True):
+    """One line per check (◌ while it runs, then its mark and time); a check that did not
+    pass shows its whole message, its hint and the lesson section to read."""
+
+    DEFAULT_CSS = """
+    CheckLog {
+        height: 1fr;
+        padding: 0 1;
+        scrollbar-size-vertical: 1;
+        & > Static { height: auto; }
+        & > .check-stage { margin-top: 1; color: $text-primary; text-style: bold; }
+        & > .check-message {
+            padding: 0 1 0 3; color: $foreground; background: $error 10%;
+        }
+        & > .check-note { color: $text-muted; }
+        & > .check-error { color: $text-error; }
+        & > .check-summary { margin-top: 1; text-style: bold; }
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "scroll_down", "Down", show=False),
+        Binding("k", "scroll_up", "Up", show=False),
+        Binding("g", "scroll_home", "Top", show=False),
+        Binding("G", "scroll_end", "Bottom", show=False),
+    ]
+
+    def __init__(self, lab: Lab, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.lab = lab
+        self._stage = ""
+        self._in_flight: dict[str, Static] = {}
+
+    def _add(self, content: Content | str, classes: str = "") -> Static:
+        follow = self.scroll_y >= self.max_scroll_y - 1
+        line = Static(content if isinstance(content, Content) else Content(content),
+                      classes=classes)
+        self.mount(line)
+        if follow:
+            self.call_after_refresh(self.scroll_end, animate=False)
+        return line
+
+    def clear(self) -> None:
+        self._stage = ""
+        self._in_flight.clear()
+        self.remove_children()
+
+    def note(self, text: str, error: bool = False) -> None:
+        self._add(text, "check-error" if error else "check-note")
+
+    def _stage_heading(self, stage_id: str) -> None:
+        if stage_id == self._stage:
+            return
+        self._stage = stage_id
+        if stage_id in self.lab.stage_ids:
+            stage = self.lab.stage(stage_id)
+            number = self.lab.stage_ids.index(stage_id) + 1
+            self._add(f"{number}. {stage.title} ({stage.id})", "check-stage")
+        elif stage_id:
+            self._add(stage_id, "check-stage")
+
+    def started(self, event: CheckStarted) -> None:
+        self._stage_heading(event.stage)
+        self._in_flight[event.nodeid] = self._add(Content.assemble(
+            ("◌ ", "$text-accent"), event.check, (" running…", "$text-muted")))
+
+    def result(self, event: CheckResult) -> None:
+        self._stage_heading(event.stage)
+        line = Content.assemble(stage_mark(event.status), " ", event.check,
+                                (f"  {event.duration:.1f}s", "$text-muted"))
+        if not event.passed:
+            line = Content.assemble(line, (f"  {STATUS_WORDS.get(event.status, event.status)}",
+                                           "$text-error" if event.status != "needs-backend"
+                                           else "$text-warning"))
+        running = self._in_flight.pop(event.nodeid, None) if event.nodeid else None
+        if running is not None:
+            running.update(line)
+        else:
+            self._add(line)
+        if event.passed:
+            return
+        if event.message:
+            self._add(event.message.rstrip(), "check-message")
+        extra: list[str | tuple[str, str]] = []
+        if event.hint:
+            extra += [("hint ", "bold $text-success"), event.hint]
+        if event.lesson:
+            extra += ["\n" if extra else "", ("read ", "bold $text-primary"),
+                      f"lesson {event.lesson}"]
+        if extra:
+            self._add(Content.assemble(*extra), "check-note")
+
+    def summary(self, text: Content) -> None:
+        self._add(text, "check-summary")

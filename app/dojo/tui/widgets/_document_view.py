@@ -1,0 +1,359 @@
+"""`DocumentView`: a pager for lessons and lab instructions (line API, vim keys, search)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual import on, work
+from textual.binding import Binding, BindingType
+from textual.events import Resize
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import var
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from dojo.tui.document import Block, Palette, RenderedDocument, render_document
+
+MATCH_STYLE = Style(reverse=True)
+CURRENT_MATCH_STYLE = Style(reverse=True, bold=True, underline=True)
+
+
+@dataclass(frozen=True)
+class Match:
+    line: int
+    start: int  # cells
+    end: int
+
+
+class DocumentView(ScrollView, can_focus=True):
+    """Shows a document (`dojo.tui.document` blocks), re-laid out when the width changes.
+
+    Prose wraps; fenced blocks keep their width and scroll sideways with ←/→ while the prose
+    stays put. Search is case-insensitive, per line, highlighting every match.
+    """
+
+    DEFAULT_CSS = """
+    DocumentView {
+        height: 1fr;
+        padding: 0 1;
+        scrollbar-size-vertical: 1;
+        scrollbar-size-horizontal: 1;
+        scrollbar-gutter: stable;
+        background: $background;
+    }
+    DocumentView:focus { background-tint: $foreground 2%; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j,down", "scroll_down", "Down", show=False),
+        Binding("k,up", "scroll_up", "Up", show=False),
+        Binding("g,home", "scroll_home", "Top", show=False),
+        Binding("G,end", "scroll_end", "Bottom", show=False),
+        Binding("ctrl+d", "half_page(1)", "Half page down", show=False),
+        Binding("ctrl+u", "half_page(-1)", "Half page up", show=False),
+        Binding("space,pagedown,ctrl+f", "page_down", "Page down", show=False),
+        Binding("pageup,ctrl+b", "page_up", "Page up", show=False),
+        Binding("h,left", "scroll_left", "Diagram left", show=False),
+        Binding("l,right", "scroll_right", "Diagram right", show=False),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+    ]
+
+    @dataclass
+    class SectionChanged(Message):
+        """The heading at the top of the view changed (slug, "" above the first)."""
+
+        view: DocumentView
+        slug: str
+
+        @property
+        def control(self) -> DocumentView:
+            return self.view
+
+    @dataclass
+    class ReachedEnd(Message):
+        """The reader scrolled to the bottom."""
+
+        view: DocumentView
+
+        @property
+        def control(self) -> DocumentView:
+            return self.view
+
+    @dataclass
+    class SearchChanged(Message):
+        """The search or the current match changed (`index` is 1-based, 0: no match)."""
+
+        view: DocumentView
+        query: str
+        index: int
+        total: int
+
+        @property
+        def control(self) -> DocumentView:
+            return self.view
+
+    @dataclass
+    class _Laid(Message):
+        document: RenderedDocument
+        width: int
+        generation: int
+
+    blocks: var[tuple[Block, ...]] = var((), always_update=True)
+    """What to show; setting it lays the document out again."""
+
+    def __init__(self, blocks: list[Block] | None = None, *, name: str | None = None,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._document: RenderedDocument | None = None
+        self._laid_width = 0
+        self._generation = 0
+        self._laid_generation = 0
+        self._pending: tuple[str, int | None] | None = None  # (anchor, line) after layout
+        self._pending_relative = False  # the pending line counts from the anchor
+        self._section = ""
+        self._at_end = False
+        self._query = ""
+        self._matches: list[Match] = []
+        self._by_line: dict[int, list[int]] = {}
+        self._current = -1
+        if blocks:
+            self.set_reactive(DocumentView.blocks, tuple(blocks))
+
+    # --- content -------------------------------------------------------------------------
+
+    @property
+    def document(self) -> RenderedDocument | None:
+        return self._document
+
+    @property
+    def top_line(self) -> int:
+        return round(self.scroll_y)
+
+    @property
+    def section(self) -> str:
+        return self._section
+
+    def go_to(self, anchor: str = "", line: int | None = None) -> None:
+        """Scroll to a heading's slug or a line, now or as soon as the document is laid out."""
+        if self._document is None or self._laid_generation != self._generation:
+            self._pending = (anchor, line)
+            self._pending_relative = False
+            return
+        target = self._document.anchors.get(anchor, line if line is not None else 0) \
+            if anchor else (line or 0)
+        self.scroll_to(y=target, animate=False, immediate=True)
+
+    def watch_blocks(self) -> None:
+        self._query, self._matches, self._by_line, self._current = "", [], {}, -1
+        self._layout(keep_place=False)
+
+    def _palette(self) -> Palette:
+        return Palette.from_variables(self.app.get_css_variables(), self.app.current_theme.dark)
+
+    def _layout(self, keep_place: bool = True) -> None:
+        width = self.scrollable_content_region.width
+        if width <= 0 or not self.blocks:
+            return
+        if keep_place and self._document is not None and self._pending is None:
+            anchor = self._document.section_at(self.top_line)
+            offset = self.top_line - self._document.anchors.get(anchor, 0)
+            self._pending = (anchor, offset) if anchor else ("", self.top_line)
+            self._pending_relative = bool(anchor)
+        self._generation += 1
+        self._lay_out(list(self.blocks), width, self._palette(), self._generation)
+
+    @work(thread=True, exclusive=True, group="layout")
+    def _lay_out(self, blocks: list[Block], width: int, palette: Palette, generation: int
+                 ) -> None:
+        self.post_message(self._Laid(render_document(blocks, width, palette), width,
+                                     generation))
+
+    @on(_Laid)
+    def _laid(self, message: _Laid) -> None:
+        message.stop()
+        if message.generation != self._generation:
+            return
+        self._document = message.document
+        self._laid_width = message.width
+        self._laid_generation = message.generation
+        self.virtual_size = Size(message.document.width, len(message.document.lines))
+        if self._query:
+            self._find(self._query, keep_current=True)
+        pending, self._pending = self._pending, None
+        relative = self._pending_relative
+        self._pending_relative = False
+        self.refresh()
+        if pending is not None:
+            anchor, line = pending
+            if relative and anchor:
+                target = message.document.anchors.get(anchor, 0) + (line or 0)
+                self.call_after_refresh(self.scroll_to, y=target, animate=False,
+                                        immediate=True)
+            else:
+                self.call_after_refresh(self.go_to, anchor, line)
+        self.call_after_refresh(self._report_place)
+
+    def on_resize(self, event: Resize) -> None:
+        if self.scrollable_content_region.width != self._laid_width:
+            self._layout()
+
+    def refresh_theme(self) -> None:
+        """Lay out again in the current theme's colours."""
+        self._layout()
+
+    # --- drawing -------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        index = scroll_y + y
+        document = self._document
+        if document is None or index >= len(document.lines):
+            if document is None and y == 0 and self.blocks:
+                return Strip([Segment("Loading…", base + Style(dim=True))]).extend_cell_length(
+                    width, base)
+            return Strip.blank(width, base)
+        line = document.lines[index]
+        strip = line.strip
+        if index in self._by_line:
+            strip = self._highlight(strip, index)
+        start = scroll_x if line.scrolls else 0
+        return strip.crop_extend(start, start + width, base).apply_style(base)
+
+    def _highlight(self, strip: Strip, index: int) -> Strip:
+        cuts: list[int] = []
+        styles: list[Style | None] = []
+        position = 0
+        for number in self._by_line[index]:
+            match = self._matches[number]
+            if match.start < position:
+                continue
+            cuts += [match.start, match.end]
+            styles += [None, CURRENT_MATCH_STYLE if number == self._current else MATCH_STYLE]
+            position = match.end
+        cuts.append(strip.cell_length)
+        styles.append(None)
+        pieces = strip.divide(cuts)
+        out: list[Strip] = []
+        for piece, style in zip(pieces, styles, strict=False):
+            out.append(piece if style is None else
+                       Strip(list(Segment.apply_style(list(piece), None, style))))
+        return Strip.join(out)
+
+    # --- moving --------------------------------------------------------------------------
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._report_place()
+
+    def _report_place(self) -> None:
+        document = self._document
+        if document is None:
+            return
+        slug = document.section_at(self.top_line + 1)
+        if slug != self._section:
+            self._section = slug
+            self.post_message(self.SectionChanged(self, slug))
+        at_end = self.scroll_y >= self.max_scroll_y and bool(document.lines)
+        if at_end and not self._at_end:
+            self.post_message(self.ReachedEnd(self))
+        self._at_end = at_end
+
+    def action_half_page(self, direction: int) -> None:
+        step = max(1, self.scrollable_content_region.height // 2)
+        self.scroll_to(y=self.scroll_y + direction * step, animate=False)
+
+    def action_scroll_left(self) -> None:
+        self.scroll_to(x=max(0, self.scroll_x - 8), animate=False)
+
+    def action_scroll_right(self) -> None:
+        self.scroll_to(x=self.scroll_x + 8, animate=False)
+
+    # --- search --------------------------------------------------------------------------
+
+    @property
+    def search_query(self) -> str:
+        return self._query
+
+    @property
+    def match_count(self) -> int:
+        return len(self._matches)
+
+    @property
+    def current_match(self) -> int:
+        """1-based number of the current match, 0 when there is none."""
+        return self._current + 1 if self._matches else 0
+
+    def search(self, query: str) -> int:
+        """Highlight every match of `query` and go to the first one below the top line."""
+        self._query = query.strip()
+        self._current = -1
+        self._find(self._query, keep_current=False)
+        if self._matches:
+            top = self.top_line
+            after = [n for n, match in enumerate(self._matches) if match.line >= top]
+            self._current = after[0] if after else 0
+            self._show_current()
+        self.refresh()
+        self._post_search()
+        return len(self._matches)
+
+    def clear_search(self) -> None:
+        self._query, self._matches, self._by_line, self._current = "", [], {}, -1
+        self.refresh()
+        self._post_search()
+
+    def action_next_match(self, step: int) -> None:
+        if not self._matches:
+            if self._query:
+                self.notify(f"no match for “{self._query}”", severity="warning", timeout=3)
+            return
+        self._current = (self._current + step) % len(self._matches)
+        self._show_current()
+        self.refresh()
+        self._post_search()
+
+    def _find(self, query: str, keep_current: bool) -> None:
+        document = self._document
+        self._matches, self._by_line = [], {}
+        if not query or document is None:
+            return
+        needle = query.lower()
+        for index, line in enumerate(document.lines):
+            haystack = line.text.lower()
+            start = haystack.find(needle)
+            while start != -1:
+                begin = cell_len(line.text[:start])
+                end = begin + cell_len(line.text[start:start + len(needle)])
+                self._by_line.setdefault(index, []).append(len(self._matches))
+                self._matches.append(Match(index, begin, end))
+                start = haystack.find(needle, start + max(1, len(needle)))
+        if keep_current and self._matches:
+            self._current = min(max(self._current, 0), len(self._matches) - 1)
+
+    def _show_current(self) -> None:
+        match = self._matches[self._current]
+        height = self.scrollable_content_region.height
+        y = self.scroll_y
+        if not (y <= match.line < y + height):
+            y = max(0, match.line - height // 3)
+        x = self.scroll_x
+        document = self._document
+        if document is not None and document.lines[match.line].scrolls:
+            width = self.scrollable_content_region.width
+            if not (x <= match.start and match.end <= x + width):
+                x = max(0, match.end - width + 4)
+        else:
+            x = 0
+        self.scroll_to(x=x, y=y, animate=False, immediate=True)
+
+    def _post_search(self) -> None:
+        self.post_message(self.SearchChanged(self, self._query, self.current_match,
+                                             len(self._matches)))

@@ -1,0 +1,70 @@
+"""`TableOfContents`: a lesson's H2 sections and H3 subsections as a tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+if TYPE_CHECKING:
+    from dojo.content import Lesson
+
+
+class TableOfContents(Tree[str]):
+    """Enter on an entry posts `TableOfContents.Selected` with its slug; `mark(slug)` moves
+    the cursor to follow the reader without posting anything."""
+
+    DEFAULT_CSS = """
+    TableOfContents {
+        width: 30;
+        height: 1fr;
+        padding: 0 1 0 0;
+        border-right: vkey $foreground 20%;
+        background: $surface;
+        scrollbar-size-vertical: 1;
+    }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+    ]
+
+    @dataclass
+    class Selected(Message):
+        toc: TableOfContents
+        slug: str
+
+        @property
+        def control(self) -> TableOfContents:
+            return self.toc
+
+    def __init__(self, lesson: Lesson, *, id: str | None = None) -> None:
+        super().__init__("Contents", id=id)
+        self.show_root = False
+        self.auto_expand = False
+        self.guide_depth = 2
+        self._entries: dict[str, TreeNode[str]] = {}
+        for section in lesson.sections:
+            if section.subsections:
+                node = self.root.add(section.title, data=section.slug, expand=True)
+                for sub in section.subsections:
+                    self._entries[sub.slug] = node.add_leaf(sub.title, data=sub.slug)
+            else:
+                node = self.root.add_leaf(section.title, data=section.slug)
+            self._entries[section.slug] = node
+
+    def mark(self, slug: str) -> None:
+        """Put the cursor on the entry for `slug` (the section being read)."""
+        node = self._entries.get(slug)
+        if node is not None and self.cursor_node is not node:
+            self.move_cursor(node, animate=False)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
+        event.stop()
+        if event.node.data:
+            self.post_message(self.Selected(self, event.node.data))
