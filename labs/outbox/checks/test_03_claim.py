@@ -47,8 +47,12 @@ def event_ids(events: Any) -> list[str]:
 
 
 def seed_rows(engine: Engine, n: int) -> list[str]:
-    """n unpublished rows, oldest first (created n … 1 seconds ago)."""
-    return [insert_event(engine, created_ago=float(n - i)) for i in range(n)]
+    """n unpublished rows (created n … 1 seconds ago); their ids, oldest first.
+
+    They are inserted newest first, so the table's physical order is the reverse of
+    created_at: a claim without ORDER BY created_at (which takes whatever the scan meets
+    first) picks the newest rows, as it would once updates and cleanup have moved tuples."""
+    return [insert_event(engine, created_ago=float(i + 1)) for i in range(n)][::-1]
 
 
 def test_claim_sets_lease_and_counts_attempt(outbox, learner):
@@ -57,7 +61,11 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
     ids = seed_rows(outbox, 10)
     claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=30))
     assert claimed == ids[:4], explain(
-        "claim_batch must return the oldest unpublished rows first, at most batch_size.",
+        "claim_batch must lease the oldest unpublished rows and return them oldest first, at "
+        "most batch_size. Without ORDER BY created_at in the locked SELECT, LIMIT takes "
+        "whichever rows the scan meets first (here the newest: the check inserted them first), "
+        "so an old event can wait for ever and an order's version 2 can leave before "
+        "version 1; and RETURNING has no order of its own, so sort what it gives back.",
         expected=f"the 4 oldest ids in created_at order: {ids[:4]}",
         actual=f"{claimed}", state=table(outbox_rows(outbox), CLAIM_COLUMNS),
         read=SEE)
