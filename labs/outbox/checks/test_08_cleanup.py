@@ -33,6 +33,10 @@ def test_deletes_only_old_published_rows(outbox, learner):
     insert_many(outbox, 250, published=True, created_ago=9 * DAY, published_ago=8 * DAY)
     insert_many(outbox, 20, published=True, created_ago=2 * DAY, published_ago=1 * DAY)
     stuck = [insert_event(outbox, created_ago=30 * DAY, attempt_count=n) for n in (0, 0, 3, 7, 9)]
+    # Created 10 days ago, published an hour ago: they waited out an outage. Retention counts
+    # from the publish, so they stay for the whole window like any other published row.
+    late = [insert_event(outbox, created_ago=10 * DAY, published_ago=3600, attempt_count=n)
+            for n in (4, 6, 8)]
     deleted = call(cleanup.delete_published, outbox, retention_seconds=WEEK, batch_size=100)
     left = outbox_rows(outbox)
     unpublished_gone = [i for i in stuck if i not in {r["id"] for r in left}]
@@ -45,13 +49,23 @@ def test_deletes_only_old_published_rows(outbox, learner):
         actual=f"{len(unpublished_gone)} unpublished row(s) deleted",
         state="deleted unpublished ids:\n" + "\n".join(unpublished_gone),
         read=MISTAKES)
+    late_gone = [i for i in late if i not in {r["id"] for r in left}]
+    assert not late_gone, explain(
+        "Cleanup deleted rows published an hour ago because they were created 10 days ago. "
+        "Retention counts from published_at, not created_at: an event that waited out an "
+        "outage has just reached the consumers, and its replay and audit window starts now.",
+        expected="the 3 rows created 10 days ago and published 1 hour ago are still there "
+                 "(retention 7 days)",
+        actual=f"{len(late_gone)} of them deleted (did the filter compare created_at?)",
+        state="deleted ids (created 10 days ago, published 1 hour ago):\n" +
+              "\n".join(late_gone), read=SEE)
     old_left = outbox_rows(outbox, "published_at < clock_timestamp() - interval '7 days'")
     recent = [r for r in left if r["published_at"] is not None]
-    assert deleted == 250 and len(left) == 25 and len(recent) == 20, explain(
+    assert deleted == 250 and len(left) == 28 and len(recent) == 23, explain(
         "Rows published more than retention_seconds ago (7 days here) must be deleted; rows "
-        "published 1 day ago stay for replay and audit.",
-        expected="delete_published returns 250; 25 rows left (20 published yesterday, 5 "
-                 "unpublished)",
+        "published in the last day stay for replay and audit.",
+        expected="delete_published returns 250; 28 rows left (20 published yesterday, 3 an "
+                 "hour ago, 5 unpublished)",
         actual=f"returned {deleted!r}; {len(left)} rows left, {len(recent)} of them published",
         state=table(old_left or left, ROW_COLUMNS), read=SEE)
 
