@@ -184,12 +184,48 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
                f"{'present' if marked else 'absent'}; customer_stats "
                f"{stats(outbox).get(customer)}", state=after_failure,
         read=MARKER)
-    applied = call(consumer.handle_record, outbox, message)
+    seen: dict[str, Any] = {}
+
+    def effect_that_looks(conn: Any, event_type: str, payload: Any) -> None:
+        consumer.apply_effect(conn, event_type, payload)
+        seen["on its connection"] = marker_count(conn, event_id)
+        with outbox.connect() as other:  # another session: only committed rows
+            seen["committed"] = marker_count(other, event_id)
+
+    applied = call(consumer.handle_record, outbox, message, effect=effect_that_looks)
     assert applied is True and stats(outbox)[customer] == (1, 700), explain(
         "Redelivered after the failure, the event must be processed now.",
         expected="True; orders_placed 1, total 700",
         actual=f"{applied}; {stats(outbox).get(customer)}", state=state(outbox),
         read=MARKER)
+    # One transaction: either the effect's connection already sees the (uncommitted) marker,
+    # or — marker written after the effect — both rows were written by the same transaction.
+    with outbox.connect() as conn:
+        xmins = conn.execute(text(
+            "SELECT (SELECT xmin::text FROM processed_event WHERE event_id::text = :e), "
+            "(SELECT xmin::text FROM customer_stats WHERE customer_id = CAST(:c AS uuid))"),
+            {"e": event_id, "c": customer}).one()
+    marker_first = seen.get("on its connection") == 1 and seen.get("committed") == 0
+    together = xmins[0] is not None and xmins[0] == xmins[1]
+    assert marker_first or together, explain(
+        "The effect did not run in the marker's transaction: handle_record gave effect() a "
+        "connection of its own. Each commits separately, so a crash (or a failed commit) "
+        "between the two leaves an effect without its marker — the redelivery applies it "
+        "again — or a marker without its effect. Call effect(conn, …) with the same "
+        "connection, inside the same `with engine.begin() as conn:` block, as the "
+        "INSERT INTO processed_event.",
+        expected="while the effect runs, its connection sees the uncommitted marker row "
+                 "(and no other session does); or both rows written by one transaction",
+        actual=f"marker rows seen on the effect's connection: "
+               f"{seen.get('on its connection')}, committed (seen by another session): "
+               f"{seen.get('committed')}; writing transaction (xmin) of the marker "
+               f"{xmins[0]}, of the customer_stats row {xmins[1]}",
+        state=state(outbox), read=MARKER)
+
+
+def marker_count(conn: Any, event_id: str) -> int:
+    return int(conn.execute(text("SELECT count(*) FROM processed_event "
+                                 "WHERE event_id::text = :e"), {"e": event_id}).scalar_one())
 
 
 def produce_events(kafka: Any, topic: str, events: list[tuple[str, str, Any]]) -> None:
