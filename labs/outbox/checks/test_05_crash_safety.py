@@ -22,7 +22,7 @@ from _support import (
 )
 from confluent_kafka import Producer
 
-from dojo.runner.faults import run_in_subprocess, unreachable_bootstrap
+from dojo.runner.faults import SlowProducer, run_in_subprocess, unreachable_bootstrap
 
 pytestmark = pytest.mark.stage("crash-safety")
 SEE = READ["crash-safety"]
@@ -154,3 +154,36 @@ def test_unreachable_broker_marks_nothing(outbox, learner, kafka):
         actual=f"{len(unrecorded)} row(s) without attempt_count or last_error",
         state=table(rows, ROW_COLUMNS), read=SEE)
     assert took < 10, f"relay_once took {took:.1f} s against an unreachable broker"
+
+
+def test_no_acknowledgement_in_time_is_a_failure(outbox, learner, kafka, relay_producer):
+    require_table(outbox, "outbox_event", "crash-safety")
+    relay = learner.module("relay")
+    topic = kafka.topic(1, hint="slow-ack")
+    for i in range(3):
+        insert_event(outbox, created_ago=3.0 - i)
+    # The broker takes 1 s to acknowledge; relay_once waits only ack_timeout_seconds=0.3.
+    slow = SlowProducer(relay_producer(), delay=1.0)
+    published = call(relay.relay_once, outbox, slow, topic, batch_size=10,
+                     lease_seconds=30, ack_timeout_seconds=0.3)
+    waiting = len(slow)
+    rows = outbox_rows(outbox)
+    marked = [r for r in rows if r["published_at"] is not None]
+    assert not marked and not published, explain(
+        "The broker had not acknowledged any record when ack_timeout_seconds (0.3 s) ran out, "
+        "yet rows were marked published. A record without its delivery report is not "
+        "delivered: it may still fail (message.timeout.ms), and if the relay dies now it is "
+        "lost. Treat every event as failed until its callback reports success: no callback "
+        "before the timeout is a failure like an error in the callback.",
+        expected="relay_once returns 0; no row has published_at; each records its attempt "
+                 "and a last_error such as 'no acknowledgement within 0.3 s'",
+        actual=f"relay_once returned {published!r}; {len(marked)} row(s) marked published "
+               f"while {waiting} record(s) were still waiting for their acknowledgement",
+        state=table(rows, ROW_COLUMNS), read=SEE)
+    unrecorded = [r for r in rows if r["attempt_count"] < 1 or not r["last_error"]]
+    assert not unrecorded, explain(
+        "No acknowledgement within ack_timeout_seconds is a failed send: record it on the row "
+        "(last_error, the backoff) so an operator sees why the outbox backs up.",
+        expected="every row: attempt_count 1, last_error set",
+        actual=f"{len(unrecorded)} row(s) without attempt_count or last_error",
+        state=table(rows, ROW_COLUMNS), read=SEE)
