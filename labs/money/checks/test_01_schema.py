@@ -1,0 +1,217 @@
+"""Stage schema: NUMERIC money, a non-negative customer balance, an append-only ledger whose
+entries balance per currency at commit, and idempotency keys that are unique.
+
+These checks write the tables directly with SQL, as a buggy code path or an admin tool would,
+and prove that the database itself refuses what must never be stored."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from _support import (
+    TABLES,
+    columns,
+    explain,
+    first_line,
+    require_tables,
+    sqlstate,
+)
+from sqlalchemy import Engine, text
+
+pytestmark = pytest.mark.stage("schema")
+
+MONEY_COLUMNS = (("account", "balance"), ("posting", "amount"))
+
+
+def _account(conn: Any, currency: str = "USD", kind: str = "CUSTOMER") -> int:
+    return int(conn.execute(text(
+        "INSERT INTO account (kind, currency) VALUES (:k, :c) RETURNING id"),
+        {"k": kind, "c": currency}).scalar_one())
+
+
+def _accounts(engine: Engine, *currencies: str) -> list[int]:
+    with engine.begin() as conn:
+        return [_account(conn, c) for c in currencies]
+
+
+def _attempt(engine: Engine, statements: list[tuple[str, dict[str, Any]]]) -> BaseException | None:
+    """Run the statements in one transaction and commit; the error, if anything refused."""
+    try:
+        with engine.begin() as conn:
+            for sql, params in statements:
+                conn.execute(text(sql), params)
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _entry(entry_id: str) -> tuple[str, dict[str, Any]]:
+    return ("INSERT INTO ledger_entry (id, kind) VALUES (:id, 'TRANSFER')", {"id": entry_id})
+
+
+def _posting(entry_id: str, account_id: int, amount: str, currency: str
+             ) -> tuple[str, dict[str, Any]]:
+    return ("INSERT INTO posting (entry_id, account_id, amount, currency) "
+            "VALUES (:e, :a, CAST(:m AS numeric), :c)",
+            {"e": entry_id, "a": account_id, "m": amount, "c": currency})
+
+
+def test_money_columns_are_numeric(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    wrong = []
+    for table_name, column in MONEY_COLUMNS:
+        data_type = columns(bank, table_name)[column]
+        if data_type != "numeric":
+            wrong.append(f"{table_name}.{column} is {data_type}")
+    assert not wrong, explain(
+        "Money must be stored as exact decimals.",
+        expected="account.balance and posting.amount of type numeric (numeric(20,4), say)",
+        actual="; ".join(wrong),
+        state="double precision and real are binary fractions: 0.1 + 0.2 = "
+              "0.30000000000000004, and at 14 digits a cent no longer exists; the money "
+              "type knows no currency and depends on lc_monetary",
+        fix="balance numeric(20,4) NOT NULL DEFAULT 0, amount numeric(20,4) NOT NULL",
+        read="numbers")
+    [account_id] = _accounts(bank, "USD")
+    try:
+        with bank.begin() as conn:
+            conn.execute(text("UPDATE account SET balance = CAST('98765432109876.53' AS numeric) "
+                              "WHERE id = :id"), {"id": account_id})
+            stored = conn.execute(text("SELECT balance::text FROM account WHERE id = :id"),
+                                  {"id": account_id}).scalar_one()
+    except Exception as exc:
+        stored = f"refused: {first_line(exc)}"
+    assert stored.rstrip("0").rstrip(".") == "98765432109876.53", explain(
+        "A balance of 98765432109876.53 did not survive the round trip.",
+        expected="98765432109876.53 exactly", actual=f"{stored}",
+        fix="numeric with at least 2 decimals and 14 integer digits, e.g. numeric(20,4)",
+        read="numbers")
+
+
+def test_customer_balance_cannot_go_negative(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    [account_id] = _accounts(bank, "USD")
+    error = _attempt(bank, [("UPDATE account SET balance = -0.01 WHERE id = :id",
+                             {"id": account_id})])
+    insert_error = _attempt(bank, [("INSERT INTO account (kind, currency, balance) "
+                                    "VALUES ('CUSTOMER', 'USD', -5)", {})])
+    accepted = [sql for sql, exc in (
+        (f"UPDATE account SET balance = -0.01 WHERE id = {account_id}", error),
+        ("INSERT INTO account (kind, currency, balance) VALUES ('CUSTOMER', 'USD', -5)",
+         insert_error)) if exc is None]
+    assert not accepted, explain(
+        "The database accepted a negative balance on a customer account.",
+        expected="CHECK constraint violation (SQLSTATE 23514) for a customer balance < 0",
+        actual="committed: " + "; ".join(accepted),
+        state="the conditional UPDATE is the mechanism, the CHECK is the safety net: the next "
+              "code path someone writes without WHERE balance >= :amount (an admin tool, a "
+              "fee job, a hot-fix) is stopped by the database, not by review",
+        fix="CONSTRAINT customer_balance_not_negative CHECK (kind = 'SYSTEM' OR balance >= 0)",
+        read="check")
+    for exc in (error, insert_error):
+        assert sqlstate(exc) == "23514", explain(
+            "A negative customer balance was refused, but not by a CHECK constraint.",
+            expected="SQLSTATE 23514 (check_violation), from CHECK (... balance >= 0)",
+            actual=f"SQLSTATE {sqlstate(exc)}: {first_line(exc)}",
+            fix="declare the rule as a CHECK constraint on account", read="check")
+
+
+def test_ledger_is_append_only(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    a, b = _accounts(bank, "USD", "USD")
+    entry, lonely = str(uuid.uuid4()), str(uuid.uuid4())
+    setup = _attempt(bank, [_entry(entry), _posting(entry, a, "10.00", "USD"),
+                            _posting(entry, b, "-10.00", "USD")])
+    assert setup is None, explain(
+        "A balanced entry (+10.00 and -10.00 USD) could not be written.",
+        expected="INSERT INTO ledger_entry (id, kind) and two INSERT INTO posting "
+                 "(entry_id, account_id, amount, currency) commit",
+        actual=first_line(setup), fix="give any extra column a default", read="schema")
+    attempts = {
+        "UPDATE posting SET amount = 20.00": ("UPDATE posting SET amount = 20.00 "
+                                              "WHERE entry_id = :e AND amount > 0", {"e": entry}),
+        "DELETE FROM posting": ("DELETE FROM posting WHERE entry_id = :e", {"e": entry}),
+        "UPDATE ledger_entry SET kind = 'FIXED'": ("UPDATE ledger_entry SET kind = 'FIXED' "
+                                                   "WHERE id = :e", {"e": entry}),
+    }
+    accepted = [label for label, statement in attempts.items() if _attempt(bank, [statement])
+                is None]
+    # an entry without postings: a plain foreign key cannot be what refuses its deletion
+    _attempt(bank, [_entry(lonely)])
+    if _attempt(bank, [("DELETE FROM ledger_entry WHERE id = :e", {"e": lonely})]) is None:
+        accepted.append("DELETE FROM ledger_entry")
+    assert not accepted, explain(
+        "The ledger can be rewritten: history must be append-only.",
+        expected="every UPDATE and DELETE on posting and ledger_entry refused by the database",
+        actual="these committed: " + "; ".join(accepted),
+        state="a balance is explained by its postings; once a posting can be edited, no audit "
+              "or reconciliation can explain a balance. Mistakes are corrected with a new "
+              "REVERSAL entry",
+        fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises "
+            "(and BEFORE TRUNCATE, for each statement)",
+        read="schema")
+
+
+def test_entries_must_balance_per_currency(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    usd1, usd2, eur1, eur2 = _accounts(bank, "USD", "USD", "EUR", "EUR")
+    cases = []
+    e1 = str(uuid.uuid4())
+    cases.append(("one posting of +10.00 USD and nothing else",
+                  [_entry(e1), _posting(e1, usd1, "10.00", "USD")], False))
+    e2 = str(uuid.uuid4())
+    cases.append(("+10.00 USD and -10.00 EUR (zero in total, not per currency)",
+                  [_entry(e2), _posting(e2, usd1, "10.00", "USD"),
+                   _posting(e2, eur1, "-10.00", "EUR")], False))
+    e3 = str(uuid.uuid4())
+    cases.append(("+100.00/-100.00 USD and +92.00/-92.00 EUR, one posting per statement",
+                  [_entry(e3), _posting(e3, usd1, "-100.00", "USD"),
+                   _posting(e3, usd2, "100.00", "USD"), _posting(e3, eur1, "-92.00", "EUR"),
+                   _posting(e3, eur2, "92.00", "EUR")], True))
+    wrong = []
+    for label, statements, should_commit in cases:
+        error = _attempt(bank, statements)
+        if should_commit and error is not None:
+            wrong.append(f"balanced entry {label}: refused with {first_line(error)}")
+        if not should_commit and error is None:
+            wrong.append(f"unbalanced entry {label}: committed")
+    assert not wrong, explain(
+        "Ledger entries must balance, and the database must enforce it at commit.",
+        expected="an entry whose postings do not sum to zero per currency fails to COMMIT; a "
+                 "balanced one commits even though its postings arrive one INSERT at a time",
+        actual="; ".join(wrong),
+        state="a CHECK constraint sees one row, so it cannot sum an entry; an immediate "
+              "trigger sees the first posting alone and refuses every entry",
+        fix="CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
+            "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
+            "currency, raising if any sum is not zero",
+        read="schema")
+
+
+def test_idempotency_keys_are_unique(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    response_type = columns(bank, "idempotency_key")["response"]
+    statement = ("INSERT INTO idempotency_key (key, request_hash) VALUES (:k, 'abc')",
+                 {"k": "retry-me"})
+    first = _attempt(bank, [statement])
+    assert first is None, explain(
+        "An idempotency key could not be stored.",
+        expected="INSERT INTO idempotency_key (key, request_hash) commits",
+        actual=first_line(first), fix="give the other columns defaults or NULL",
+        read="idempotency")
+    second = _attempt(bank, [statement])
+    assert sqlstate(second) == "23505", explain(
+        "The same idempotency key could be stored twice.",
+        expected="the second INSERT of key 'retry-me' refused with SQLSTATE 23505 "
+                 "(unique_violation)",
+        actual="it committed" if second is None else first_line(second),
+        state="the unique index is what makes two racing retries wait for each other; "
+              "without it both see 'no such key' and both move the money",
+        fix="key text PRIMARY KEY (or UNIQUE)", read="idempotency")
+    assert response_type in ("jsonb", "json"), explain(
+        "The stored response should be structured.",
+        expected="idempotency_key.response of type jsonb", actual=response_type,
+        fix="response jsonb: the receipt the first request answered, replayed on a retry",
+        read="idempotency")

@@ -1,0 +1,144 @@
+"""Stage idempotency: a retried request with the same key moves money once and gets the same
+answer, also when the retries race each other; a key reused for another request is refused."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _observe import statement_log
+from _support import (
+    assert_ledger_agrees,
+    balance_of,
+    call,
+    describe_errors,
+    explain,
+    failures,
+    first_line,
+    fmt,
+    ledger_table,
+    not_written,
+    raised,
+    rows,
+)
+from sqlalchemy import Engine
+
+from dojo.runner.faults import run_concurrently, slow_sql
+
+pytestmark = pytest.mark.stage("idempotency")
+
+RACERS = 32
+ROUNDS = 2
+SLOW_READ = 0.08  # every plain SELECT answers late: "does the key exist?" is asked by all at once
+PLAIN_SELECT = r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update)"
+
+
+def _key_rows(engine: Engine, key: str) -> list[dict[str, Any]]:
+    return rows(engine, "SELECT key, request_hash, response::text AS response "
+                        "FROM idempotency_key WHERE key = :k", k=key)
+
+
+def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine,
+                                              funded: Any) -> None:
+    account_id = funded("100.00")
+    first = call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="dep-1")
+    call(accounts.deposit, bank, account_id, Decimal("5.00"))  # another request, no key
+    retry = call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="dep-1")
+    balance = balance_of(bank, account_id)
+    assert balance == Decimal("115.00"), explain(
+        "A retried deposit (same idempotency key) moved the money again.",
+        expected="100.00 + 10.00 (key dep-1, once) + 5.00 = 115.00",
+        actual=f"balance {fmt(balance)}", state=ledger_table(bank, account_id),
+        fix="INSERT INTO idempotency_key ... ON CONFLICT DO NOTHING in the same transaction "
+            "as the money; zero rows inserted means 'seen before': return the stored response",
+        read="idempotency")
+    assert retry == first, explain(
+        "The retry must get the first answer back, not a new one.",
+        expected=f"the stored receipt {first}",
+        actual=f"{retry}",
+        state="the balance has moved since (a 5.00 deposit), so a recomputed answer differs: "
+              "the client that retried would see another balance and another entry id for "
+              "the same operation. Stored response: " + str(_key_rows(bank, "dep-1")),
+        fix="store the receipt in idempotency_key.response in the same transaction, and "
+            "return it on a retry", read="idempotency")
+    out = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
+    again = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
+    assert again == out and balance_of(bank, account_id) == Decimal("114.00"), explain(
+        "A retried withdrawal moved the money again or answered differently.",
+        expected=f"balance 114.00 and the same receipt {out}",
+        actual=f"balance {fmt(balance_of(bank, account_id))}, receipt {again}",
+        read="idempotency")
+    assert_ledger_agrees(bank, "after retried deposits and withdrawals", [account_id])
+
+
+def test_same_key_for_another_request_is_a_conflict(accounts: ModuleType, bank: Engine,
+                                                    funded: Any) -> None:
+    account_id, other_id = funded("100.00"), funded("100.00")
+    call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="k-1")
+    reuses = [
+        ("deposit 20.00 to the same account", accounts.deposit, account_id, "20.00"),
+        ("deposit 10.00 to another account", accounts.deposit, other_id, "10.00"),
+        ("withdraw 10.00 from the same account", accounts.withdraw, account_id, "10.00"),
+    ]
+    for label, fn, target, amount in reuses:
+        error = raised(fn, bank, target, Decimal(amount), idempotency_key="k-1")
+        assert isinstance(error, accounts.IdempotencyConflict), explain(
+            f"Key k-1 (a deposit of 10.00) was reused to {label}.",
+            expected="accounts.IdempotencyConflict: a client bug, refused loudly",
+            actual=first_line(error) if error else "it returned (the old receipt, or moved "
+                                                   "money)",
+            state="answering the old receipt would tell the client its new request "
+                  "succeeded when nothing happened; moving money would defeat the key",
+            fix="store a hash of the request (operation, accounts, amount) with the key and "
+                "compare it on a conflict", read="idempotency")
+    balances = (balance_of(bank, account_id), balance_of(bank, other_id))
+    assert balances == (Decimal("110.00"), Decimal("100.00")), explain(
+        "A refused key reuse still moved money.", expected="balances 110.00 and 100.00",
+        actual=f"{fmt(balances[0])} and {fmt(balances[1])}", read="idempotency")
+
+
+def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
+                                        funded: Any) -> None:
+    for round_no in range(1, ROUNDS + 1):
+        account_id = funded("100.00")
+        key = f"race-{round_no}"
+
+        def retry(_: int, account_id: int = account_id, key: str = key) -> Any:
+            return accounts.deposit(bank, account_id, Decimal("10.00"), idempotency_key=key)
+
+        with statement_log(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
+            outcomes = run_concurrently(retry, RACERS, timeout=40)
+        for o in outcomes:
+            if isinstance(o.error, NotImplementedError):
+                not_written(o.error)
+        ok = [o for o in outcomes if o.ok]
+        broken = failures(outcomes)
+        balance = balance_of(bank, account_id)
+        entries = {o.value.entry_id for o in ok}
+        if not broken and balance == Decimal("110.00") and len(entries) == 1:
+            continue
+        movers = [f"worker {o.index}" for o in ok[:2]]
+        anomaly = ("the deposit was applied more than once" if balance > Decimal("110.00")
+                   else "some retries failed instead of getting the stored answer" if broken
+                   else "retries got different answers")
+        pytest.fail(explain(
+            f"{RACERS} retries of one deposit (key {key}) arrived at the same moment: "
+            f"{anomaly} (round {round_no}).",
+            expected="balance 110.00 (the deposit once), one ledger entry, and every retry "
+                     "returns the same receipt",
+            actual=f"balance {fmt(balance)}; {len(entries)} different entry ids returned; "
+                   f"{len(broken)} retries raised",
+            state=(describe_errors(broken) + "\n" if broken else "")
+                  + "two retries, statement by statement (every SELECT answered "
+                    f"{SLOW_READ * 1000:.0f} ms late):\n"
+                  + log.timeline(movers or [f"worker {o.index}" for o in broken[:2]],
+                                 match=r"idempotency_key|balance"),
+            fix="checking whether the key exists and then inserting it is a check-then-act "
+                "race (exists-then-insert): every retry sees 'no key'. Claim the key first "
+                "with INSERT ... ON CONFLICT DO NOTHING on its unique index, in the "
+                "transaction that moves the money: a racing duplicate waits for the first to "
+                "commit, then reads the stored response",
+            read="idempotency check-then-act"), pytrace=False)
+    assert_ledger_agrees(bank, "after racing retries")

@@ -1,0 +1,202 @@
+"""Stage transfer: both accounts locked in one global order, so opposite transfers never
+deadlock, and the total across accounts never changes."""
+
+from __future__ import annotations
+
+import random
+import re
+from decimal import Decimal
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _observe import statement_log
+from _support import (
+    assert_ledger_agrees,
+    balance_of,
+    call,
+    describe_errors,
+    explain,
+    failures,
+    first_line,
+    fmt,
+    ledger_table,
+    not_written,
+    raised,
+    rows,
+    scalar,
+    sqlstate,
+)
+from sqlalchemy import Engine
+
+from dojo.runner.faults import run_concurrently, slow_sql
+
+pytestmark = pytest.mark.stage("transfer")
+
+OPPOSITE_WORKERS = 12
+OPPOSITE_ROUNDS = 2
+# Every statement that takes a row lock on account answers 30 ms late: a transaction that
+# locks one row and then the other holds the first while the other side takes the second.
+SLOW_LOCK = 0.02
+LOCKING = r"for\s+(no\s+key\s+)?update|^\s*update\s+account"
+
+
+def test_transfer_moves_money_between_accounts(accounts: ModuleType, bank: Engine,
+                                               funded: Any) -> None:
+    a, b = funded("100.00"), funded("50.00")
+    receipt = call(accounts.transfer, bank, a, b, Decimal("30.00"))
+    got = (balance_of(bank, a), balance_of(bank, b))
+    assert got == (Decimal("70.00"), Decimal("80.00")), explain(
+        "transfer(a, b, 30.00) moved the wrong amounts.", expected="a 70.00, b 80.00",
+        actual=f"a {fmt(got[0])}, b {fmt(got[1])}", read="transfer")
+    assert (receipt.from_balance, receipt.to_balance) == got, explain(
+        "The TransferReceipt must carry both balances right after the transfer.",
+        expected=f"from_balance {fmt(got[0])}, to_balance {fmt(got[1])}",
+        actual=f"{receipt}", read="transfer")
+    legs = rows(bank, "SELECT account_id, amount FROM posting WHERE entry_id = :e "
+                      "ORDER BY amount", e=receipt.entry_id)
+    assert [(r["account_id"], r["amount"]) for r in legs] == [(a, Decimal("-30")),
+                                                              (b, Decimal("30"))], explain(
+        "A transfer is one ledger entry with two postings.",
+        expected=f"entry {receipt.entry_id}: account {a} -30.00, account {b} +30.00",
+        actual=str([(r["account_id"], fmt(r["amount"])) for r in legs]) or "no postings",
+        read="schema")
+    eur = funded("10.00", currency="EUR")
+    refusals = [
+        ("transfer(a, b, 70.01) with 70.00 in a", (a, b, "70.01"), accounts.InsufficientFunds),
+        ("transfer from USD to EUR", (a, eur, "1.00"), accounts.CurrencyMismatch),
+        ("transfer(a, a, 1.00)", (a, a, "1.00"), ValueError),
+        ("transfer to an account that does not exist", (a, 987654321, "1.00"),
+         accounts.AccountNotFound),
+    ]
+    for label, (src, dst, amount), wanted in refusals:
+        error = raised(accounts.transfer, bank, src, dst, Decimal(amount))
+        assert isinstance(error, wanted), explain(
+            f"{label} must be refused.", expected=f"{wanted.__module__}.{wanted.__name__}",
+            actual=first_line(error), read="transfer")
+    after = (balance_of(bank, a), balance_of(bank, b), balance_of(bank, eur))
+    assert after == (Decimal("70.00"), Decimal("80.00"), Decimal("10.00")), explain(
+        "A refused transfer moved money.", expected="70.00, 80.00 and 10.00 EUR unchanged",
+        actual=", ".join(fmt(x) for x in after), state=ledger_table(bank, a), read="transfer")
+    first = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
+    again = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
+    assert again == first and balance_of(bank, a) == Decimal("75.00"), explain(
+        "A retried transfer (same idempotency key) must move the money once.",
+        expected=f"a 75.00 and the same receipt twice ({first})",
+        actual=f"a {fmt(balance_of(bank, a))}, retry answered {again}", read="idempotency")
+    assert_ledger_agrees(bank, "after transfers and refusals")
+
+
+def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
+                                            funded: Any) -> None:
+    for round_no in range(1, OPPOSITE_ROUNDS + 1):
+        a, b = funded("1000.00"), funded("1000.00")
+
+        def move(index: int, a: int = a, b: int = b) -> Any:
+            src, dst = (a, b) if index % 2 == 0 else (b, a)
+            return accounts.transfer(bank, src, dst, Decimal("1.00"))
+
+        with statement_log(bank) as log, slow_sql(bank, SLOW_LOCK, match=LOCKING):
+            outcomes = run_concurrently(move, OPPOSITE_WORKERS, timeout=40)
+        for o in outcomes:
+            if isinstance(o.error, NotImplementedError):
+                not_written(o.error)
+        deadlocks = log.errors("40P01")
+        dead_workers = sorted({s.worker for s in deadlocks}
+                              | {f"worker {o.index}" for o in outcomes
+                                 if sqlstate(o.error) == "40P01"})
+        if deadlocks or dead_workers:
+            detail = deadlocks[0].error if deadlocks else first_line(
+                next(o.error for o in outcomes if sqlstate(o.error) == "40P01"))
+            detail = re.sub(rf"relation {_oid(bank)} of database \d+", "table account",
+                            detail or "")
+            pytest.fail(explain(
+                f"{OPPOSITE_WORKERS} transfers between accounts {a} and {b}, half each way, "
+                f"deadlocked (round {round_no} of {OPPOSITE_ROUNDS}).",
+                expected="every transfer commits; no deadlock (SQLSTATE 40P01), not even one "
+                         "your code retried",
+                actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s), in "
+                       f"{', '.join(dead_workers[:6])}",
+                state=f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
+                      f"the workers in that cycle (row locks answered "
+                      f"{SLOW_LOCK * 1000:.0f} ms late):\n"
+                      + log.timeline((log.pids_in(detail) or _pair(dead_workers))[:2]
+                                     + [w for w in dead_workers[:1] if not log.pids_in(detail)],
+                                     match=r"\baccount\b"),
+                fix="each transaction locked 'from' first and 'to' second, so A->B holds A "
+                    "and waits for B while B->A holds B and waits for A. Lock both rows in "
+                    "one global order, whatever the direction: SELECT ... FROM account "
+                    "WHERE id IN (:a, :b) ORDER BY id FOR UPDATE",
+                read="transfer deadlock"), pytrace=False)
+        broken = failures(outcomes)
+        assert not broken, explain(
+            f"Opposite transfers between {a} and {b} failed (round {round_no}).",
+            expected="all succeed (both accounts hold 1000.00)",
+            actual=f"{len(broken)} raised", state=describe_errors(broken), read="transfer")
+        total = balance_of(bank, a) + balance_of(bank, b)
+        assert total == Decimal("2000.00"), explain(
+            "Opposite transfers changed the total.", expected="2000.00",
+            actual=fmt(total), state=ledger_table(bank, a), read="transfer")
+    assert_ledger_agrees(bank, "after opposite transfers")
+
+
+def _oid(engine: Engine) -> int:
+    return int(scalar(engine, "SELECT 'account'::regclass::oid"))
+
+
+def _pair(workers: list[str]) -> list[str]:
+    """One even (a->b) and one odd (b->a) worker among the deadlocked ones."""
+    even = [w for w in workers if w.split()[-1].isdigit() and int(w.split()[-1]) % 2 == 0]
+    odd = [w for w in workers if w.split()[-1].isdigit() and int(w.split()[-1]) % 2 == 1]
+    return (even[:1] + odd[:1]) or workers[:2]
+
+
+def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: Any) -> None:
+    ids = [funded("100.00") for _ in range(5)]
+    plans = []
+    rng = random.Random(42)
+    for _ in range(30):
+        plan = []
+        for _ in range(4):
+            src, dst = rng.sample(ids, 2)
+            plan.append((src, dst, Decimal(rng.choice(("5.00", "12.50", "33.00", "60.00")))))
+        plans.append(plan)
+
+    def work(index: int) -> list[Any]:
+        done = []
+        for src, dst, amount in plans[index]:
+            try:
+                done.append(accounts.transfer(bank, src, dst, amount))
+            except accounts.InsufficientFunds:
+                done.append(None)
+        return done
+
+    with slow_sql(bank, 0.02, match=r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update)"):
+        outcomes = run_concurrently(work, len(plans), timeout=45)
+    for o in outcomes:
+        if isinstance(o.error, NotImplementedError):
+            not_written(o.error)
+    broken = failures(outcomes)
+    assert not broken, explain(
+        "Concurrent transfers among five accounts raised errors.",
+        expected="each transfer succeeds or raises InsufficientFunds",
+        actual=f"{len(broken)} workers raised", state=describe_errors(broken),
+        read="transfer")
+    balances = {i: balance_of(bank, i) for i in ids}
+    total = sum(balances.values(), Decimal(0))
+    receipts = [r for o in outcomes for r in o.value if r is not None]
+    entries = int(scalar(bank, "SELECT count(DISTINCT entry_id) FROM posting "
+                               "WHERE account_id = ANY(:ids) AND amount < 0", ids=ids))
+    assert total == Decimal("500.00") and min(balances.values()) >= 0, explain(
+        f"{len(receipts)} concurrent transfers among five accounts of 100.00 changed the "
+        "total or overdrew an account.",
+        expected="the total stays 500.00 and no balance goes below 0",
+        actual=f"total {fmt(total)}; balances "
+               + ", ".join(f"{i}: {fmt(v)}" for i, v in balances.items()),
+        fix="lock both rows (ORDER BY id FOR UPDATE) before reading the source balance, "
+            "then update both in the same transaction", read="transfer")
+    assert entries == len(receipts), explain(
+        "Every successful transfer is one ledger entry, and only those are.",
+        expected=f"{len(receipts)} transfer entries",
+        actual=f"{entries} entries with a debit on these accounts", read="schema")
+    assert_ledger_agrees(bank, "after concurrent transfers", ids)

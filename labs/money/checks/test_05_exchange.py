@@ -1,0 +1,338 @@
+"""Stage exchange: a quote with a time-to-live, the source debited and the exchange PENDING
+before the provider is called, the call made outside any transaction, lock and pooled
+connection, and "no answer" kept apart from "no".
+
+The provider is a real HTTP server; the checks make it stall until released, fail, drop the
+connection, or convert and then answer after the caller's timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from _observe import SESSION_COLUMNS, ensure_pgrowlocks, in_transaction, row_locks, sessions
+from _support import (
+    ExchangeKit,
+    assert_ledger_agrees,
+    balance_of,
+    call,
+    explain,
+    first_line,
+    fmt,
+    ledger_table,
+    not_written,
+    raised,
+    rows,
+    table,
+)
+
+pytestmark = pytest.mark.stage("exchange")
+
+TIMEOUT = 0.4  # the client timeout the checks configure
+LATE = 1.5  # how late the provider answers in fill-then-late
+
+
+def _accounts(kit: ExchangeKit, usd: str = "500.00") -> tuple[int, int]:
+    source = call(kit.accounts.open_account, kit.engine, currency="USD")
+    call(kit.accounts.deposit, kit.engine, source, Decimal(usd))
+    target = call(kit.accounts.open_account, kit.engine, currency="EUR")
+    return int(source), int(target)
+
+
+def _quote(kit: ExchangeKit, fx: Any, ttl: float = 30.0) -> Any:
+    return call(kit.exchange.create_quote, kit.engine, fx, kit.clock, sell_currency="USD",
+                buy_currency="EUR", ttl_seconds=ttl)
+
+
+def _exchange(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
+              amount: str = "100.00", key: str = "ex-1") -> Any:
+    return call(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key=key,
+                quote_id=quote.id, from_account_id=source, to_account_id=target,
+                sell_amount=Decimal(amount))
+
+
+def _exchange_rows(kit: ExchangeKit) -> list[dict[str, Any]]:
+    return rows(kit.engine, "SELECT id::text AS id, status FROM exchange ORDER BY 1")
+
+
+def _money(kit: ExchangeKit, source: int, target: int) -> str:
+    return (f"source {fmt(balance_of(kit.engine, source))} USD, "
+            f"target {fmt(balance_of(kit.engine, target))} EUR")
+
+
+def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx, ttl=30)
+    assert isinstance(quote.rate, Decimal) and quote.rate == Decimal("0.92"), explain(
+        "create_quote must carry the provider's rate as a Decimal.",
+        expected="Quote.rate == Decimal('0.92') (GET /v1/rates?sell=USD&buy=EUR)",
+        actual=f"{type(quote.rate).__name__} {quote.rate!r}", state=kit.provider.history(),
+        read="exchange")
+    kit.clock.advance(31)
+    error = raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key="late",
+                   quote_id=quote.id, from_account_id=source, to_account_id=target,
+                   sell_amount=Decimal("100.00"))
+    assert isinstance(error, kit.exchange.QuoteExpired), explain(
+        "An exchange on a quote 31 s after it was given, with a 30 s time-to-live, must be "
+        "refused.",
+        expected="exchange.QuoteExpired, nothing debited, no order sent",
+        actual=first_line(error) + f"; {_money(kit, source, target)}",
+        state="the quote's TTL bounds how long the company carries the risk of the rate "
+              "moving; compare expires_at with the clock you are given (clock()), not with "
+              "the database's now() or time.time(): the check moves that clock",
+        read="exchange")
+    assert not kit.provider.order_requests() and balance_of(kit.engine, source) == 500, \
+        explain("A refused exchange still acted.", expected="no order, source 500.00",
+                actual=_money(kit, source, target), state=kit.provider.history(),
+                read="exchange")
+    fresh = _quote(kit, fx, ttl=30)
+    kit.clock.advance(29)
+    result = _exchange(kit, fx, fresh, source, target, key="in-time")
+    assert result.status == "COMPLETED", explain(
+        "An exchange 29 s into a 30 s quote must go through.",
+        expected="COMPLETED", actual=f"{result}", state=kit.provider.history(),
+        read="exchange")
+    reuse = raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key="again",
+                   quote_id=fresh.id, from_account_id=source, to_account_id=target,
+                   sell_amount=Decimal("100.00"))
+    assert isinstance(reuse, kit.exchange.QuoteAlreadyUsed), explain(
+        "A quote is good for one exchange.",
+        expected="exchange.QuoteAlreadyUsed for a second exchange (another key) on it",
+        actual=first_line(reuse), read="exchange")
+
+
+def test_exchange_completes_when_the_provider_fills(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    result = _exchange(kit, fx, _quote(kit, fx), source, target)
+    orders = kit.provider.order_requests()
+    assert result.status == "COMPLETED", explain(
+        "The provider filled the order, so the exchange is COMPLETED.",
+        expected="ExchangeResult.status 'COMPLETED'", actual=f"{result}",
+        state=kit.provider.history(), read="exchange")
+    assert [o.key for o in orders] == [str(result.exchange_id)], explain(
+        "The provider's Idempotency-Key is the exchange id, and one order is sent.",
+        expected=f"one POST /v1/orders with Idempotency-Key {result.exchange_id}",
+        actual=", ".join(f"key={o.key}" for o in orders) or "no order",
+        state=kit.provider.history(),
+        fix="send str(exchange_id) as the key: reconciliation asks by it, and a resend with "
+            "it cannot convert twice", read="exchange")
+    got = (balance_of(kit.engine, source), balance_of(kit.engine, target))
+    bought = kit.provider.orders[str(result.exchange_id)].bought_amount
+    assert got == (Decimal("400.00"), bought), explain(
+        "100.00 USD at 0.92 leaves 400.00 USD and credits what the provider bought.",
+        expected=f"source 400.00 USD, target {fmt(bought)} EUR",
+        actual=_money(kit, source, target), state=ledger_table(kit.engine, target),
+        read="exchange")
+    assert_ledger_agrees(kit.engine, "after a completed exchange", read="exchange")
+
+
+def test_provider_is_called_outside_any_transaction(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(timeout=10)
+    quote = _quote(kit, fx)
+    observe = kit.engine
+    have_rowlocks = ensure_pgrowlocks(observe)
+    kit.provider.script(place="stall")
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = kit.exchange.exchange(
+                kit.engine, fx, kit.clock, idempotency_key="stall", quote_id=quote.id,
+                from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00"))
+        except BaseException as exc:  # reported below
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="dojo-worker-exchange", daemon=True)
+    worker.start()
+    try:
+        if not kit.provider.wait_stalled(1, timeout=5):
+            worker.join(5)
+            if isinstance(box.get("error"), NotImplementedError):
+                not_written(box["error"])
+            pytest.fail(explain(
+                "exchange() never called the provider.",
+                expected="POST /v1/orders within 5 s",
+                actual=first_line(box.get("error")) if "error" in box else
+                f"returned {box.get('result')}", state=kit.provider.history(),
+                read="exchange"), pytrace=False)
+        time.sleep(0.2)  # let whatever the code does around the call settle
+        others = sessions(observe, ("account", "exchange", "quote", "idempotency_key",
+                                    "posting", "ledger_entry"))
+        holding = in_transaction(others)
+        locked_rows = row_locks(observe) if have_rowlocks else []
+        checked_out = kit.engine.pool.checkedout()  # type: ignore[attr-defined]
+        probe: dict[str, Any] = {}
+        probe_thread = threading.Thread(target=lambda: probe.update(error=raised(
+            kit.accounts.withdraw, kit.engine, source, Decimal("1.00"))), daemon=True)
+        started = time.monotonic()
+        probe_thread.start()
+        probe_thread.join(2.0)
+        waited = time.monotonic() - started
+        debited = balance_of(observe, source)
+        pending = _exchange_rows(kit)
+    finally:
+        kit.provider.release()
+        worker.join(15)
+    assert not holding and not locked_rows, explain(
+        "While the provider was stalled, your code held a database transaction and its "
+        "locks.",
+        expected="no transaction open and no row lock held during the provider call "
+                 "(pg_locks and pgrowlocks show nothing of yours)",
+        actual=f"{len(holding)} session(s) idle in transaction; row locks on account "
+               + (", ".join(f"{r['row_id']} ({r['modes']})" for r in locked_rows) or "none"),
+        state="pg_stat_activity + pg_locks, taken while the provider was stalled:\n"
+              + table(holding or others, SESSION_COLUMNS)
+              + (f"\na withdrawal of 1.00 from account {source} then waited "
+                 f"{waited:.1f} s for that row lock" if probe_thread.is_alive() else ""),
+        fix="the provider can take seconds; a row lock held meanwhile blocks every payment "
+            "on the account and a pooled connection is gone for the duration. Commit tx 1 "
+            "(debit, PENDING), make the call with no transaction open, then settle in tx 2",
+        read="exchange")
+    assert checked_out == 0, explain(
+        "While the provider was stalled, your code kept a pooled connection checked out.",
+        expected="engine.pool.checkedout() == 0 during the call",
+        actual=f"{checked_out} connection(s) checked out",
+        fix="leave the `with engine.begin()` / `engine.connect()` block before calling",
+        read="exchange")
+    assert not probe_thread.is_alive(), explain(
+        "A withdrawal on the source account waited while the provider was stalled.",
+        expected="withdraw(source, 1.00) finishes at once",
+        actual=f"still waiting after {waited:.1f} s", read="exchange")
+    assert debited == Decimal("399.00") and [r["status"] for r in pending] == ["PENDING"], \
+        explain(
+            "The debit and the PENDING exchange must be committed before the provider is "
+            "called.",
+            expected="during the call: source 399.00 (500.00 - 100.00 exchanged - 1.00 "
+                     "probe) and one exchange row, PENDING",
+            actual=f"source {fmt(debited)}; exchanges {pending}",
+            state="the committed PENDING row is the durable record that an exchange started "
+                  "(reconciliation finds it after a crash), and the debit stops the customer "
+                  "spending the same money while the provider works",
+            read="exchange")
+    result = box.get("result")
+    assert result is not None and result.status == "COMPLETED", explain(
+        "Once released, the provider filled the order.", expected="COMPLETED",
+        actual=first_line(box["error"]) if "error" in box else f"{result}",
+        state=kit.provider.history(), read="exchange")
+    assert_ledger_agrees(kit.engine, "after the stalled exchange", read="exchange")
+
+
+def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx)
+    kit.provider.script(place="fill-then-late", delay=LATE)
+    started = time.monotonic()
+    result = _exchange(kit, fx, quote, source, target)
+    took = time.monotonic() - started
+    converted = kit.provider.converted()
+    assert took < TIMEOUT + 0.8, explain(
+        f"exchange() waited {took:.1f} s for a provider that answers after {LATE} s, with a "
+        f"{TIMEOUT} s timeout configured.",
+        expected=f"FxClient(timeout={TIMEOUT}) gives up after about {TIMEOUT} s",
+        actual=f"{took:.2f} s; {result}", state=kit.provider.history(),
+        fix="urllib.request.urlopen(request, timeout=self.timeout): without a timeout one "
+            "hung provider holds a thread for ever", read="exchange")
+    source_now, target_now = balance_of(kit.engine, source), balance_of(kit.engine, target)
+    assert result.status == "PENDING" and source_now == Decimal("400.00") and target_now == 0, \
+        explain(
+            "The provider converted the order but answered after the timeout: the outcome "
+            "is unknown to the caller, so the exchange must stay PENDING.",
+            expected="status PENDING, source still debited (400.00 USD), target not credited",
+            actual=f"status {result.status}; {_money(kit, source, target)}",
+            state="the provider's side:\n" + kit.provider.history()
+                  + f"\nit converted: {', '.join(converted) or 'nothing'}"
+                  + ("\nrefunding now pays the customer twice: the 100.00 USD back AND the "
+                     f"{fmt(converted[str(result.exchange_id)].bought_amount)} EUR the "
+                     "provider bought: double money"
+                     if result.status == "FAILED" and str(result.exchange_id) in converted
+                     else ""),
+            fix="a timeout means 'I don't know', never 'it failed': leave the exchange "
+                "PENDING and let reconcile() ask the provider",
+            read="reconcile")
+    assert_ledger_agrees(kit.engine, "after a timed-out exchange", read="exchange")
+
+
+def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit, usd="300.00")
+    fx = kit.client(TIMEOUT)
+    for mode, key, meaning in (
+            ("fill-then-fail", "ex-500", "converted, then answered 500"),
+            ("drop", "ex-reset", "closed the connection without an answer")):
+        quote = _quote(kit, fx)
+        kit.provider.script(place=mode)
+        result = _exchange(kit, fx, quote, source, target, key=key)
+        assert result.status == "PENDING", explain(
+            f"The provider {meaning}: the caller cannot know whether it converted.",
+            expected="status PENDING, the source still debited",
+            actual=f"status {result.status}; {_money(kit, source, target)}",
+            state=kit.provider.history(),
+            fix="only FILLED (credit) and REJECTED (refund) are answers; a 5xx, a reset, a "
+                "timeout or an unreadable body leave the exchange PENDING", read="reconcile")
+    assert balance_of(kit.engine, source) == Decimal("100.00") and \
+        balance_of(kit.engine, target) == 0, explain(
+            "Two PENDING exchanges of 100.00 from 300.00.",
+            expected="source 100.00 USD, target 0.00 EUR",
+            actual=_money(kit, source, target), state=ledger_table(kit.engine, source),
+            read="exchange")
+
+
+def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx)
+    kit.provider.script(place="reject")
+    result = _exchange(kit, fx, quote, source, target)
+    assert result.status == "FAILED" and balance_of(kit.engine, source) == 500 and \
+        balance_of(kit.engine, target) == 0, explain(
+            "The provider refused the order (422 REJECTED): nothing converted, so the "
+            "customer gets the money back.",
+            expected="status FAILED, source 500.00 USD again, target 0.00 EUR",
+            actual=f"status {result.status}; {_money(kit, source, target)}",
+            state=ledger_table(kit.engine, source),
+            fix="tx 2: a REVERSAL entry that credits the source from the fx clearing "
+                "account, and status FAILED; never delete the debit postings",
+            read="exchange")
+    kinds = [r["kind"] for r in rows(kit.engine, "SELECT DISTINCT e.kind FROM posting p JOIN "
+                                     "ledger_entry e ON e.id = p.entry_id WHERE "
+                                     "p.account_id = :a", a=source)]
+    assert len(kinds) >= 2, explain(
+        "The refund is a new entry: the ledger keeps the debit and its reversal.",
+        expected="the source's postings: the deposit, the exchange debit, the refund",
+        actual=str(kinds), state=ledger_table(kit.engine, source), read="schema")
+    assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
+
+
+def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
+    from dojo.runner.faults import run_concurrently
+
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx)
+    outcomes = run_concurrently(lambda _: kit.exchange.exchange(
+        kit.engine, fx, kit.clock, idempotency_key="twice", quote_id=quote.id,
+        from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00")), 8,
+        timeout=20)
+    for o in outcomes:
+        if isinstance(o.error, NotImplementedError):
+            not_written(o.error)
+    ids = {str(o.value.exchange_id) for o in outcomes if o.ok}
+    broken = [o for o in outcomes if not o.ok]
+    assert len(ids) == 1 and not broken, explain(
+        "8 retries of one exchange (same idempotency key) at once must be one exchange.",
+        expected="every retry returns the same exchange_id; one debit; one provider order key",
+        actual=f"{len(ids)} exchange ids; {len(broken)} retries raised"
+               + (f" ({first_line(broken[0].error)})" if broken else ""),
+        state=kit.provider.history(), read="idempotency")
+    keys = {o.key for o in kit.provider.order_requests()}
+    assert balance_of(kit.engine, source) == Decimal("400.00") and len(keys) == 1, explain(
+        "Retries debited or ordered more than once.",
+        expected="source 400.00 USD; orders with one key",
+        actual=f"{_money(kit, source, target)}; {len(keys)} order keys",
+        state=kit.provider.history(), read="idempotency")

@@ -1,0 +1,250 @@
+"""Stage circuit-breaker: past the failure-rate or slow-call-rate threshold, calls fail fast
+with CircuitOpen and never reach the provider; after open_seconds, only half_open_calls
+probes go through, and they close the breaker again or reopen it.
+
+The checks count what reaches the provider (its request log), so a breaker that says OPEN
+but still sends, or says CLOSED but never sends, is caught either way."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from _support import (
+    ExchangeKit,
+    balance_of,
+    call,
+    explain,
+    first_line,
+    fmt,
+    not_written,
+    rows,
+)
+
+pytestmark = pytest.mark.stage("circuit-breaker")
+
+FAST = 0.25  # seconds: "fail fast" (the provider's log proves separately that nothing was sent)
+
+
+def _breaker(kit: ExchangeKit, **config: Any) -> Any:
+    settings = call(kit.breaker.BreakerConfig, **config)
+    return call(kit.breaker.CircuitBreaker, settings, kit.clock)
+
+
+def _order(kit: ExchangeKit, fx: Any) -> tuple[str, Any, float]:
+    """One place_order through the client: (outcome, value or error, seconds)."""
+    started = time.monotonic()
+    try:
+        value = fx.place_order(str(uuid.uuid4()), sell_currency="USD", buy_currency="EUR",
+                               sell_amount=Decimal("10.00"), rate=Decimal("0.92"))
+        outcome = "ok"
+    except NotImplementedError as exc:
+        not_written(exc)
+    except Exception as exc:
+        value = exc
+        outcome = "open" if isinstance(exc, kit.breaker.CircuitOpen) else "error"
+    return outcome, value, time.monotonic() - started
+
+
+def _state(b: Any) -> str:
+    try:
+        return str(b.state)
+    except Exception as exc:
+        return f"(state raised {type(exc).__name__})"
+
+
+def _calls(kit: ExchangeKit, mode: str, count: int, fx: Any) -> list[tuple[str, Any, float]]:
+    kit.provider.script(place=mode)
+    return [_order(kit, fx) for _ in range(count)]
+
+
+def _opened_by_failures(kit: ExchangeKit, b: Any, fx: Any) -> None:
+    results = _calls(kit, "fail", 10, fx)
+    outcome, value, took = _order(kit, fx)
+    assert outcome == "open", explain(
+        "Setting up: 10 failing calls (window 10, minimum 10, threshold 50 %) must open the "
+        "breaker.", expected="the 11th call raises CircuitOpen",
+        actual=f"{outcome}: {first_line(value) if outcome != 'ok' else value}; state "
+               f"{_state(b)}; outcomes {[r[0] for r in results]}", read="breaker")
+
+
+def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> None:
+    config = {"window_size": 10, "minimum_calls": 10, "failure_rate_threshold": 50.0,
+              "slow_call_seconds": 1.0, "slow_call_rate_threshold": 100.0,
+              "open_seconds": 30.0, "half_open_calls": 2}
+    b = _breaker(kit, **config)
+    fx = kit.client(timeout=0.5, breaker=b)
+    early = _calls(kit, "fail", 9, fx)
+    outcome, value, _ = _order(kit, fx)
+    assert all(r[0] == "error" for r in early) and outcome == "error", explain(
+        "With minimum_calls=10 the breaker must not judge fewer calls.",
+        expected="the first 10 failing calls all reach the provider (and fail)",
+        actual=f"outcomes {[r[0] for r in early] + [outcome]}; state {_state(b)}",
+        read="breaker")
+    b = _breaker(kit, **config)
+    fx = kit.client(timeout=0.5, breaker=b)
+    mixed = _calls(kit, "fill", 6, fx) + _calls(kit, "fail", 4, fx)
+    before = len(kit.provider.order_requests())
+    kit.provider.script(place="fill")
+    outcome, value, _ = _order(kit, fx)
+    assert outcome == "ok", explain(
+        "6 successes and 4 failures is a 40 % failure rate, below the 50 % threshold.",
+        expected="the breaker stays CLOSED and the next call goes through",
+        actual=f"{outcome}: {first_line(value) if outcome != 'ok' else value}; state "
+               f"{_state(b)}", read="breaker")
+    # the last 10 calls: 5 successes, 4 failures; one more failure makes 5 of the last 10
+    kit.provider.script(place="fail")
+    tipping = [_order(kit, fx) for _ in range(2)]
+    sent_before = len(kit.provider.order_requests())
+    outcome, value, took = _order(kit, fx)
+    sent_after = len(kit.provider.order_requests())
+    assert outcome == "open" and sent_after == sent_before and took < FAST, explain(
+        "The last 10 calls hold 5 failures: a 50 % failure rate reaches the threshold, so the "
+        "breaker opens and the next call fails fast without being sent.",
+        expected=f"breaker.CircuitOpen within {FAST * 1000:.0f} ms, and no request reaches "
+                 "the provider",
+        actual=f"{outcome}: {first_line(value) if outcome != 'ok' else value} after "
+               f"{took * 1000:.0f} ms; the provider received {sent_after - sent_before} "
+               f"request(s) for it; state {_state(b)}",
+        state=f"calls so far: {[r[0] for r in mixed]} then ok, "
+              f"{[r[0] for r in tipping]}; {before} orders before",
+        fix="keep the outcomes of the last window_size calls; once at least minimum_calls "
+            "are in, failures * 100 >= failure_rate_threshold * calls opens it; while OPEN, "
+            "raise CircuitOpen before calling fn", read="breaker")
+    source = call(kit.accounts.open_account, kit.engine, currency="USD")
+    call(kit.accounts.deposit, kit.engine, source, Decimal("100.00"))
+    target = call(kit.accounts.open_account, kit.engine, currency="EUR")
+    quote = call(kit.exchange.create_quote, kit.engine, kit.client(timeout=0.5), kit.clock,
+                 sell_currency="USD", buy_currency="EUR", ttl_seconds=30)
+    sent_before = len(kit.provider.order_requests())
+    started = time.monotonic()
+    try:
+        result: Any = kit.exchange.exchange(kit.engine, fx, kit.clock, idempotency_key="open",
+                                            quote_id=quote.id, from_account_id=source,
+                                            to_account_id=target, sell_amount=Decimal("50.00"))
+    except Exception as exc:
+        result = exc
+    took = time.monotonic() - started
+    whole = balance_of(kit.engine, source)
+    statuses = [r["status"] for r in rows(kit.engine, "SELECT status FROM exchange")]
+    assert (len(kit.provider.order_requests()) == sent_before and took < 1.0
+            and whole == Decimal("100.00") and "PENDING" not in statuses), explain(
+        "An exchange while the breaker is open must fail fast and leave the customer whole.",
+        expected="no order sent, an answer within 1 s, source 100.00 again, and the "
+                 "exchange FAILED (or refused before the debit): nothing was sent, so "
+                 "nothing is unknown",
+        actual=f"{first_line(result) if isinstance(result, Exception) else result} after "
+               f"{took:.2f} s; source {fmt(whole)}; exchange statuses {statuses}",
+        fix="CircuitOpen means the order certainly did not execute: refund at once (FAILED), "
+            "unlike a timeout", read="breaker")
+
+
+def test_breaker_opens_on_slow_calls(kit: ExchangeKit) -> None:
+    b = _breaker(kit, window_size=3, minimum_calls=3, failure_rate_threshold=100.0,
+                 slow_call_seconds=0.1, slow_call_rate_threshold=50.0, open_seconds=30.0,
+                 half_open_calls=1)
+    fx = kit.client(timeout=1.0, breaker=b)
+    kit.provider.script(delay=0.2)
+    slow = _calls(kit, "slow", 3, fx)
+    sent_before = len(kit.provider.order_requests())
+    outcome, value, took = _order(kit, fx)
+    assert all(r[0] == "ok" for r in slow), explain(
+        "Setting up: calls that take 0.2 s with a 1 s timeout succeed.",
+        expected="3 FILLED orders", actual=str([(r[0], first_line(r[1]) if r[0] != "ok"
+                                                 else "") for r in slow]), read="slow")
+    assert outcome == "open" and len(kit.provider.order_requests()) == sent_before, explain(
+        "3 calls of 0.2 s each, with slow_call_seconds=0.1 and slow_call_rate_threshold=50, "
+        "are 100 % slow: the breaker must open although every call succeeded.",
+        expected="the next call raises CircuitOpen without reaching the provider",
+        actual=f"{outcome} after {took:.2f} s; state {_state(b)}",
+        state="a provider that answers, but slowly, ties up threads just like one that fails; "
+              "the slow-call rate is the breaker's early warning",
+        fix="measure each call (time.monotonic() around fn()); duration >= slow_call_seconds "
+            "is slow; open when slow * 100 >= slow_call_rate_threshold * calls",
+        read="slow")
+
+
+def test_slow_call_threshold_is_below_the_timeout(kit: ExchangeKit) -> None:
+    default = call(kit.breaker.BreakerConfig)
+    timeout = getattr(kit.fx_client, "DEFAULT_TIMEOUT", None)
+    assert isinstance(timeout, int | float) and 0 < default.slow_call_seconds < timeout, \
+        explain(
+            "The default slow-call threshold must be set deliberately, below the client's "
+            "timeout.",
+            expected=f"BreakerConfig().slow_call_seconds < fx_client.DEFAULT_TIMEOUT "
+                     f"({timeout})",
+            actual=f"slow_call_seconds = {default.slow_call_seconds}",
+            state="Resilience4j's default slowCallDurationThreshold is 60 s: with a 2 s "
+                  "timeout no call ever lasts that long (the timeout cuts it first), so the "
+                  "slow-call rate never rises and the breaker only opens once calls are "
+                  "already failing",
+            fix="choose it from the provider's latency and your timeout, e.g. 1.5 s for a "
+                "2 s timeout", read="slow")
+
+
+def test_half_open_probes_close_or_reopen_the_breaker(kit: ExchangeKit) -> None:
+    b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
+                 slow_call_seconds=2.0, slow_call_rate_threshold=100.0, open_seconds=30.0,
+                 half_open_calls=2)
+    fx = kit.client(timeout=5.0, breaker=b)
+    _opened_by_failures(kit, b, fx)
+    kit.clock.advance(29)
+    kit.provider.script(place="fill")
+    outcome, value, _ = _order(kit, fx)
+    assert outcome == "open", explain(
+        "29 s into a 30 s open state the breaker is still OPEN.",
+        expected="CircuitOpen", actual=f"{outcome}: {value}", read="half-open")
+    kit.clock.advance(2)
+    kit.provider.script(place="stall")
+    sent_before = len(kit.provider.order_requests())
+    results: list[tuple[str, Any, float]] = []
+    lock = threading.Lock()
+
+    def attempt() -> None:
+        r = _order(kit, fx)
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=attempt, daemon=True) for _ in range(5)]
+    for t in threads:
+        t.start()
+    probes_arrived = kit.provider.wait_stalled(2, timeout=3)
+    time.sleep(0.3)  # room for a third probe to arrive, if the breaker lets it
+    reached = len(kit.provider.order_requests()) - sent_before
+    kit.provider.release()
+    for t in threads:
+        t.join(10)
+    refused = [r for r in results if r[0] == "open"]
+    assert probes_arrived and reached == 2 and len(refused) == 3, explain(
+        "After open_seconds, 5 calls arrived at once at the HALF_OPEN breaker "
+        "(half_open_calls=2).",
+        expected="exactly 2 probes reach the provider; the other 3 raise CircuitOpen at once",
+        actual=f"{reached} reached the provider; {len(refused)} raised CircuitOpen; outcomes "
+               f"{sorted(r[0] for r in results)}",
+        state="\n".join(kit.provider.history(40).splitlines()[-6:]),
+        fix="HALF_OPEN admits half_open_calls probes and refuses the rest until they decide; "
+            "count admissions under a threading.Lock, since the 5 calls race",
+        read="half-open")
+    outcome, value, _ = _order(kit, fx)
+    assert outcome == "ok", explain(
+        "Both probes succeeded, so the breaker closes and calls flow again.",
+        expected="the next call goes through", actual=f"{outcome}: {first_line(value)}; "
+                                                      f"state {_state(b)}",
+        read="half-open")
+    _opened_by_failures(kit, b, fx)
+    kit.clock.advance(31)
+    probe = _calls(kit, "fail", 1, fx)
+    kit.provider.script(place="fill")
+    sent_before = len(kit.provider.order_requests())
+    outcome, value, _ = _order(kit, fx)
+    assert probe[0][0] == "error" and outcome == "open" and \
+        len(kit.provider.order_requests()) == sent_before, explain(
+            "A failed half-open probe means the provider is still down: the breaker reopens.",
+            expected="the probe fails, and the next call raises CircuitOpen without being sent",
+            actual=f"probe {probe[0][0]}; next call {outcome}; state {_state(b)}",
+            fix="a failure (or a slow call) while HALF_OPEN opens the breaker again, with a "
+                "new open_seconds wait", read="half-open")

@@ -1,0 +1,214 @@
+"""Stage lost-updates: apply_interest computes in Python (its rule may be slow), so it reads
+without a lock and writes with UPDATE ... WHERE version = :read; a deposit that commits in
+between is detected and the interest is recomputed. Nothing is ever lost.
+
+The checks stall the learner's rule at a chosen moment and slip a deposit in, then compare
+what each operation says it started from with what the account really held."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import ROUND_HALF_EVEN, Decimal
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _observe import SESSION_COLUMNS, ensure_pgrowlocks, row_locks, sessions
+from _support import (
+    assert_ledger_agrees,
+    balance_of,
+    describe_errors,
+    explain,
+    failures,
+    first_line,
+    fmt,
+    not_written,
+    posted_sum,
+    raised,
+    table,
+)
+from sqlalchemy import Engine
+
+from dojo.runner.faults import run_concurrently
+
+pytestmark = pytest.mark.stage("lost-updates")
+
+CENT = Decimal("0.01")
+
+
+def one_percent(balance: Decimal) -> Decimal:
+    return (balance * Decimal("0.01")).quantize(CENT, ROUND_HALF_EVEN)
+
+
+class StallingRule:
+    """An interest rule that records every balance it is given and, on its first call, waits
+    until the check releases it: the window in which the check deposits."""
+
+    def __init__(self, compute: Any = one_percent, stall_first: bool = True,
+                 pause: float = 0.0) -> None:
+        self.compute = compute
+        self.seen: list[Decimal] = []
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.stall_first = stall_first
+        self.pause = pause
+        self._lock = threading.Lock()
+
+    def __call__(self, balance: Decimal) -> Decimal:
+        with self._lock:
+            self.seen.append(balance)
+            first = len(self.seen) == 1
+        if first and self.stall_first:
+            self.entered.set()
+            self.go.wait(10)
+        if self.pause:
+            time.sleep(self.pause)  # a pricing call
+        return self.compute(balance)  # type: ignore[no-any-return]
+
+
+def test_interest_sees_a_deposit_made_while_it_computed(accounts: ModuleType, bank: Engine,
+                                                        funded: Any) -> None:
+    account_id = funded("1000.00")
+    have_rowlocks = ensure_pgrowlocks(bank)
+    rule = StallingRule()
+    box: dict[str, Any] = {}
+
+    def interest() -> None:
+        try:
+            box["result"] = accounts.apply_interest(bank, account_id, rule)
+        except BaseException as exc:  # reported below
+            box["error"] = exc
+
+    worker = threading.Thread(target=interest, daemon=True, name="dojo-worker-interest")
+    worker.start()
+    if not rule.entered.wait(5):
+        worker.join(5)
+        if isinstance(box.get("error"), NotImplementedError):
+            not_written(box["error"])
+        pytest.fail(explain("apply_interest() never called the interest rule.",
+                            expected="rule(balance) called within 5 s",
+                            actual=first_line(box.get("error")) if "error" in box
+                            else f"returned {box.get('result')}", read="locking"),
+                    pytrace=False)
+    deposit: dict[str, Any] = {}
+    depositor = threading.Thread(target=lambda: deposit.update(error=raised(
+        accounts.deposit, bank, account_id, Decimal("50.00"))), daemon=True)
+    started = time.monotonic()
+    depositor.start()
+    depositor.join(3)
+    waited = time.monotonic() - started
+    blocked = depositor.is_alive()
+    evidence = ""
+    if blocked:
+        evidence = (table(sessions(bank), SESSION_COLUMNS) + "\nrow locks on account: "
+                    + (", ".join(f"{r['row_id']} ({r['modes']}) by {r['pids']}"
+                                 for r in row_locks(bank)) if have_rowlocks else "n/a"))
+    rule.go.set()
+    worker.join(15)
+    depositor.join(15)
+    assert not blocked, explain(
+        f"A deposit on account {account_id} waited {waited:.1f} s while apply_interest's rule "
+        "was still computing.",
+        expected="the deposit commits at once: no lock is held while the rule runs",
+        actual="the deposit was blocked until the rule returned",
+        state="pg_stat_activity + pg_locks while the rule was stalled:\n" + evidence,
+        fix="the rule may call a pricing service and take seconds; a row lock (SELECT ... "
+            "FOR UPDATE) held through it blocks every payment on the account. Read balance "
+            "and version without a lock, compute, then UPDATE ... WHERE version = :read",
+        read="locking")
+    if "error" in box:
+        pytest.fail(explain("apply_interest() raised after a deposit slipped in.",
+                            expected="it detects the change and retries by itself",
+                            actual=first_line(box["error"]), read="locking"), pytrace=False)
+    result = box.get("result")
+    final = balance_of(bank, account_id)
+    expected = Decimal("1050.00") + one_percent(Decimal("1050.00"))
+    seen = ", ".join(fmt(b) for b in rule.seen)
+    assert final == expected and result is not None and \
+        result.balance_before == Decimal("1050.00"), explain(
+            "A deposit committed while apply_interest was computing, and the result lost "
+            "it: a lost update." if final < Decimal("1050.00") + Decimal("10.00")
+            else "apply_interest credited interest computed from a balance that no longer "
+                 "existed.",
+            expected=f"the rule called again with 1050.00 and the balance 1050.00 + 10.50 = "
+                     f"{fmt(expected)}",
+            actual=f"balance {fmt(final)}; the rule was given: {seen}; apply_interest "
+                   f"returned {result}",
+            state="the interleaving the check forced:\n"
+                  "  1. apply_interest read balance 1000.00 and called the rule\n"
+                  "  2. while the rule ran, deposit(50.00) committed: balance 1050.00\n"
+                  f"  3. apply_interest wrote its result: the balance became {fmt(final)}, "
+                  f"though the postings say {fmt(posted_sum(bank, account_id))}",
+            fix="UPDATE account SET balance = :new, version = version + 1 WHERE id = :id AND "
+                "version = :read_version; zero rows means someone changed the account: read "
+                "it again and recompute. Every other balance change must bump version too",
+            read="locking lost-update")
+    assert_ledger_agrees(bank, "after interest and a concurrent deposit", [account_id])
+
+
+def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engine,
+                                                funded: Any) -> None:
+    account_id = funded("1000.00")
+    rule = StallingRule(compute=lambda b: (b * Decimal("0.001")).quantize(CENT),
+                        stall_first=False, pause=0.01)
+    interest_workers = 6
+    amounts = [Decimal(f"{n}.{n:02d}") for n in range(1, 19)]  # distinct deposits
+
+    def work(index: int) -> Any:
+        if index < interest_workers:
+            return accounts.apply_interest(bank, account_id, rule, max_attempts=200)
+        return accounts.deposit(bank, account_id, amounts[index - interest_workers])
+
+    outcomes = run_concurrently(work, interest_workers + len(amounts), timeout=40)
+    for o in outcomes:
+        if isinstance(o.error, NotImplementedError):
+            not_written(o.error)
+    broken = failures(outcomes)
+    assert not broken, explain(
+        "Interest and deposits on one account at once raised errors.",
+        expected="every apply_interest retries until it wins; every deposit commits",
+        actual=f"{len(broken)} raised", state=describe_errors(broken), read="locking")
+    history = []
+    for o in outcomes:
+        if o.index < interest_workers:
+            history.append((o.value.balance_before, o.value.balance_after,
+                            f"interest {fmt(o.value.interest)} (worker {o.index})"))
+        else:
+            amount = amounts[o.index - interest_workers]
+            history.append((o.value.balance - amount, o.value.balance,
+                            f"deposit {fmt(amount)} (worker {o.index})"))
+    history.sort(key=lambda h: (h[0], h[1]))
+    final = balance_of(bank, account_id)
+    problems = []
+    starts: dict[Decimal, list[str]] = {}
+    for before, _, label in history:
+        starts.setdefault(before, []).append(label)
+    for before, labels in starts.items():
+        if len(labels) > 1:
+            problems.append(f"{len(labels)} operations all started from {fmt(before)} ("
+                            + ", ".join(labels[:3]) + "): only one of them can have, the "
+                            "others overwrote it")
+    expected_start = Decimal("1000.00")
+    for before, after, label in history if not problems else ():
+        if before != expected_start:
+            problems.append(f"{label} started from {fmt(before)}, but the balance then was "
+                            f"{fmt(expected_start)}")
+        expected_start = after
+    if expected_start != final:
+        problems.append(f"the last operation ended at {fmt(expected_start)}, but the balance "
+                        f"is {fmt(final)}")
+    lines = [f"{fmt(b):>10} -> {fmt(a):<10} {label}" for b, a, label in history]
+    assert not problems, explain(
+        f"{len(history)} operations ({interest_workers} interest, {len(amounts)} deposits) "
+        "do not form one history: some started from a balance another had already changed "
+        "(a lost update).",
+        expected="sorted by the balance they started from, each operation starts where the "
+                 "previous one ended, from 1000.00 to the final balance",
+        actual="; ".join(problems[:4]),
+        state="each operation, as it reported itself (before -> after):\n"
+              + "\n".join(lines[:24]),
+        fix="every write that depends on a read must fail when the row changed in between: "
+            "UPDATE ... WHERE version = :read_version (and version = version + 1 in every "
+            "balance change), retrying on zero rows", read="locking")
+    assert_ledger_agrees(bank, "after concurrent interest and deposits", [account_id])

@@ -1,0 +1,155 @@
+"""Stage n-plus-one: statements() returns each account's latest postings in a bounded number
+of queries, the same for 10 accounts as for 100. The check counts every statement sent
+through the engine it passes in (SQLAlchemy cursor events), ORM or Core alike."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _observe import count_queries, query_summary
+from _support import (
+    call,
+    explain,
+    fmt,
+    rows,
+    table,
+)
+from sqlalchemy import Engine, text
+
+pytestmark = pytest.mark.stage("n-plus-one")
+
+MAX_QUERIES = 3
+RECENT = 5
+
+
+def _ring(engine: Engine, ids: list[int], rounds: int) -> None:
+    """`rounds` transfers around a ring of accounts, written as the ledger would have them:
+    each round, every account sends a different amount to the next. Balances are set to the
+    sum of the postings (all accounts were funded first, so none goes negative)."""
+    with engine.begin() as conn:
+        for r in range(rounds):
+            conn.execute(text("""
+                WITH legs AS (
+                    SELECT gen_random_uuid() AS entry, a.id AS src,
+                           coalesce(lead(a.id) OVER (ORDER BY a.id), min(a.id) OVER ()) AS dst,
+                           ((a.n * 7 + :r * 3) % 17 + 1)::numeric / 4 AS amount
+                      FROM (SELECT id, row_number() OVER (ORDER BY id) AS n
+                              FROM account WHERE id = ANY(:ids)) a),
+                entries AS (
+                    INSERT INTO ledger_entry (id, kind)
+                    SELECT entry, 'TRANSFER' FROM legs RETURNING id)
+                INSERT INTO posting (entry_id, account_id, amount, currency)
+                SELECT entry, src, -amount, 'USD' FROM legs
+                UNION ALL
+                SELECT entry, dst, amount, 'USD' FROM legs"""), {"ids": ids, "r": r})
+        conn.execute(text("""
+            UPDATE account a SET balance = s.total
+              FROM (SELECT account_id, sum(amount) AS total FROM posting
+                     WHERE account_id = ANY(:ids) GROUP BY account_id) s
+             WHERE a.id = s.account_id"""), {"ids": ids})
+
+
+def _expected(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """The check's own answer: balance, currency and the latest postings of each account."""
+    out = {r["id"]: {"currency": r["currency"].strip(), "balance": r["balance"], "recent": []}
+           for r in rows(engine, "SELECT id, currency, balance FROM account "
+                                 "WHERE id = ANY(:ids)", ids=ids)}
+    for r in rows(engine, """
+            SELECT account_id, id, entry_id::text AS entry_id, amount, kind FROM (
+              SELECT p.*, e.kind, row_number() OVER (PARTITION BY p.account_id
+                                                     ORDER BY p.id DESC) AS n
+                FROM posting p JOIN ledger_entry e ON e.id = p.entry_id
+               WHERE p.account_id = ANY(:ids)) x
+             WHERE n <= :recent ORDER BY account_id, id DESC""", ids=ids, recent=RECENT):
+        out[r["account_id"]]["recent"].append((r["id"], r["entry_id"], r["kind"], r["amount"]))
+    return out
+
+
+def _differences(got: dict[Any, Any], expected: dict[int, dict[str, Any]]) -> list[str]:
+    problems = []
+    extra = sorted(set(got) - set(expected))
+    if extra:
+        problems.append(f"unexpected account ids {extra[:5]}")
+    for account_id, want in expected.items():
+        statement = got.get(account_id)
+        if statement is None:
+            problems.append(f"account {account_id}: missing")
+            continue
+        lines = [(p.posting_id, str(p.entry_id), p.kind, p.amount) for p in statement.recent]
+        if statement.balance != want["balance"] or statement.currency != want["currency"]:
+            problems.append(f"account {account_id}: {statement.currency} "
+                            f"{fmt(statement.balance)}, expected {want['currency']} "
+                            f"{fmt(want['balance'])}")
+        if lines != want["recent"]:
+            problems.append(f"account {account_id}: postings (id, kind, amount) "
+                            f"{[(i, k, fmt(a)) for i, _, k, a in lines]}, expected "
+                            f"{[(i, k, fmt(a)) for i, _, k, a in want['recent']]}")
+    return problems
+
+
+def _accounts(accounts: ModuleType, engine: Engine, count: int) -> list[int]:
+    ids = []
+    for _ in range(count):
+        account_id = call(accounts.open_account, engine, currency="USD")
+        call(accounts.deposit, engine, account_id, Decimal("100.00"))
+        ids.append(int(account_id))
+    return ids
+
+
+def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
+                                             bank: Engine) -> None:
+    statements = learner.module("statements")
+    busy, quiet = _accounts(accounts, bank, 2)
+    empty = call(accounts.open_account, bank, currency="EUR")
+    for n in range(6):
+        call(accounts.transfer, bank, busy, quiet, Decimal(f"{n + 1}.00"))
+    call(accounts.withdraw, bank, quiet, Decimal("0.50"))
+    got = call(statements.statements, bank, [busy, quiet, empty, 987654321], recent=RECENT)
+    expected = _expected(bank, [busy, quiet, empty])
+    problems = _differences(got, expected)
+    assert not problems, explain(
+        "statements() must return each account's balance and its latest postings, newest "
+        "first.",
+        expected=f"for accounts {busy} (7 postings), {quiet} (8) and {empty} (none): the "
+                 f"latest {RECENT} postings by posting id, descending; unknown id 987654321 "
+                 "left out",
+        actual="; ".join(problems[:4]),
+        state=table([{"account": a, "id": i, "kind": k, "amount": m}
+                     for a, want in expected.items() for i, _, k, m in want["recent"]],
+                    ("account", "id", "kind", "amount")),
+        read="n-plus-one")
+
+
+def test_statements_use_a_bounded_number_of_queries(learner: Any, accounts: ModuleType,
+                                                    bank: Engine) -> None:
+    statements = learner.module("statements")
+    ids = _accounts(accounts, bank, 100)
+    _ring(bank, ids, rounds=4)
+    counts = {}
+    for size in (10, 100):
+        chosen = ids[:size]
+        with count_queries(bank) as queries:
+            got = call(statements.statements, bank, chosen, recent=RECENT)
+        counts[size] = list(queries)
+        problems = _differences(got, _expected(bank, chosen))
+        assert not problems, explain(
+            f"statements() for {size} accounts returned wrong statements.",
+            expected=f"each account's balance and its latest {RECENT} postings, newest first",
+            actual="; ".join(problems[:3]), read="n-plus-one")
+    small, large = len(counts[10]), len(counts[100])
+    assert large <= MAX_QUERIES and large <= small, explain(
+        f"statements() for 100 accounts sent {large} queries ({small} for 10 accounts): the "
+        "number of queries grows with the number of accounts, the N+1 query problem.",
+        expected=f"at most {MAX_QUERIES} queries, the same for 10 accounts as for 100",
+        actual=f"{large} queries for 100 accounts, {small} for 10",
+        state="the statements it sent for 100 accounts, grouped:\n"
+              + query_summary(counts[100]),
+        fix="one query for the accounts and then one (lazy load) per account for its "
+            "postings is N+1. Load the postings of all the accounts at once: WHERE account_id "
+            "= ANY(:ids) with a window (row_number() OVER (PARTITION BY account_id ORDER BY "
+            "id DESC)) or LEFT JOIN LATERAL (... ORDER BY id DESC LIMIT :recent); with the "
+            "ORM, selectinload instead of lazy loading",
+        read="n-plus-one count-queries")

@@ -1,0 +1,23 @@
+-- The money service's schema. `dojo lab check money` runs this file on a fresh, empty
+-- PostgreSQL database before every check, so write it as plain CREATE statements.
+--
+-- The checks read and write only the tables and columns listed here (README, "The schema");
+-- any column you add needs a DEFAULT (or to allow NULL), because the checks insert rows
+-- with only these columns.
+--
+-- Stage schema:
+--   account          id (generated), kind ('CUSTOMER' | 'SYSTEM'), currency (ISO code such
+--                    as 'USD'), balance (exact money, default 0)
+--                    The database itself must refuse a negative CUSTOMER balance.
+--   ledger_entry     id (uuid), kind (text: 'DEPOSIT', 'WITHDRAWAL', 'TRANSFER', ...)
+--   posting          id (generated), entry_id, account_id, amount (signed money), currency
+--                    Append-only: UPDATE and DELETE are refused (entries too).
+--                    The postings of an entry sum to zero per currency, checked at COMMIT.
+--   idempotency_key  key (unique), request_hash, response (jsonb)
+--
+-- Stage exchange:
+--   quote            id (uuid), ... (your design)
+--   exchange         id (uuid), status ('PENDING' | 'COMPLETED' | 'FAILED'), ...
+--
+-- Stage lost-updates:
+--   account.version  a counter every balance change increments
