@@ -1,0 +1,604 @@
+"""The DLQ checks' harness: topics named by the learner's code, inputs produced with exact
+offsets, the learner's consumer run against a scripted gateway with taps on its clients, the
+state read back from PostgreSQL and Kafka, and failure messages that show the evidence.
+
+Nothing here reads the learner's internals: only the documented functions and tables
+(ledger_entries), the records in the topics, and the group's committed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _tools import (
+    CommitProbe,
+    ConsumerTap,
+    HybridClock,
+    Item,
+    ProducerTap,
+    Record,
+    read_topic,
+    show_header,
+)
+from sqlalchemy import Engine, text
+
+DLQ = "dead-letter-queue"
+# The lesson section each stage's failures send the learner to (lab.yaml says the same).
+READ = {
+    "classify": f"{DLQ}#one-question-decides-where-a-failure-goes",
+    "retry": f"{DLQ}#retrying-before-you-dead-letter",
+    "dead-letter-record": f"{DLQ}#what-to-attach-to-a-dead-lettered-message",
+    "dlt-topic": f"{DLQ}#kafka-the-application-writes-the-dead-letter-topic",
+    "nothing-lost": f"{DLQ}#a-production-spring-kafka-setup-setting-by-setting",
+    "keep-flowing": f"{DLQ}#what-goes-wrong-without-one",
+    "idempotent-effect": "idempotent-consumer#marker-and-effect-in-one-transaction",
+    "system-wide-failure": "circuit-breaker#message-consumers-pause-instead-of-dead-lettering",
+    "visibility": f"{DLQ}#monitoring-the-silent-graveyard",
+    "replay": f"{DLQ}#replay-getting-messages-back-out-safely",
+    "order-per-key": f"{DLQ}#ordering-what-a-dlq-does-to-a-key",
+}
+MISTAKES = f"{DLQ}#common-mistakes"
+SERVICE = "payments-consumer"
+CHECKS_DIR = Path(__file__).parent
+
+
+# -- messages ---------------------------------------------------------------------------------
+
+def explain(what: str, *, expected: str, actual: str, state: str = "", read: str = "") -> str:
+    """A failure message: what went wrong, expected vs actual, the evidence, where to read."""
+    parts = [what, f"  expected: {expected}", f"  actual:   {actual}"]
+    if state:
+        parts.append("  evidence:\n" + indent(state, 4))
+    if read:
+        parts.append(f"  read: lesson {read}")
+    return "\n".join(parts)
+
+
+def indent(block: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "\n".join(pad + line for line in block.rstrip().splitlines())
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str], limit: int = 14) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str(c) for c in row] for row in rows[:limit]]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in cells]
+    if len(rows) > limit:
+        lines.append(f"… and {len(rows) - limit} more")
+    return "\n".join(lines)
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a learner function; a NotImplementedError becomes a plain 'not written yet'."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as exc:
+        not_written(exc)
+
+
+def not_written(exc: BaseException) -> None:
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = "a function"
+    if frame is not None:
+        code = frame.tb_frame.f_code
+        where = f"{Path(code.co_filename).stem}.{code.co_name}()"
+    pytest.fail(f"{where} is not written yet. It says:\n    {exc}\n"
+                "  Write it as the lab README describes, then run the check again.",
+                pytrace=False)
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Input:
+    """A record the check produced, where it landed, and what it is."""
+
+    item: Item
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+    @property
+    def label(self) -> str:
+        return self.item.label
+
+    @property
+    def at(self) -> str:
+        return f"p{self.partition}@{self.offset}"
+
+    def describe(self) -> str:
+        key = self.item.key.decode() if self.item.key else "no key"
+        return f"{self.at} ({self.label}, key {key})"
+
+
+@dataclass
+class Topics:
+    source: str
+    dead_letter: str
+    parking_lot: str
+    partitions: int
+
+
+@dataclass
+class RunResult:
+    consumer: ConsumerTap
+    producer: ProducerTap
+    outcome: str  # done | timeout | returned
+    seconds: float  # real
+    virtual_seconds: float
+    committed: dict[int, int]
+    ends: dict[int, int]
+
+    def lag(self) -> int:
+        return sum(max(0, end - max(self.committed.get(p, -1), 0))
+                   for p, end in self.ends.items())
+
+
+_PRODUCERS: dict[str, Any] = {}  # learner producers, one per distinct config, for the session
+
+
+class DLQLab:
+    """Everything a check needs, bound to one test's broker topics and the learner's code."""
+
+    def __init__(self, kafka: Any, learner: Any) -> None:
+        self.kafka = kafka
+        self.learner = learner
+        self.ends: dict[str, dict[int, int]] = {}
+        self._input_producer: Any = None
+
+    # learner modules, imported fresh for this test
+    def module(self, name: str) -> Any:
+        return self.learner.module(name)
+
+    @property
+    def payments(self) -> Any:
+        return self.module("payments")
+
+    # -- topics ---------------------------------------------------------------------------
+    def topics(self, partitions: int = 3, hint: str = "payments") -> Topics:
+        source = self.kafka.topic(partitions, hint=hint)
+        deadletter = self.module("deadletter")
+        names = call(deadletter.topic_names, source)
+        for name in (names.dead_letter, names.parking_lot):
+            if not isinstance(name, str) or not name.startswith(source) or name == source:
+                pytest.fail(explain(
+                    "deadletter.topic_names(source) must derive both names from the source "
+                    "topic by adding a suffix: an explicit scheme, the same every time.",
+                    expected=f"names like {source}-dlt and {source}-parking-lot",
+                    actual=f"dead_letter={names.dead_letter!r}, "
+                           f"parking_lot={names.parking_lot!r}",
+                    read=READ["dlt-topic"]), pytrace=False)
+        if names.dead_letter == names.parking_lot:
+            pytest.fail(f"topic_names() gives the DLT and the parking lot the same name "
+                        f"({names.dead_letter}); they are two topics.", pytrace=False)
+        self.kafka.created.extend([names.dead_letter, names.parking_lot])  # deleted afterwards
+        admin = self.kafka.admin()
+        call(self.module("deadletter").create_topics, admin, source)
+        self._wait_for(admin, [names.dead_letter, names.parking_lot])
+        return Topics(source, names.dead_letter, names.parking_lot, partitions)
+
+    def _wait_for(self, admin: Any, names: list[str]) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            meta = admin.list_topics(timeout=5).topics
+            if all(n in meta and meta[n].error is None and meta[n].partitions and
+                   all(p.leader >= 0 for p in meta[n].partitions.values()) for n in names):
+                return
+            time.sleep(0.05)
+        pytest.fail(explain("deadletter.create_topics(admin, source) returned, but the topics "
+                            "are not there.", expected=", ".join(names),
+                            actual="missing after 10 s", read=READ["dlt-topic"]),
+                    pytrace=False)
+
+    def partition_counts(self, names: Sequence[str]) -> dict[str, int]:
+        meta = self.kafka.admin().list_topics(timeout=10).topics
+        return {n: len(meta[n].partitions) if n in meta and meta[n].error is None else 0
+                for n in names}
+
+    # -- settings -------------------------------------------------------------------------
+    def settings(self, topics: Topics, *, attempts: int = 4, initial: float = 0.4,
+                 multiplier: float = 2.0, cap: float = 1.6, jitter: float = 0.2,
+                 open_seconds: float = 2.0, max_poll_interval_ms: int = 300_000,
+                 group_id: str | None = None) -> Any:
+        p = self.payments
+        return p.Settings(
+            service=SERVICE, group_id=group_id or self.kafka.group_id("payments"),
+            source_topic=topics.source, dead_letter_topic=topics.dead_letter,
+            retry=p.RetryPolicy(max_attempts=attempts, initial_backoff_seconds=initial,
+                                multiplier=multiplier, max_backoff_seconds=cap, jitter=jitter),
+            breaker=p.BreakerPolicy(open_seconds=open_seconds),
+            max_poll_interval_ms=max_poll_interval_ms, dead_letter_timeout_seconds=5.0)
+
+    # -- producing inputs -----------------------------------------------------------------
+    def produce(self, topic: str, items: Sequence[Item], *,
+                extra_headers: Sequence[tuple[str, bytes]] = ()) -> list[Input]:
+        """Produce `items` one at a time (linger 0, flushed each), so offsets are exact and
+        the broker's high watermark stays right; keys placed by murmur2 like Java."""
+        if self._input_producer is None:
+            self._input_producer = self.kafka.producer(**{"linger.ms": 0})
+        out: list[Input] = []
+        for item in items:
+            reports: list[Any] = []
+            kwargs: dict[str, Any] = {}
+            if item.partition is not None:
+                kwargs["partition"] = item.partition
+            self._input_producer.produce(
+                topic, key=item.key, value=item.value,
+                headers=list(item.headers) + list(extra_headers),
+                on_delivery=lambda err, msg, r=reports: r.append((err, msg)), **kwargs)
+            self._input_producer.flush(10)
+            err, msg = reports[0]
+            assert err is None, f"the check could not produce its input: {err}"
+            out.append(Input(item, msg.partition(), msg.offset(), msg.timestamp()[1]))
+            ends = self.ends.setdefault(topic, {})
+            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+        return out
+
+    # -- the learner's clients ------------------------------------------------------------
+    def consumer_config(self, settings: Any) -> dict[str, Any]:
+        # A short session on both brokers: max.poll.interval.ms may then go down to 6 s.
+        base = self.kafka.consumer_config(settings.group_id, **{"session.timeout.ms": 6000,
+                                                                "heartbeat.interval.ms": 500})
+        config = call(self.module("consumer").consumer_config, dict(base), settings)
+        changed = {k: (v, config.get(k)) for k, v in base.items()
+                   if k not in ("group.id",) and config.get(k) != v}
+        assert not changed, explain(
+            "consumer_config(base, settings) must keep every setting of base (the checks "
+            "tune the client to their broker) and add its own.",
+            expected="every key of base unchanged",
+            actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
+            read=READ["nothing-lost"])
+        return config
+
+    def source_consumer(self, settings: Any, topics: Topics) -> Any:
+        """The learner's consumer, assigned every partition of the source topic. assign()
+        rather than subscribe(): offsets still live in settings.group_id, and the embedded
+        broker would make a new group wait ~3 s for its first record."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(self.consumer_config(settings))
+        self.kafka._clients.append(consumer)
+        consumer.assign([TopicPartition(topics.source, p) for p in range(topics.partitions)])
+        return consumer
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        base = self.kafka.producer_config(**overrides)
+        config = call(self.module("consumer").producer_config, dict(base))
+        changed = {k: (v, config.get(k)) for k, v in base.items()
+                   if k not in ("acks", "linger.ms") and config.get(k) != v}
+        assert not changed, explain(
+            "producer_config(base) must keep every setting of base and add its own.",
+            expected="every key of base unchanged (acks and linger.ms may change)",
+            actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
+            read=READ["nothing-lost"])
+        return config
+
+    def dlt_producer(self, **overrides: Any) -> Any:
+        """A producer from the learner's producer_config(), kept for the session (an
+        idempotent producer spends ~1 s on the embedded broker getting its id)."""
+        from confluent_kafka import Producer
+
+        config = self.producer_config(**overrides)
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key not in _PRODUCERS:
+            producer = Producer(config)
+            producer.produce(self.kafka.topic(1, hint="warmup"), value=b"warm-up")
+            producer.flush(10)
+            _PRODUCERS[key] = producer
+        return _PRODUCERS[key]
+
+    # -- running the consumer -------------------------------------------------------------
+    def run(self, engine: Engine, topics: Topics, settings: Any, downstream: Any,
+            clock: HybridClock, *, metrics: Any = None, producer: Any = None,
+            consumer: Any = None, timeout: float = 12.0, linger: float = 0.0,
+            watch: Callable[[dict[int, int]], None] | None = None,
+            before_commit: Callable[[dict[int, int]], None] | None = None,
+            hold_acks: float = 0.0) -> RunResult:
+        """Run consumer.run() until the group has committed every input (then `linger` s
+        more), or `timeout` real seconds. `watch(committed)` sees every probe."""
+        consumer_module = self.module("consumer")
+        raw = consumer if consumer is not None else self.source_consumer(settings, topics)
+        ctap = ConsumerTap(raw, clock, before_commit=before_commit)
+        ptap = producer if isinstance(producer, ProducerTap) else \
+            ProducerTap(producer or self.dlt_producer(), clock, hold_acks=hold_acks)
+        probe = CommitProbe(self.kafka.consumer_config(), settings.group_id, topics.source,
+                            topics.partitions)
+        state = {"outcome": "returned", "done_at": None}
+        started = time.monotonic()
+        virtual_started = clock.monotonic()
+
+        def should_stop() -> bool:
+            ends = self.ends.get(topics.source, {})
+            committed = probe.read()
+            if watch is not None:
+                watch(committed)
+            now = time.monotonic()
+            if ends and all(committed.get(p, -1) >= end for p, end in ends.items()):
+                if state["done_at"] is None:
+                    state["done_at"] = now
+                if now - state["done_at"] >= linger:
+                    state["outcome"] = "done"
+                    return True
+            if now - started > timeout:
+                state["outcome"] = "timeout"
+                return True
+            return False
+
+        try:
+            call(consumer_module.run, ctap, ptap, engine, downstream, settings, clock=clock,
+                 metrics=metrics, should_stop=should_stop)
+        finally:
+            committed = probe.read(force=True)
+            probe.close()
+        return RunResult(ctap, ptap, str(state["outcome"]), time.monotonic() - started,
+                         clock.monotonic() - virtual_started, committed,
+                         dict(self.ends.get(topics.source, {})))
+
+    def refresh_ends(self, topics: Topics) -> None:
+        """Learn the source's end offsets by reading it (records another writer, such as a
+        replay, added), never from the broker's high watermark (wrong on Tansu after a
+        multi-record batch)."""
+        ends = self.ends.setdefault(topics.source, {})
+        for record in self.read(topics.source, topics.partitions):
+            ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
+
+    # -- reading back ---------------------------------------------------------------------
+    def read(self, topic: str, partitions: int, *, expect: int | None = None,
+             start: dict[int, int] | None = None) -> list[Record]:
+        return read_topic(self.kafka.consumer_config(), topic, partitions, expect=expect,
+                          start=start)
+
+
+# -- the database -----------------------------------------------------------------------------
+
+def apply_schema(engine: Engine, learner_dir: Path) -> None:
+    path = learner_dir / "schema.sql"
+    if not path.exists():
+        pytest.fail(f"schema.sql is missing from {learner_dir}: the lab expects it.",
+                    pytrace=False)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(path.read_text())
+    except Exception as exc:
+        detail = getattr(exc, "orig", exc)
+        pytest.fail(f"schema.sql does not run on a fresh database:\n{indent(str(detail), 4)}",
+                    pytrace=False)
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    id: int
+    event_id: str
+    account: str
+    amount_cents: int
+
+
+def ledger(engine: Engine) -> list[LedgerRow]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, event_id::text, account, amount_cents "
+                                 "FROM ledger_entries ORDER BY id")).all()
+    return [LedgerRow(*row) for row in rows]
+
+
+def applied_ids(engine: Engine) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for row in ledger(engine):
+        out.setdefault(row.event_id, []).append(row.id)
+    return out
+
+
+def balances(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text("SELECT account, balance_cents FROM balances")).all())
+
+
+# -- what a run left behind, as the learner should read it -----------------------------------
+
+def match_dlt(inputs: Sequence[Input], records: Sequence[Record], *,
+              by_key: bool = False) -> dict[int, list[Record]]:
+    """DLT records per input (index), matched by their bytes (every input value is unique);
+    with `by_key`, a record whose bytes match nothing is matched by its key and partition
+    when exactly one input has them (so a changed value can still be shown)."""
+    by_value: dict[bytes, int] = {i.item.value: n for n, i in enumerate(inputs)}
+    out: dict[int, list[Record]] = {}
+    for record in records:
+        n = by_value.get(record.value or b"")
+        if n is None and by_key and record.key is not None:
+            same = [m for m, i in enumerate(inputs)
+                    if i.item.key == record.key and i.partition == record.partition]
+            n = same[0] if len(same) == 1 else None
+        if n is not None:
+            out.setdefault(n, []).append(record)
+    return out
+
+
+def dlt_table(records: Sequence[Record], inputs: Sequence[Input] = (), limit: int = 10) -> str:
+    origin = {i.item.value: i for i in inputs}
+    rows = []
+    for r in records[:limit]:
+        source = origin.get(r.value or b"")
+        rows.append((f"p{r.partition}@{r.offset}", source.describe() if source else "?",
+                     r.text("kafka_dlt-exception-fqcn") or "(no exception header)"))
+    text_out = table(rows, ("DLT record", "original input", "exception"), limit)
+    if len(records) > limit:
+        text_out += f"\n… and {len(records) - limit} more DLT records"
+    return text_out
+
+
+def headers_table(record: Record, names: Sequence[str] = ()) -> str:
+    shown = names or record.names()
+    rows = [(name, show_header(name, record.header(name)) if name in record.names()
+             else "MISSING") for name in shown]
+    return table(rows, ("header", "value"), limit=40)
+
+
+def timeline(run: RunResult, downstream: Any, inputs: Sequence[Input], limit: int = 12) -> str:
+    """What happened, in the clock's time: deliveries, gateway calls, DLT writes, commits."""
+    t0 = min([d.at for d in run.consumer.delivered] + [c.at for c in downstream.calls] +
+             [p.at for p in run.producer.produced] + [float("inf")])
+    if t0 == float("inf"):
+        return "(nothing happened: no record was polled)"
+    by_offset = {(i.partition, i.offset): i for i in inputs}
+    by_event = {i.item.event_id: i for i in inputs if i.item.event_id}
+    by_value = {i.item.value: i for i in inputs}
+    events: list[tuple[float, str]] = []
+    for d in run.consumer.delivered:
+        found = by_offset.get((d.partition, d.offset))
+        where = found.describe() if found else f"p{d.partition}@{d.offset}"
+        events.append((d.at, f"polled {where}"))
+    for c in downstream.calls:
+        found = by_event.get(c.event_id or "")
+        events.append((c.at, f"{c.what}({found.at if found else ''}) -> {c.outcome}"))
+    for p in run.producer.produced:
+        found = by_value.get(p.value or b"")
+        ack = "acked" if p.acked_at is not None and p.error is None else \
+            (f"FAILED: {p.error}" if p.error else "no ack yet")
+        events.append((p.at, f"DLT write of {found.at if found else '?'} ({ack})"))
+    for c in run.consumer.commits:
+        upto = ", ".join(f"p{k}->{v}" for k, v in sorted(c.upto.items()))
+        events.append((c.at, f"commit {upto}"))
+    events.sort(key=lambda e: e[0])
+    lines = [f"t+{at - t0:6.2f}s  {what}" for at, what in events[:limit]]
+    if len(events) > limit:
+        lines.append(f"… {len(events) - limit} more")
+    return "\n".join(lines)
+
+
+def retries_of(downstream: Any, event_id: str) -> list[float]:
+    """Gaps (clock seconds) between the successive authorize() calls for one event."""
+    times = [c.at for c in downstream.authorizations(event_id)]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def nominal_backoffs(settings: Any, retries: int) -> list[float]:
+    r = settings.retry
+    return [min(r.max_backoff_seconds, r.initial_backoff_seconds * r.multiplier ** (n - 1))
+            for n in range(1, retries + 1)]
+
+
+
+def require_done(run: RunResult, inputs: Sequence[Input], downstream: Any, *, read: str,
+                 why: str = "") -> None:
+    """Fail with the story of the run when the consumer did not commit every input."""
+    if run.outcome == "done":
+        return
+    stuck = {p: c for p, c in run.committed.items() if c < run.ends.get(p, 0)}
+    waiting = [i for i in inputs if i.offset >= max(run.committed.get(i.partition, -1), 0)
+               and i.partition in stuck]
+    how = ("consumer.run() returned before should_stop() said so" if run.outcome == "returned"
+           else f"after {run.seconds:.1f} s the check stopped it")
+    pytest.fail(explain(
+        "The consumer did not get through its input: some offsets were never committed. "
+        + why,
+        expected="every input booked or dead-lettered, and its offset committed",
+        actual=f"{how}; committed {fmt_offsets(run.committed)} of {fmt_offsets(run.ends)}; "
+               f"first uncommitted: {', '.join(i.describe() for i in waiting[:4]) or '?'}",
+        state="what happened (clock time):\n" + timeline(run, downstream, inputs, limit=16),
+        read=read), pytrace=False)
+
+
+def fmt_offsets(offsets: dict[int, int]) -> str:
+    return "{" + ", ".join(f"p{p}: {o if o >= 0 else 'none'}"
+                           for p, o in sorted(offsets.items())) + "}"
+
+
+def first_delivery(run: RunResult, i: Input) -> float | None:
+    times = [d.at for d in run.consumer.delivered
+             if d.partition == i.partition and d.offset == i.offset]
+    return min(times) if times else None
+
+
+def dlt_writes_of(run: RunResult, topic: str, i: Input) -> list[Any]:
+    return [p for p in run.producer.to(topic) if (p.value or b"") == i.item.value]
+
+
+# -- dead-letter records the check writes itself (for the visibility and replay stages) ------
+
+@dataclass(frozen=True)
+class Crafted:
+    """A record the check put in the DLT, as the README's consumer would have written it."""
+
+    item: Item
+    exception: str  # simple class name
+    replays: int | None  # x-replay-count on the DLT record (None: never replayed)
+    partition: int  # in the DLT (and the source: the same number)
+    offset: int  # in the DLT
+    timestamp_ms: int  # when it was dead-lettered
+    source_offset: int
+
+
+def spring_headers(source: str, partition: int, offset: int, exception: str,
+                   replays: int | None, group: str = "payments-consumer-group") -> list:
+    import struct
+
+    module = "payments"
+    headers = [("kafka_dlt-original-topic", source.encode()),
+               ("kafka_dlt-original-partition", struct.pack(">i", partition)),
+               ("kafka_dlt-original-offset", struct.pack(">q", offset)),
+               ("kafka_dlt-original-timestamp", struct.pack(">q", int(time.time() * 1000))),
+               ("kafka_dlt-original-timestamp-type", b"CreateTime"),
+               ("kafka_dlt-original-consumer-group", group.encode()),
+               ("kafka_dlt-exception-fqcn", f"{module}.{exception}".encode()),
+               ("kafka_dlt-exception-cause-fqcn", f"{module}.{exception}".encode()),
+               ("kafka_dlt-exception-message", f"{exception} (written by the check)".encode()),
+               ("x-dlt-attempts", b"1"),
+               ("x-dlt-first-failure-at", b"2025-01-16T11:33:00.752Z"),
+               ("x-dlt-last-failure-at", b"2025-01-16T11:33:00.752Z"),
+               ("x-dlt-service", SERVICE.encode())]
+    if replays is not None:
+        headers.append(("x-replay-count", str(replays).encode()))
+    return headers
+
+
+def craft_dead_letters(lab: DLQLab, topics: Topics,
+                       specs: Sequence[tuple[Item, str, int | None]], *,
+                       timestamp_ms: int | None = None) -> list[Crafted]:
+    """Write (item, exception class, replay count) records to the DLT, one per batch, in
+    order; each goes to the partition its key gives in the source (murmur2, like Java)."""
+    from dojo.runner.partitioning import partition_for
+
+    out = []
+    for n, (item, exception, replays) in enumerate(specs):
+        partition = item.partition if item.partition is not None else \
+            (partition_for(item.key, topics.partitions) if item.key is not None else 0)
+        source_offset = 1000 + n  # where it would have been read (the check never reads it)
+        headers = list(item.headers) + spring_headers(topics.source, partition,
+                                                      source_offset, exception, replays)
+        reports: list[Any] = []
+        if lab._input_producer is None:
+            lab._input_producer = lab.kafka.producer(**{"linger.ms": 0})
+        kwargs: dict[str, Any] = {"timestamp": timestamp_ms} if timestamp_ms else {}
+        lab._input_producer.produce(topics.dead_letter, key=item.key, value=item.value,
+                                    partition=partition, headers=headers,
+                                    on_delivery=lambda e, m, r=reports: r.append((e, m)),
+                                    **kwargs)
+        lab._input_producer.flush(10)
+        err, msg = reports[0]
+        assert err is None, f"the check could not write its DLT record: {err}"
+        out.append(Crafted(item, exception, replays, msg.partition(), msg.offset(),
+                           msg.timestamp()[1], source_offset))
+    return out
+
+
+def commit_group(lab: DLQLab, group_id: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit `offsets` for `group_id` as if its job had handled the records below them."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**lab.kafka.consumer_config(group_id)})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()

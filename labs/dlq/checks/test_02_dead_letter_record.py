@@ -1,0 +1,238 @@
+"""Stage dead-letter-record: the DLT record is the original record (bytes, key, partition,
+headers) plus Spring Kafka's `kafka_dlt-*` headers and the lab's `x-dlt-*` headers, in
+encodings a Java tool reads; the DLT is named explicitly and has the source's partitions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from _support import (
+    READ,
+    SERVICE,
+    call,
+    dlt_table,
+    explain,
+    headers_table,
+    match_dlt,
+    require_done,
+    table,
+)
+from _tools import (
+    EVENT_TYPE,
+    TRACEPARENT,
+    ScriptedDownstream,
+    business_rule,
+    healthy,
+    invalid,
+    java_int,
+    show_bytes,
+    undecodable,
+    with_label,
+)
+
+pytestmark = pytest.mark.stage("dead-letter-record")
+SEE = READ["dead-letter-record"]
+
+ORIGIN = ("kafka_dlt-original-topic", "kafka_dlt-original-partition",
+          "kafka_dlt-original-offset", "kafka_dlt-original-timestamp",
+          "kafka_dlt-original-timestamp-type", "kafka_dlt-original-consumer-group")
+FAILURE = ("kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn",
+           "kafka_dlt-exception-message", "x-dlt-attempts", "x-dlt-first-failure-at",
+           "x-dlt-last-failure-at", "x-dlt-service")
+
+
+def dead_letter_some(lab, engine, clock, *, transient=False):
+    """Run the consumer over poison in every partition; return what the checks look at."""
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    items = [undecodable("poison-u1", partition=0), healthy("acc-1", partition=0),
+             invalid("poison-i1", partition=1), undecodable(None, partition=2),
+             business_rule("poison-b1", partition=2), healthy("acc-2", partition=1)]
+    scripts = {}
+    if transient:
+        stuck = with_label(healthy("poison-t1", 300, partition=1), "transient-exhausted")
+        declined = with_label(healthy("poison-d1", 900, partition=0), "declined")
+        items += [stuck, declined]
+        scripts = {stuck.event_id: ["unavailable"] * 20, declined.event_id: ["declined"] * 5}
+    inputs = lab.produce(topics.source, items)
+    downstream = ScriptedDownstream(lab.payments, clock, scripts)
+    began = clock.now()
+    run = lab.run(engine, topics, settings, downstream, clock)
+    ended = clock.now()
+    require_done(run, inputs, downstream, read=READ["classify"])
+    poison = [i for i in inputs if i.label != "healthy"]
+    dlt = lab.read(topics.dead_letter, topics.partitions, expect=len(poison))
+    found = match_dlt(inputs, dlt, by_key=True)
+    missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
+    assert not missing, explain(
+        "Some poison never reached the DLT (the check matches DLT records to inputs by their "
+        "value, or by key and partition).",
+        expected=f"{len(poison)} DLT records, one per poison input",
+        actual="not found: " + ", ".join(i.describe() for i in missing),
+        state="DLT:\n" + dlt_table(dlt, inputs) + "\nvalues in the DLT:\n" +
+              "\n".join(show_bytes(r.value) for r in dlt[:8]), read=SEE)
+    pairs = [(i, found[n][0]) for n, i in enumerate(inputs) if n in found]
+    return topics, settings, pairs, (began, ended)
+
+
+def test_dead_letter_keeps_bytes_key_and_partition(lab, ledger_db, clock):
+    topics, _, pairs, _ = dead_letter_some(lab, ledger_db, clock)
+    rows, bad = [], []
+    for i, r in pairs:
+        same = (r.value == i.item.value, r.key == i.item.key, r.partition == i.partition)
+        rows.append((i.describe(), f"p{r.partition}@{r.offset}",
+                     "ok" if same[0] else "CHANGED", "ok" if same[1] else
+                     f"{show_bytes(r.key, 20)} (was {show_bytes(i.item.key, 20)})",
+                     "ok" if same[2] else f"p{r.partition} (was p{i.partition})"))
+        if not all(same):
+            bad.append((i, r))
+    detail = "\n".join(f"{i.at} sent:   {show_bytes(i.item.value, 90)}\n"
+                       f"{' ' * len(i.at)} in DLT: {show_bytes(r.value, 90)}"
+                       for i, r in bad if r.value != i.item.value)
+    assert not bad, explain(
+        "A DLT record carries the original record unchanged: the value byte for byte (also "
+        "when it cannot be parsed: never a parsed-and-re-serialised copy), the original key, "
+        "and the same partition number as the source (Spring Kafka's default destination).",
+        expected="value, key and partition identical for every DLT record",
+        actual=f"{len(bad)} of {len(pairs)} records differ",
+        state=table(rows, ("input", "DLT record", "value", "key", "partition")) +
+              (("\n" + detail) if detail else ""), read=SEE)
+    counts = lab.partition_counts([topics.source, topics.dead_letter])
+    assert counts[topics.dead_letter] >= counts[topics.source], "DLT has too few partitions"
+
+
+def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
+    topics, settings, pairs, _ = dead_letter_some(lab, ledger_db, clock)
+    problems = []
+    for i, r in pairs:
+        want = {
+            "kafka_dlt-original-topic": (r.text("kafka_dlt-original-topic"), topics.source),
+            "kafka_dlt-original-partition": (
+                java_int(r.header("kafka_dlt-original-partition"), 4), i.partition),
+            "kafka_dlt-original-offset": (
+                java_int(r.header("kafka_dlt-original-offset"), 8), i.offset),
+            "kafka_dlt-original-timestamp": (
+                java_int(r.header("kafka_dlt-original-timestamp"), 8), i.timestamp_ms),
+            "kafka_dlt-original-timestamp-type": (
+                r.text("kafka_dlt-original-timestamp-type"), "CreateTime"),
+            "kafka_dlt-original-consumer-group": (
+                r.text("kafka_dlt-original-consumer-group"), settings.group_id),
+        }
+        wrong = [name for name, (got, expected) in want.items() if got != expected]
+        if wrong:
+            problems.append((i, r, wrong, want))
+    if problems:
+        i, r, wrong, want = problems[0]
+        pytest.fail(explain(
+            "Each DLT record says where it came from, in Spring Kafka's headers and encodings "
+            "so a Java tool reads it: topic, timestamp type and group as UTF-8 text; "
+            "partition as a 4-byte big-endian int; offset and timestamp (epoch ms) as 8-byte "
+            "big-endian longs (struct.pack('>i', …) / struct.pack('>q', …)).",
+            expected="; ".join(f"{n} = {want[n][1]!r}" for n in wrong),
+            actual=f"{len(problems)} of {len(pairs)} records wrong; first, {i.describe()}: "
+                   + "; ".join(f"{n} decodes to {want[n][0]!r}" for n in wrong),
+            state=headers_table(r, ORIGIN), read=SEE), pytrace=False)
+
+
+def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
+    topics, settings, pairs, (began, ended) = dead_letter_some(lab, ledger_db, clock,
+                                                               transient=True)
+    expect_class = {"undecodable": ("UndecodableEvent", "UnicodeDecodeError"),
+                    "invalid": ("InvalidEvent", "InvalidEvent"),
+                    "business-rule": ("BusinessRuleViolation", "BusinessRuleViolation"),
+                    "declined": ("PaymentDeclined", "PaymentDeclined"),
+                    "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError")}
+    attempts = settings.retry.max_attempts
+    problems: list[tuple[object, object, list[str]]] = []
+    for i, r in pairs:
+        wrong = []
+        cls, cause = expect_class[i.label]
+        fq = r.text("kafka_dlt-exception-fqcn") or ""
+        if "." not in fq or fq.rsplit(".", 1)[1] != cls:
+            wrong.append(f"kafka_dlt-exception-fqcn should be module.{cls}")
+        cq = r.text("kafka_dlt-exception-cause-fqcn") or ""
+        if "." not in cq or cq.rsplit(".", 1)[1] != cause:
+            wrong.append(f"kafka_dlt-exception-cause-fqcn should be the root cause, "
+                         f"….{cause} (follow __cause__ / __context__ to the end)")
+        message = r.text("kafka_dlt-exception-message") or ""
+        if i.label == "declined" and "account closed" not in message:
+            wrong.append("kafka_dlt-exception-message should be str(exception)")
+        if not message:
+            wrong.append("kafka_dlt-exception-message is missing or empty")
+        want_attempts = str(attempts if i.label == "transient-exhausted" else 1)
+        if r.text("x-dlt-attempts") != want_attempts:
+            wrong.append(f"x-dlt-attempts should be {want_attempts} (decimal text)")
+        times = []
+        for name in ("x-dlt-first-failure-at", "x-dlt-last-failure-at"):
+            raw = r.text(name)
+            try:
+                moment = datetime.fromisoformat(raw or "").timestamp()
+                if moment < began - 2 or moment > ended + 2:
+                    wrong.append(f"{name} should be the clock's time of that failure "
+                                 "(clock.now())")
+                times.append(moment)
+            except ValueError:
+                wrong.append(f"{name} should be ISO-8601 UTC, like 2025-01-16T11:33:00.752Z")
+        if len(times) == 2:
+            spread = times[1] - times[0]
+            if i.label == "transient-exhausted" and not 1.8 <= spread <= 4.5:
+                wrong.append(f"first and last failure should be ~2.8 s apart (three "
+                             f"backoffs), not {spread:.2f} s")
+            if i.label != "transient-exhausted" and abs(spread) > 0.25:
+                wrong.append("one attempt: first and last failure should be the same moment")
+        if r.text("x-dlt-service") != SERVICE:
+            wrong.append(f"x-dlt-service should be settings.service ({SERVICE!r})")
+        if wrong:
+            problems.append((i, r, wrong))
+    if problems:
+        i, r, wrong = problems[0]
+        pytest.fail(explain(
+            "Each DLT record says why it failed and how hard the consumer tried, so someone "
+            "can act on it without the logs: the exception's class (module.ClassName), its "
+            "root cause's class, its message, the attempt count, first and last failure "
+            "time, and the service.",
+            expected="the headers of the README's table, in its encodings",
+            actual=f"{len(problems)} of {len(pairs)} records wrong; first, {i.describe()}:\n"
+                   + "\n".join("    - " + w for w in wrong),
+            state=headers_table(r, FAILURE), read=SEE), pytrace=False)
+
+
+def test_dead_letter_keeps_the_trace_and_business_headers(lab, ledger_db, clock):
+    _, _, pairs, _ = dead_letter_some(lab, ledger_db, clock)
+    bad = []
+    for i, r in pairs:
+        for name, value in i.item.headers:
+            if r.header(name) != value:
+                bad.append((i.describe(), name, show_bytes(value, 40),
+                            show_bytes(r.header(name), 40)))
+    assert not bad, explain(
+        "The original headers travel with the record into the DLT: traceparent links the "
+        "DLT alert to every log line of the request, and business headers (event-type here) "
+        "are what a replay must keep.",
+        expected=f"{TRACEPARENT} and {EVENT_TYPE} unchanged on every DLT record",
+        actual=f"{len(bad)} headers missing or changed",
+        state=table(bad, ("input", "header", "sent", "in DLT")), read=SEE)
+
+
+def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
+    deadletter = lab.module("deadletter")
+    source = lab.kafka.topic(5, hint="wide")
+    first, second = call(deadletter.topic_names, source), call(deadletter.topic_names, source)
+    assert first == second, explain(
+        "topic_names(source) is the naming scheme: the same answer every time, never a "
+        "random or time-based name (every instance and every alert must find the same DLT).",
+        expected=repr(first), actual=repr(second), read=READ["dlt-topic"])
+    lab.kafka.created.extend([first.dead_letter, first.parking_lot])
+    admin = lab.kafka.admin()
+    call(deadletter.create_topics, admin, source)
+    call(deadletter.create_topics, admin, source)  # a second start of the service
+    lab._wait_for(admin, [first.dead_letter, first.parking_lot])
+    counts = lab.partition_counts([source, first.dead_letter, first.parking_lot])
+    small = {n: c for n, c in counts.items() if n != source and c < counts[source]}
+    assert not small, explain(
+        "A DLT record keeps its partition number, so the DLT (and the parking lot) need at "
+        "least as many partitions as the source, or records from the high partitions have "
+        "nowhere to go. Read the source's partition count; do not assume one.",
+        expected=f"at least {counts[source]} partitions each (the source has {counts[source]})",
+        actual=", ".join(f"{n}: {c}" for n, c in small.items()), read=READ["dlt-topic"])

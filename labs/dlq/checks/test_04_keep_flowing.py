@@ -1,0 +1,114 @@
+"""Stage keep-flowing: a poison pill does not hold back the records behind it, a transient
+one holds them only for its retry window, lag drains, and an idle consumer does not spin."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from _support import (
+    READ,
+    applied_ids,
+    explain,
+    first_delivery,
+    nominal_backoffs,
+    require_done,
+    timeline,
+)
+from _tools import ConsumerTap, ScriptedDownstream, healthy, invalid, undecodable, with_label
+
+pytestmark = pytest.mark.stage("keep-flowing")
+SEE = READ["keep-flowing"]
+
+
+def first_call(downstream, event_id):
+    calls = downstream.authorizations(event_id)
+    return calls[0].at if calls else None
+
+
+def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    behind0 = [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(20)]
+    behind1 = [healthy(f"acc-{n}", 300 + n, partition=1) for n in range(5)]
+    items = [undecodable("poison-u1", partition=0), *behind0,
+             invalid("poison-i1", partition=1), *behind1]
+    inputs = lab.produce(topics.source, items)
+    downstream = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6)
+    require_done(run, inputs, downstream, read=SEE, why=(
+        "A poison pill sits at the head of partitions 0 and 1: if the consumer retries it "
+        "for ever (or seeks back to it), nothing behind it ever moves and lag only grows."))
+
+    booked = applied_ids(ledger_db)
+    unbooked = [i for i in inputs if i.label == "healthy" and i.item.event_id not in booked]
+    heads = [inputs[0], inputs[21]]
+    again = {h.at: sum(1 for d in run.consumer.delivered if (d.partition, d.offset) ==
+                       (h.partition, h.offset)) for h in heads}
+    waits = {}
+    for head, nxt in ((inputs[0], inputs[1]), (inputs[21], inputs[22])):
+        seen, moved = first_delivery(run, head), first_call(downstream, nxt.item.event_id)
+        if seen is not None and moved is not None:
+            waits[head.at] = moved - seen
+    assert not unbooked and all(n <= 2 for n in again.values()) and \
+        all(w < 0.25 for w in waits.values()), explain(
+            "The records behind a poison pill must flow on at once: dead-letter the pill, "
+            "commit it, take the next record. No waiting, no redelivery loop.",
+            expected="every healthy record booked; each pill polled at most twice; the next "
+                     "record reached the gateway under 0.25 s after the pill was polled",
+            actual=f"{len(unbooked)} healthy records not booked; times each pill was polled: "
+                   f"{again}; wait behind each pill: "
+                   + ", ".join(f"{k}: {v:.2f} s" for k, v in waits.items()),
+            state=timeline(run, downstream, inputs, limit=14), read=SEE)
+
+
+def test_transient_pill_holds_its_partition_only_for_its_retry_window(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)  # 4 attempts: 0.4 + 0.8 + 1.6 s of backoff (± 20 %)
+    stuck = with_label(healthy("poison-t1", 300, partition=0), "transient-exhausted")
+    behind = [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(8)]
+    inputs = lab.produce(topics.source, [stuck, *behind])
+    downstream = ScriptedDownstream(lab.payments, clock, {stuck.event_id: ["timeout"] * 50})
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    window = sum(nominal_backoffs(settings, settings.retry.max_attempts - 1))
+    began, moved = first_call(downstream, stuck.event_id), \
+        first_call(downstream, behind[0].event_id)
+    held = (moved - began) if began is not None and moved is not None else float("inf")
+    limit = window * (1 + settings.retry.jitter) + 0.5
+    assert held <= limit, explain(
+        "A record that fails transiently holds its partition while it is retried in place, "
+        "but only for its bounded retry window; then it goes to the DLT and the partition "
+        "moves on.",
+        expected=f"the next record reaches the gateway within {limit:.1f} s (clock time) of "
+                 f"the pill's first attempt (backoff {window:.1f} s ± jitter)",
+        actual=f"it took {held:.1f} s" if held != float("inf") else "it never did",
+        state=timeline(run, downstream, inputs, limit=14), read=SEE)
+
+
+def test_idle_consumer_does_not_spin(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    inputs = lab.produce(topics.source, [healthy(f"acc-{n}", 100 + n) for n in range(6)])
+    downstream = ScriptedDownstream(lab.payments, clock)
+    marks: dict[str, float] = {}
+    tap = ConsumerTap(lab.source_consumer(settings, topics), clock)
+
+    def watch(committed):
+        ends = lab.ends[topics.source]
+        if "cpu" not in marks and all(committed.get(p, -1) >= e for p, e in ends.items()):
+            marks.update(cpu=time.process_time(), wall=time.monotonic(), polls=len(tap.polls))
+
+    run = lab.run(ledger_db, topics, settings, downstream, clock, consumer=tap, linger=1.0,
+                  watch=watch)
+    require_done(run, inputs, downstream, read=SEE)
+    cpu = time.process_time() - marks["cpu"]
+    wall = time.monotonic() - marks["wall"]
+    polls = len(tap.polls) - marks["polls"]
+    assert cpu / wall < 0.5, explain(
+        "With nothing to consume, the consumer should wait inside poll(timeout), not spin. "
+        "For a second of idling the check measured this process's CPU time.",
+        expected="well under 50 % of one CPU while idle",
+        actual=f"{cpu / wall:.0%} of a CPU; {polls} poll() calls in {wall:.1f} s",
+        state="a loop of poll(0), or of clock.sleep() (instant under the checks' clock) "
+              "between polls, keeps a core busy for nothing", read=SEE)

@@ -1,0 +1,104 @@
+"""Stage idempotent-effect: the processed-event marker and the effect commit in one
+PostgreSQL transaction (INSERT … ON CONFLICT DO NOTHING), so redeliveries, replays and
+racing twins book once, and a failed effect leaves no marker behind."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from _support import (
+    READ,
+    applied_ids,
+    balances,
+    call,
+    explain,
+    ledger,
+    require_done,
+    table,
+)
+from _tools import ScriptedDownstream, healthy
+
+from dojo.runner.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
+from dojo.runner.faults import slow_sql as slowed
+
+pytestmark = pytest.mark.stage("idempotent-effect")
+SEE = READ["idempotent-effect"]
+
+
+def payment(lab, account="acc-1", cents=1250):
+    return lab.payments.PaymentEvent(str(uuid.uuid4()), account, "deposit", cents, "EUR")
+
+
+def test_redelivered_and_replayed_events_are_booked_once(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    events = [healthy(f"acc-{n % 3}", 100 * (n + 1)) for n in range(6)]
+    twice = duplicate_and_reorder(events, copies=2, seed=7, key=lambda item: item.key)
+    inputs = lab.produce(topics.source, twice)
+    # a replay of two events that were booked already: same bytes, a replay-count header
+    inputs += lab.produce(topics.source, events[:2], extra_headers=[("x-replay-count", b"1")])
+    downstream = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    booked = applied_ids(ledger_db)
+    rows = [(e.event_id[:8], e.account,
+             sum(1 for i in inputs if i.item.event_id == e.event_id),
+             len(booked.get(e.event_id, []))) for e in events]
+    wrong = [r for r in rows if r[3] != 1]
+    expected = {}
+    for e in events:
+        expected[e.account] = expected.get(e.account, 0) + e.cents
+    assert not wrong and balances(ledger_db) == expected, explain(
+        "Every event was delivered two or three times (a redelivery after a crash, a "
+        "producer retry, a replay from the DLT). The effect must happen once: insert the "
+        "event id into processed_events with ON CONFLICT DO NOTHING, and book only when that "
+        "inserted a row, in the same transaction.",
+        expected="1 ledger row per event, and balances equal to the sum of distinct events",
+        actual=f"{len(wrong)} of {len(events)} events booked a wrong number of times; "
+               f"balances {balances(ledger_db)} (should be {expected})",
+        state=table(rows, ("event", "account", "delivered", "ledger rows")), read=SEE)
+
+
+def test_racing_twins_book_once(lab, ledger_db):
+    consumer = lab.module("consumer")
+    event = payment(lab)
+    # Every statement on processed_events waits 0.3 s after running: the twins overlap.
+    with slowed(ledger_db, 0.3, match=r"processed_events"):
+        outcomes = run_concurrently(lambda _: call(consumer.apply_once, ledger_db, event), 4,
+                                    timeout=20)
+    rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
+    results = [("raised " + type(o.error).__name__) if o.error else repr(o.value)
+               for o in outcomes]
+    assert len(rows) == 1 and all(o.error is None for o in outcomes) and \
+        [o.value for o in outcomes].count(True) == 1, explain(
+            "Four consumers called apply_once() for the same event at the same moment (a "
+            "rebalance hands a partition over while the old owner is still busy). Exactly "
+            "one books it; the others wait on the marker row's lock and get False. A "
+            "SELECT-then-INSERT lets two of them see 'not processed' together.",
+            expected="one True, three False, one ledger row, no exception",
+            actual=f"returned {results}; {len(rows)} ledger row(s)",
+            state="INSERT INTO processed_events (event_id) VALUES (:id) ON CONFLICT DO "
+                  "NOTHING — the second inserter blocks until the first commits, then "
+                  "inserts nothing (rowcount 0)", read=SEE)
+
+
+def test_failed_effect_leaves_no_marker(lab, ledger_db):
+    consumer = lab.module("consumer")
+    event = payment(lab)
+    with fail_sql(ledger_db, r"INSERT INTO ledger_entries", times=1) as failed:
+        try:
+            call(consumer.apply_once, ledger_db, event)
+            first = "returned"
+        except InjectedFault:
+            first = "raised the injected failure"
+    again = call(consumer.apply_once, ledger_db, event)
+    rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
+    assert failed and len(rows) == 1 and again is True, explain(
+        "The effect's INSERT failed (the check made it), so the event was not booked; the "
+        "retry must book it. If the marker was committed on its own, the retry finds it, "
+        "says 'duplicate' and the payment is LOST. The marker and the effect commit "
+        "together or not at all.",
+        expected="first call raises; second returns True; one ledger row",
+        actual=f"first call {first}; second returned {again!r}; {len(rows)} ledger row(s)",
+        read=SEE)

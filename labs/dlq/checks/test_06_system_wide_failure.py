@@ -1,0 +1,133 @@
+"""Stage system-wide-failure: when the gateway is down for everyone, the consumer opens its
+circuit and pauses (nothing dead-lettered, nothing hammered, still polling), lag grows, and
+when ping() answers again it resumes and the lag drains."""
+
+from __future__ import annotations
+
+import pytest
+from _support import READ, applied_ids, dlt_table, explain, require_done, table, timeline
+from _tools import ScriptedDownstream, healthy
+
+pytestmark = pytest.mark.stage("system-wide-failure")
+SEE = READ["system-wide-failure"]
+OUTAGE = 12.0  # clock seconds (the checks' clock makes them cost little real time)
+OPEN = 2.0
+POLL_INTERVAL_MS = 10_000
+
+
+class Outage:
+    """The gateway goes down for everyone at its `after`-th authorize() and comes back
+    OUTAGE clock seconds later; when it goes down, the check produces a second wave."""
+
+    def __init__(self, clock, after, on_start):
+        self.clock, self.after, self.on_start = clock, after, on_start
+        self.calls = 0
+        self.started = None
+
+    def down(self):
+        return self.started is not None and self.clock.monotonic() < self.started + OUTAGE
+
+    @property
+    def ended(self):
+        return None if self.started is None else self.started + OUTAGE
+
+    def on_call(self, call):
+        if self.started is None and call.what == "authorize":
+            self.calls += 1
+            if self.calls >= self.after:
+                self.started = self.clock.monotonic()
+                self.on_start()
+
+
+def outage_run(lab, engine, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics, open_seconds=OPEN, max_poll_interval_ms=POLL_INTERVAL_MS)
+    inputs = lab.produce(topics.source, [healthy(f"acc-{n % 5}", 100 + n) for n in range(12)])
+    wave = [healthy(f"acc-{n % 5}", 500 + n) for n in range(12)]
+
+    def second_wave():
+        inputs.extend(lab.produce(topics.source, wave))
+
+    outage = Outage(clock, 5, second_wave)
+    downstream = ScriptedDownstream(lab.payments, clock, down_while=outage.down,
+                                    on_call=outage.on_call)
+    lags = []
+
+    def watch(committed):
+        ends = lab.ends[topics.source]
+        lags.append((clock.monotonic(), sum(max(0, e - max(committed.get(p, -1), 0))
+                                            for p, e in ends.items())))
+
+    run = lab.run(engine, topics, settings, downstream, clock, watch=watch, timeout=25)
+    return topics, settings, inputs, downstream, outage, run, lags
+
+
+def test_outage_is_not_dead_lettered(lab, ledger_db, clock):
+    topics, settings, inputs, downstream, outage, run, lags = outage_run(lab, ledger_db, clock)
+    dlt = lab.read(topics.dead_letter, topics.partitions)
+    assert not dlt, explain(
+        "The gateway was down for everyone for 12 s (authorize() and ping() both failed). "
+        "That is not a problem of any one message: dead-lettering them fills the DLT with "
+        "healthy payments and forces a bulk replay. Open the circuit and pause instead; the "
+        "topic is the buffer.",
+        expected="nothing in the DLT",
+        actual=f"{len(dlt)} records dead-lettered during the outage",
+        state="DLT:\n" + dlt_table(dlt, inputs) + "\nwhat happened:\n" +
+              timeline(run, downstream, inputs, limit=12), read=SEE)
+    require_done(run, inputs, downstream, read=SEE, why=(
+        "After the outage ping() answers again: the consumer should resume and work through "
+        "the backlog."))
+    booked = applied_ids(ledger_db)
+    wrong = [i for i in inputs if len(booked.get(i.item.event_id, [])) != 1]
+    during = [lag for at, lag in lags if outage.started and outage.started <= at < outage.ended]
+    assert not wrong and during and max(during) >= 12 and lags[-1][1] == 0, explain(
+        "While the circuit is open the lag grows (12 more payments arrived during the "
+        "outage); after recovery it drains to zero and every payment is booked once.",
+        expected="lag ≥ 12 during the outage, 0 at the end; every event booked once",
+        actual=f"max lag during the outage {max(during) if during else 'not seen'}, at the end "
+               f"{lags[-1][1] if lags else '?'}; {len(wrong)} events not booked exactly once",
+        state=timeline(run, downstream, inputs, limit=10), read=SEE)
+
+
+def test_open_circuit_pauses_and_probes_gently(lab, ledger_db, clock):
+    topics, settings, inputs, downstream, outage, run, _ = outage_run(lab, ledger_db, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    start, end = outage.started, outage.ended
+    during = [c for c in downstream.calls if start <= c.at < end]
+    held = {c.event_id for c in during if c.what == "authorize"}
+    budget = settings.retry.max_attempts + int(OUTAGE / OPEN) + 3
+    polls = [t for t in run.consumer.polls if start <= t <= end]
+    gaps = [b - a for a, b in zip([start, *polls], [*polls, end], strict=False)]
+    pauses = [p for p in run.consumer.pauses if start <= p[0] <= end]
+    resumes = [r for r in run.consumer.resumes if r[0] >= end]
+    after = [c for c in downstream.calls if c.at >= end and c.what == "authorize"
+             and c.outcome == "ok"]
+    recovered = (after[0].at - end) if after else float("inf")
+    problems = []
+    if len(held) > 1:
+        problems.append(f"{len(held)} different events were sent to the gateway during the "
+                        "outage: the consumer went on taking records instead of holding one")
+    if len(during) > budget:
+        problems.append(f"{len(during)} gateway calls in {OUTAGE:.0f} s: a probe every "
+                        f"{OPEN:.0f} s allows about {budget}")
+    if not pauses or not resumes:
+        problems.append("consumer.pause(assignment) while the circuit is open and "
+                        "consumer.resume(assignment) after recovery were "
+                        f"{'not called' if not pauses else 'paused but never resumed'}")
+    if gaps and max(gaps) > POLL_INTERVAL_MS / 1000:
+        problems.append(f"poll() was not called for {max(gaps):.1f} s: over "
+                        f"max.poll.interval.ms ({POLL_INTERVAL_MS} ms) the broker evicts the "
+                        "consumer (keep polling while paused)")
+    if recovered > OPEN + 1.0:
+        problems.append(f"the first payment after recovery went through {recovered:.1f} s "
+                        f"after the gateway came back (probe every {OPEN:.0f} s)")
+    calls = [(f"t+{c.at - start:5.1f}s", c.what, c.outcome) for c in during]
+    assert not problems, explain(
+        "While the gateway is down the circuit is open: hold the record in hand, pause the "
+        "assignment, keep calling poll() (it returns nothing while paused) and ping() once "
+        "every open_seconds; when a ping answers, resume and retry the held record.",
+        expected="one held record, few calls, paused and resumed, polls within the interval, "
+                 f"recovery within {OPEN + 1.0:.0f} s",
+        actual="\n    - " + "\n    - ".join(problems),
+        state="gateway calls during the outage (clock time since it began):\n" +
+              table(calls, ("when", "call", "outcome"), limit=12), read=SEE)
