@@ -212,7 +212,8 @@ def row_locks(engine: Engine, table_name: str = "account") -> list[dict[str, Any
     """Row locks on `table_name` right now (pgrowlocks), with the account ids they cover."""
     try:
         return rows(engine, f"""
-            SELECT t.id AS row_id, l.modes::text AS modes, l.pids::text AS pids
+            SELECT t.id AS row_id, array_to_string(l.modes, ', ') AS modes,
+                   array_to_string(l.pids, ', ') AS pids
               FROM pgrowlocks('{table_name}') l JOIN {table_name} t ON t.ctid = l.locked_row
              ORDER BY t.id""")
     except Exception:

@@ -185,7 +185,8 @@ def test_provider_is_called_outside_any_transaction(kit: ExchangeKit) -> None:
         expected="no transaction open and no row lock held during the provider call "
                  "(pg_locks and pgrowlocks show nothing of yours)",
         actual=f"{len(holding)} session(s) idle in transaction; row locks on account "
-               + (", ".join(f"{r['row_id']} ({r['modes']})" for r in locked_rows) or "none"),
+               + (", ".join(f"{r['row_id']} ({r['modes']}, pid {r['pids']})"
+                            for r in locked_rows) or "none"),
         state="pg_stat_activity + pg_locks, taken while the provider was stalled:\n"
               + table(holding or others, SESSION_COLUMNS)
               + (f"\na withdrawal of 1.00 from account {source} then waited "
