@@ -354,6 +354,22 @@ class DLQLab:
         for record in self.read(topics.source, topics.partitions):
             ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
 
+    def run_until_stopped(self, engine: Engine, topics: Topics, settings: Any,
+                          downstream: Any, clock: HybridClock, **kwargs: Any
+                          ) -> tuple[RunResult | None, str, dict[int, int]]:
+        """Like run(), for a run that may legitimately end by raising (a consumer that stops
+        when its DLT is unreachable): (the result or None, how it ended, committed)."""
+        try:
+            result = self.run(engine, topics, settings, downstream, clock, **kwargs)
+            return result, result.outcome, result.committed
+        except Exception as exc:
+            from _tools import committed_offsets
+
+            how = f"run() raised {type(exc).__name__}: {str(exc)[:120]}"
+            return None, how, committed_offsets(self.kafka.consumer_config(),
+                                                settings.group_id, topics.source,
+                                                topics.partitions)
+
     # -- reading back ---------------------------------------------------------------------
     def read(self, topic: str, partitions: int, *, expect: int | None = None,
              start: dict[int, int] | None = None) -> list[Record]:

@@ -47,8 +47,8 @@ def test_counter_counts_acknowledged_dead_letters_by_type(lab, ledger_db, clock)
     first = lab.produce(topics.source, [undecodable("poison-u1", partition=0)])
     broken = Producer(lab.producer_config(**{"bootstrap.servers": unreachable_bootstrap(),
                                              "message.timeout.ms": 300, "log_level": 0}))
-    lab.run(ledger_db, topics, settings, ScriptedDownstream(lab.payments, clock), clock,
-            producer=broken, metrics=metrics, timeout=1.2)
+    lab.run_until_stopped(ledger_db, topics, settings, ScriptedDownstream(lab.payments, clock),
+                          clock, producer=broken, metrics=metrics, timeout=1.2)
     broken.purge()
     before = simple(call(metrics.counts))
     assert not before, explain(
