@@ -21,7 +21,7 @@ def slow_sql(engine: Any, delay: float, match: str = r".") -> Iterator[list[str]
     """
     from sqlalchemy import event
 
-    pattern = re.compile(match, re.IGNORECASE)
+    pattern = re.compile(match, re.IGNORECASE | re.DOTALL)  # SQL spans lines
     slowed: list[str] = []
 
     def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
@@ -48,7 +48,7 @@ def fail_sql(engine: Any, match: str, *, times: int = 1,
     """
     from sqlalchemy import event
 
-    pattern = re.compile(match, re.IGNORECASE)
+    pattern = re.compile(match, re.IGNORECASE | re.DOTALL)  # SQL spans lines
     failed: list[str] = []
 
     def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
