@@ -98,9 +98,12 @@ def _continue(session: Session, place: Place | None) -> Continue | None:
     catalog = session.catalog
     if place.kind == "lesson" and catalog.has_lesson(place.target):
         lesson = catalog.lesson(place.target)
-        section = lesson.section(place.detail)
+        titles = {section.slug: section.title for section in lesson.sections}
+        titles.update({sub.slug: sub.title for section in lesson.sections
+                       for sub in section.subsections})
+        where = titles.get(place.detail)
         return Continue("lesson", place.target, place.detail, f"Lesson · {lesson.title}",
-                        f"§ {section.title}" if section else "from the top")
+                        f"§ {where}" if where else "from the top")
     if place.kind == "lab":
         return Continue("lab", place.target, place.detail, f"Lab · {place.target}",
                         f"stage {place.detail}" if place.detail else "")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from dojo.tui.screens._lesson import LessonScreen
     from dojo.tui.screens._mock import MockScreen
     from dojo.tui.screens._mock_report import MockReportScreen
-    from dojo.tui.screens._pick_file import PickFileScreen
+    from dojo.tui.screens._pick import PickScreen
     from dojo.tui.screens._progress import ProgressScreen
     from dojo.tui.screens._quiz import QuizScreen
     from dojo.tui.screens._viewer import ViewerScreen
@@ -27,7 +27,7 @@ _MODULES = {
     "LessonScreen": "_lesson",
     "MockReportScreen": "_mock_report",
     "MockScreen": "_mock",
-    "PickFileScreen": "_pick_file",
+    "PickScreen": "_pick",
     "ProgressScreen": "_progress",
     "QuizScreen": "_quiz",
     "ViewerScreen": "_viewer",
@@ -41,7 +41,7 @@ __all__ = [
     "LessonScreen",
     "MockReportScreen",
     "MockScreen",
-    "PickFileScreen",
+    "PickScreen",
     "ProgressScreen",
     "QuizScreen",
     "ViewerScreen",

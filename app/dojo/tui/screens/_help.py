@@ -12,7 +12,8 @@ from textual.dom import DOMNode
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-KEY_WIDTH = 16
+KEY_WIDTH = 13
+COLUMN_WIDTH = 35
 
 
 def _bindings(owner: type[DOMNode]) -> list[Binding]:
@@ -83,7 +84,8 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(self._keys(owners))
 
     def _keys(self, owners: list[type[DOMNode]]) -> Content:
-        lines: list[Content] = []
+        """The keys in two columns (one when the screen is narrow)."""
+        entries: list[Content] = []
         seen: set[tuple[str, str]] = set()
         for owner in owners:
             for binding in _bindings(owner):
@@ -95,8 +97,17 @@ class HelpScreen(ModalScreen[None]):
                 if (keys, label) in seen:
                     continue
                 seen.add((keys, label))
-                lines.append(Content.assemble((f"{keys:<{KEY_WIDTH}}", "bold $text-accent"),
-                                              label))
+                label = label if len(label) <= COLUMN_WIDTH - KEY_WIDTH else \
+                    label[:COLUMN_WIDTH - KEY_WIDTH - 1] + "…"
+                entries.append(Content.assemble(
+                    (f"{keys:<{KEY_WIDTH - 1}} ", "bold $text-accent"),
+                    f"{label:<{COLUMN_WIDTH - KEY_WIDTH}}"))
+        columns = 2 if self.app.size.width >= 2 * COLUMN_WIDTH + 6 else 1
+        rows = -(-len(entries) // columns)
+        lines = [Content("").join(entries[row + rows * column]
+                                  for column in range(columns)
+                                  if row + rows * column < len(entries)).rstrip()
+                 for row in range(rows)]
         return Content("\n").join(lines)
 
     def on_mount(self) -> None:

@@ -115,7 +115,7 @@ class HomeScreen(Screen[None]):
         lines: list[str | tuple[str, str]] = [
             ("Due now     ", "$text-muted"),
             (f"{overview.due_now}", "bold $text-accent" if overview.due_now else "bold"),
-            " cards\n",
+            " card\n" if overview.due_now == 1 else " cards\n",
         ]
         if later:
             lines += [("Later today ", "$text-muted"), f"{later}\n"]

@@ -172,7 +172,7 @@ class LabScreen(Screen[None]):
                                            (" · w stops", "$text-muted")))
         else:
             status.update(Content.assemble(("○ watch off", "$text-muted"),
-                                           (" · w re-checks on save", "$text-muted")))
+                                           (" · w", "$text-muted")))
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
@@ -199,7 +199,8 @@ class LabScreen(Screen[None]):
         self._live, self._current_stage = {}, ""
         log = self.query_one(CheckLog)
         log.clear()
-        log.note(f"{time.strftime('%H:%M:%S')} · workspace/{self.lab.id} · {label}")
+        started = self.session.now().astimezone()
+        log.note(f"{started:%H:%M:%S} · workspace/{self.lab.id} · {label}")
         self.query_one(TabbedContent).active = "lab-results"
         self._check(options)
 
@@ -306,7 +307,7 @@ class LabScreen(Screen[None]):
         if ran and len(passed) == len(ran):
             if everything == len(self.lab.stage_ids):
                 text = Content.styled(f"All {everything} stages pass — the lab is done.",
-                                      "$text-success")
+                                      "bold $text-success")
                 self.notify(f"{self.lab.id}: every stage passes", title="Lab done", timeout=6)
             else:
                 text = Content.styled(f"{len(passed)} of {len(ran)} stage(s) checked pass · "
@@ -316,7 +317,7 @@ class LabScreen(Screen[None]):
             failing = next((stage for stage in ran if not stage.passed), None)
             where = failing.stage if failing else "?"
             text = Content.assemble(
-                (f"Stage {where} does not pass yet.", "$text-error"),
+                (f"Stage {where} does not pass yet.", "bold $text-error"),
                 (" Read the message above, h for a hint, e to edit, r to check again.",
                  "$text-muted"))
             if failing is not None:
@@ -383,12 +384,12 @@ class LabScreen(Screen[None]):
         self.query_one("#lab-doc", DocumentView).go_to(line=10_000)
 
     def action_edit(self) -> None:
-        from dojo.tui.screens._pick_file import PickFileScreen
+        from dojo.tui.screens._pick import PickScreen
 
         if len(self.lab.files) == 1:
             self._edit(self.lab.files[0])
             return
-        self.app.push_screen(PickFileScreen(f"Open which file of workspace/{self.lab.id}?",
+        self.app.push_screen(PickScreen(f"Open which file of workspace/{self.lab.id}?",
                                             self.lab.files), self._edit)
 
     def _edit(self, name: str | None) -> None:

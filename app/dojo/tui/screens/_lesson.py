@@ -103,6 +103,7 @@ class LessonScreen(Screen[None]):
     def on_document_view_section_changed(self, message: DocumentView.SectionChanged) -> None:
         self.query_one(TableOfContents).mark(message.slug)
         self._draw_status()
+        self._save()  # a new section is written at once; positions within it after a pause
 
     def on_document_view_reached_end(self, message: DocumentView.ReachedEnd) -> None:
         self._finished = True
@@ -131,12 +132,13 @@ class LessonScreen(Screen[None]):
 
     def _draw_status(self) -> None:
         view = self.query_one(DocumentView)
-        section = self.lesson.section(view.section)
-        title = section.title if section else self.lesson.title
-        sub = next((s for sec in self.lesson.sections for s in sec.subsections
-                    if s.slug == view.section), None)
-        if sub is not None:
-            title = sub.title
+        title = self.lesson.title
+        for section in self.lesson.sections:
+            if section.slug == view.section:
+                title = section.title
+            for sub in section.subsections:
+                if sub.slug == view.section:
+                    title = f"{section.title} › {sub.title}"
         lines = len(view.document.lines) if view.document else 0
         shown = min(100, round(100 * (view.top_line + view.size.height) / lines)) if lines else 0
         parts: list[str | tuple[str, str]] = [("§ ", "$text-primary"), title,
@@ -145,7 +147,8 @@ class LessonScreen(Screen[None]):
             found = (f"  /{view.search_query}  {view.current_match} of {view.match_count}"
                      if view.match_count else f"  /{view.search_query}  no match")
             parts.append((found, "$text-accent"))
-            parts.append(("  n next · N previous", "$text-muted"))
+            if view.match_count:
+                parts.append(("  n next · N previous", "$text-muted"))
         self.query_one("#lesson-status", Static).update(Content.assemble(*parts))
 
     # --- actions ---------------------------------------------------------------------------
@@ -156,7 +159,7 @@ class LessonScreen(Screen[None]):
         self.dismiss()
 
     def action_search(self) -> None:
-        self.query_one(SearchBar).open(self.query_one(DocumentView).search_query)
+        self.query_one(SearchBar).open()
 
     def on_search_bar_search(self, message: SearchBar.Search) -> None:
         bar, view = self.query_one(SearchBar), self.query_one(DocumentView)
@@ -213,7 +216,16 @@ class LessonScreen(Screen[None]):
             self.notify(f"The {labs[0]} lab is coming; it is not built yet.",
                         severity="warning", timeout=4)
             return
-        self.post_message(OpenLab(ready[0]))
+        if len(ready) == 1:
+            self.post_message(OpenLab(ready[0]))
+            return
+        from dojo.tui.screens._pick import PickScreen
+
+        def chosen(lab: str | None) -> None:
+            if lab:
+                self.post_message(OpenLab(lab))
+
+        self.app.push_screen(PickScreen("Open which lab?", tuple(ready)), chosen)
 
     def action_drill(self) -> None:
         cards = self.lesson.cards

@@ -31,10 +31,10 @@ def _question_line(number: int, result: QuestionResult) -> Content:
     follow = (f"{result.follow_up.percent if result.follow_up else 0:>3}%"
               if result.question.follow_up else "   —")
     return Content.assemble(
-        f"{number}. ", fit(result.question.lesson.title, 30), " ",
+        f"{number}. ", fit(result.question.lesson.title, 32), " ",
         meter(result.coverage, 8, _style(result.coverage)),
         (f" {round(result.coverage * 100):>3}%", f"bold {_style(result.coverage)}"),
-        (f"  headline {headline:>3}%  follow-up {follow}", "$text-muted"))
+        (f"  ({headline}% + {follow.strip()})", "$text-muted"))
 
 
 def report_content(report: MockReport) -> Content:
@@ -42,7 +42,8 @@ def report_content(report: MockReport) -> Content:
     parts: list[Content | str | tuple[str, str]] = [
         ("Overall ", "bold"), meter(report.overall, 16, _style(report.overall)),
         (f" {round(report.overall * 100)}%", f"bold {_style(report.overall)}"), "\n\n",
-        ("Per question", "bold $text-primary"), "\n"]
+        ("Per question", "bold $text-primary"),
+        ("  coverage (headline + follow-up)", "$text-muted"), "\n"]
     for number, result in enumerate(report.results, start=1):
         parts += [_question_line(number, result), "\n"]
     parts += ["\n", ("Weakest lessons", "bold $text-primary"), "\n"]

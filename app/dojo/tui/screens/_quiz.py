@@ -25,11 +25,11 @@ class QuizScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "leave", "Leave"),
-        Binding("1", "grade(1)", "Again", show=False),
-        Binding("2", "grade(2)", "Hard", show=False),
-        Binding("3", "grade(3)", "Good", show=False),
-        Binding("4", "grade(4)", "Easy", show=False),
-        Binding("enter", "accept", "Accept suggested grade", show=False),
+        Binding("1", "grade(1)", "Again"),
+        Binding("2", "grade(2)", "Hard"),
+        Binding("3", "grade(3)", "Good"),
+        Binding("4", "grade(4)", "Easy"),
+        Binding("enter", "accept", "Accept", show=False),
         Binding("j,down", "scroll_score(1)", "Scroll down", show=False),
         Binding("k,up", "scroll_score(-1)", "Scroll up", show=False),
     ]
@@ -63,6 +63,16 @@ class QuizScreen(Screen[None]):
         self.title = self.round_title
         self._ask()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grade keys only once the answer is scored (the footer shows what works now)."""
+        if action in ("grade", "scroll_score"):
+            return self.phase == "scored"
+        return True
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.refresh_bindings()
+
     # --- one card ------------------------------------------------------------------------
 
     @property
@@ -73,7 +83,7 @@ class QuizScreen(Screen[None]):
         from dojo.quiz import Countdown
 
         card = self.card
-        self.phase = "answering"
+        self._set_phase("answering")
         self._leave_armed = False
         self.sub_title = f"card {self.index + 1} of {len(self.cards)}"
         lesson = self.session.catalog.lesson_of(card)
@@ -94,7 +104,7 @@ class QuizScreen(Screen[None]):
             seconds_used=message.seconds_used)
         self._score, self._seconds_used = score, message.seconds_used
         self.scores.append(score)
-        self.phase = "scored"
+        self._set_phase("scored")
         self.query_one("#quiz-scored-question", Static).update(
             Content.assemble(("Q ", "bold $text-primary"), card.question))
         self.query_one(ScoreCard).show(card, score, message.timed_out)
@@ -127,7 +137,7 @@ class QuizScreen(Screen[None]):
                                               duration_ms=round(self._seconds_used * 1000))
         self.notify(f"{grade.label} — next review of this card {when(state.due, now)}",
                     timeout=3)
-        self.phase = "graded"
+        self._set_phase("graded")
         if self.index + 1 < len(self.cards):
             self.index += 1
             self._ask()
@@ -137,7 +147,7 @@ class QuizScreen(Screen[None]):
     # --- the end -------------------------------------------------------------------------
 
     def _finish(self) -> None:
-        self.phase = "done"
+        self._set_phase("done")
         self.sub_title = "done"
         scheduler, now = self.session.scheduler, self.session.now()
         mean = sum(score.coverage for score in self.scores) / len(self.scores)

@@ -32,7 +32,7 @@ class CheckLog(VerticalScroll, can_focus=True):
         }
         & > .check-note { color: $text-muted; }
         & > .check-error { color: $text-error; }
-        & > .check-summary { margin-top: 1; text-style: bold; }
+        & > .check-summary { margin-top: 1; }
     }
     """
 
@@ -48,6 +48,7 @@ class CheckLog(VerticalScroll, can_focus=True):
         self.lab = lab
         self._stage = ""
         self._in_flight: dict[str, Static] = {}
+        self._hinted: set[str] = set()  # stages whose hint is already shown in this run
 
     def _add(self, content: Content | str, classes: str = "") -> Static:
         follow = self.scroll_y >= self.max_scroll_y - 1
@@ -61,6 +62,7 @@ class CheckLog(VerticalScroll, can_focus=True):
     def clear(self) -> None:
         self._stage = ""
         self._in_flight.clear()
+        self._hinted.clear()
         self.remove_children()
 
     def note(self, text: str, error: bool = False) -> None:
@@ -84,8 +86,9 @@ class CheckLog(VerticalScroll, can_focus=True):
 
     def result(self, event: CheckResult) -> None:
         self._stage_heading(event.stage)
+        took = f"{event.duration:.2f}s" if event.duration < 1 else f"{event.duration:.1f}s"
         line = Content.assemble(stage_mark(event.status), " ", event.check,
-                                (f"  {event.duration:.1f}s", "$text-muted"))
+                                (f"  {took}", "$text-muted"))
         if not event.passed:
             line = Content.assemble(line, (f"  {STATUS_WORDS.get(event.status, event.status)}",
                                            "$text-error" if event.status != "needs-backend"
@@ -99,6 +102,9 @@ class CheckLog(VerticalScroll, can_focus=True):
             return
         if event.message:
             self._add(event.message.rstrip(), "check-message")
+        if event.stage in self._hinted:
+            return
+        self._hinted.add(event.stage)
         extra: list[str | tuple[str, str]] = []
         if event.hint:
             extra += [("hint ", "bold $text-success"), event.hint]

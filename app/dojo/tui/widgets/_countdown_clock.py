@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ HURRY_SECONDS = 15
 
 
 class CountdownClock(Static):
-    """Shows `⏱ 42s ██████░░░░` for the countdown it is given; posts `Expired` once when the
+    """Shows `42s ██████░░░░` for the countdown it is given; posts `Expired` once when the
     time is up. `stop()` freezes it (the answer was submitted)."""
 
     DEFAULT_CSS = """
@@ -72,7 +73,9 @@ class CountdownClock(Static):
         self.set_class(countdown.expired, "-expired")
         bar = meter(remaining / countdown.seconds if countdown.seconds else 0, 10,
                     style="$text-warning" if remaining <= HURRY_SECONDS else "$text-success")
-        self.update(Content.assemble(countdown.label(), " ", bar))
+        # whole seconds, rounded up like the engine's label, without its ⏱ (some terminals
+        # draw that glyph two cells wide and shift the line)
+        self.update(Content.assemble(f"{math.ceil(remaining):>2}s ", bar))
         if countdown.expired and not self._expired_posted:
             self._expired_posted = True
             self._ticking = False

@@ -21,6 +21,7 @@ from dojo.tui.document import Block, Palette, RenderedDocument, render_document
 
 MATCH_STYLE = Style(reverse=True)
 CURRENT_MATCH_STYLE = Style(reverse=True, bold=True, underline=True)
+MORE_STYLE = Style(bold=True, dim=True)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class DocumentView(ScrollView, can_focus=True):
         height: 1fr;
         padding: 0 1;
         scrollbar-size-vertical: 1;
-        scrollbar-size-horizontal: 1;
+        scrollbar-size-horizontal: 0;
         scrollbar-gutter: stable;
         background: $background;
     }
@@ -58,8 +59,8 @@ class DocumentView(ScrollView, can_focus=True):
         Binding("ctrl+u", "half_page(-1)", "Half page up", show=False),
         Binding("space,pagedown,ctrl+f", "page_down", "Page down", show=False),
         Binding("pageup,ctrl+b", "page_up", "Page up", show=False),
-        Binding("h,left", "scroll_left", "Diagram left", show=False),
-        Binding("l,right", "scroll_right", "Diagram right", show=False),
+        Binding("left", "scroll_left", "Wide code left", show=False),
+        Binding("right", "scroll_right", "Wide code right", show=False),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
     ]
@@ -114,6 +115,7 @@ class DocumentView(ScrollView, can_focus=True):
         self._laid_width = 0
         self._generation = 0
         self._laid_generation = 0
+        self._stale = bool(blocks)  # blocks not laid out yet (e.g. set while hidden)
         self._pending: tuple[str, int | None] | None = None  # (anchor, line) after layout
         self._pending_relative = False  # the pending line counts from the anchor
         self._section = ""
@@ -132,6 +134,12 @@ class DocumentView(ScrollView, can_focus=True):
         return self._document
 
     @property
+    def laid_out(self) -> bool:
+        """The document shown is the current one (no layout in flight)."""
+        return (self._document is not None and not self._stale
+                and self._laid_generation == self._generation)
+
+    @property
     def top_line(self) -> int:
         return round(self.scroll_y)
 
@@ -141,16 +149,25 @@ class DocumentView(ScrollView, can_focus=True):
 
     def go_to(self, anchor: str = "", line: int | None = None) -> None:
         """Scroll to a heading's slug or a line, now or as soon as the document is laid out."""
-        if self._document is None or self._laid_generation != self._generation:
+        document = self._document
+        if document is None or not self.laid_out:
             self._pending = (anchor, line)
             self._pending_relative = False
             return
-        target = self._document.anchors.get(anchor, line if line is not None else 0) \
+        target = document.anchors.get(anchor, line if line is not None else 0) \
             if anchor else (line or 0)
-        self.scroll_to(y=target, animate=False, immediate=True)
+        self._scroll_when_ready(target)
+
+    def _scroll_when_ready(self, y: int, tries: int = 3) -> None:
+        """Scroll to line `y`; right after a layout the scrollbars may not be counted yet,
+        which clamps too early, so try again after the next refresh."""
+        self.scroll_to(y=y, animate=False, immediate=True, force=True)
+        if y > self.max_scroll_y and tries > 1:
+            self.call_after_refresh(self._scroll_when_ready, y, tries - 1)
 
     def watch_blocks(self) -> None:
         self._query, self._matches, self._by_line, self._current = "", [], {}, -1
+        self._stale = True
         self._layout(keep_place=False)
 
     def _palette(self) -> Palette:
@@ -160,6 +177,7 @@ class DocumentView(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if width <= 0 or not self.blocks:
             return
+        self._stale = False
         if keep_place and self._document is not None and self._pending is None:
             anchor = self._document.section_at(self.top_line)
             offset = self.top_line - self._document.anchors.get(anchor, 0)
@@ -193,14 +211,15 @@ class DocumentView(ScrollView, can_focus=True):
             anchor, line = pending
             if relative and anchor:
                 target = message.document.anchors.get(anchor, 0) + (line or 0)
-                self.call_after_refresh(self.scroll_to, y=target, animate=False,
-                                        immediate=True)
+                self.call_after_refresh(self._scroll_when_ready, target)
             else:
                 self.call_after_refresh(self.go_to, anchor, line)
         self.call_after_refresh(self._report_place)
 
     def on_resize(self, event: Resize) -> None:
-        if self.scrollable_content_region.width != self._laid_width:
+        if self._stale:
+            self._layout(keep_place=False)
+        elif self.scrollable_content_region.width != self._laid_width:
             self._layout()
 
     def refresh_theme(self) -> None:
@@ -224,8 +243,17 @@ class DocumentView(ScrollView, can_focus=True):
         strip = line.strip
         if index in self._by_line:
             strip = self._highlight(strip, index)
-        start = scroll_x if line.scrolls else 0
-        return strip.crop_extend(start, start + width, base).apply_style(base)
+        if not line.scrolls:
+            return strip.crop_extend(0, width, base).apply_style(base)
+        # wide code and diagrams: ‹ and › at the edges say there is more to the side (←/→)
+        more_left, more_right = scroll_x > 0, strip.cell_length > scroll_x + width
+        start, end = scroll_x + more_left, scroll_x + width - more_right
+        pieces = [strip.crop_extend(start, end, base)]
+        if more_left:
+            pieces.insert(0, Strip([Segment("‹", base + MORE_STYLE)]))
+        if more_right:
+            pieces.append(Strip([Segment("›", base + MORE_STYLE)]))
+        return Strip.join(pieces).apply_style(base)
 
     def _highlight(self, strip: Strip, index: int) -> Strip:
         cuts: list[int] = []
@@ -352,7 +380,7 @@ class DocumentView(ScrollView, can_focus=True):
                 x = max(0, match.end - width + 4)
         else:
             x = 0
-        self.scroll_to(x=x, y=y, animate=False, immediate=True)
+        self.scroll_to(x=x, y=y, animate=False, immediate=True, force=True)
 
     def _post_search(self) -> None:
         self.post_message(self.SearchChanged(self, self._query, self.current_match,

@@ -40,6 +40,7 @@ class LessonList(OptionList):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select", "Open the lesson or lab", show=False),
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
         Binding("g", "first", "First", show=False),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
@@ -25,15 +25,19 @@ def coverage_line(score: Score) -> Content:
                             (f"  {len(score.matched)} of {total} key points", "$text-muted"))
 
 
-def key_points(score: Score) -> Content:
-    """✓ for each point made, ✗ (highlighted) for each one missed."""
-    lines: list[Content] = []
-    for point in score.matched:
-        lines.append(Content.assemble(("✓ ", "bold $text-success"), (point.text, "$text-success")))
-    for point in score.missed:
-        lines.append(Content.assemble(("✗ ", "bold $text-error"),
-                                      (point.text, "bold $text-error")))
-    return Content("\n").join(lines)
+def key_point_rows(score: Score) -> list[Horizontal]:
+    """✓ for each point made, ✗ (highlighted) for each one missed; wrapped lines hang
+    under the text, not under the mark."""
+    rows = []
+    for made, points in ((True, score.matched), (False, score.missed)):
+        for point in points:
+            style = "$text-success" if made else "$text-error"
+            rows.append(Horizontal(
+                Static(Content.styled("✓" if made else "✗", f"bold {style}"),
+                       classes="point-mark"),
+                Static(Content.styled(point.text, style), classes="point-text"),
+                classes="point -made" if made else "point -missed"))
+    return rows
 
 
 class ScoreCard(VerticalScroll, can_focus=True):
@@ -48,7 +52,10 @@ class ScoreCard(VerticalScroll, can_focus=True):
         & > #score-warning {
             color: $text-warning; background: $warning 15%; padding: 0 1; margin-top: 1;
         }
-        & > #score-points { margin-top: 1; }
+        & > #score-points { margin-top: 1; height: auto; }
+        & .point { height: auto; }
+        & .point-mark { width: 2; }
+        & .point-text { width: 1fr; }
         & > #score-model {
             margin-top: 1; padding: 0 1;
             border: round $accent; border-title-color: $text-accent;
@@ -62,7 +69,7 @@ class ScoreCard(VerticalScroll, can_focus=True):
     def compose(self) -> ComposeResult:
         yield Static("", id="score-coverage")
         yield Static("", id="score-warning")
-        yield Static("", id="score-points")
+        yield Vertical(id="score-points")
         yield Static("", id="score-model")
         yield Static("", id="score-measuring")
 
@@ -77,7 +84,9 @@ class ScoreCard(VerticalScroll, can_focus=True):
         elif score.empty:
             warning.update("⚠ Nothing was typed. Read the model answer, then say it aloud.")
         warning.display = score.keyword_list or score.empty
-        self.query_one("#score-points", Static).update(key_points(score))
+        points = self.query_one("#score-points", Vertical)
+        points.remove_children()
+        points.mount_all(key_point_rows(score))
         model = self.query_one("#score-model", Static)
         model.border_title = "Model answer"
         model.update(Content(card.answer.strip()))

@@ -49,8 +49,11 @@ class SearchBar(Input):
             return self.bar
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(placeholder="search this page (Enter to find, Esc to cancel)",
-                         id=id)
+        super().__init__(placeholder="/ search this page · Enter finds · empty Enter clears · "
+                                     "Esc cancels", id=id)
+
+    def on_mount(self) -> None:
+        self.cursor_blink = getattr(self.app, "cursor_blink", True)
 
     def open(self, text: str = "") -> None:
         self.value = text

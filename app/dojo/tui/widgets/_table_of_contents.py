@@ -26,6 +26,7 @@ class TableOfContents(Tree[str]):
         border-right: vkey $foreground 20%;
         background: $surface;
         scrollbar-size-vertical: 1;
+        overflow-x: hidden;
     }
     """
 
@@ -61,7 +62,10 @@ class TableOfContents(Tree[str]):
     def mark(self, slug: str) -> None:
         """Put the cursor on the entry for `slug` (the section being read)."""
         node = self._entries.get(slug)
-        if node is not None and self.cursor_node is not node:
+        if node is None:
+            if self.cursor_node is None:
+                self.move_cursor_to_line(0)
+        elif self.cursor_node is not node:
             self.move_cursor(node, animate=False)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:

@@ -1,4 +1,4 @@
-"""`PickFileScreen`: choose one of the lab's files (to open in the editor)."""
+"""`PickScreen`: choose one of a few names (a file to edit, a lab to open)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 
-class PickFileScreen(ModalScreen[str | None]):
-    """Dismisses with the chosen file name, or None for Esc."""
+class PickScreen(ModalScreen[str | None]):
+    """Dismisses with the chosen name, or None for Esc."""
 
     DEFAULT_CSS = """
-    PickFileScreen {
+    PickScreen {
         align: center middle;
         & > Vertical {
             width: 50; max-width: 95%; height: auto; max-height: 90%;

@@ -1,0 +1,168 @@
+"""The lab screen over a lab without services: live stages, failures in full, hints, diff,
+reset with confirmation, the solution behind a second ask, watch mode."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.widgets import TabbedContent
+
+from dojo.store import ProgressStore
+from dojo.tui.app import DojoApp
+from dojo.tui.screens import ConfirmScreen, LabScreen, ViewerScreen
+from dojo.tui.widgets import CheckLog, DocumentView, StageList
+from tests.tui.conftest import FakeServices, document_ready, home_ready, wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+async def open_lab(pilot) -> LabScreen:  # type: ignore[no-untyped-def]
+    await home_ready(pilot)
+    await pilot.press("G", "enter")  # the last entry of Home's list: the wordcount lab
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LabScreen),
+                   what="the lab to open")
+    await document_ready(pilot, "#lab-doc")
+    return pilot.app.screen  # type: ignore[no-any-return]
+
+
+def log_text(lab: LabScreen) -> str:
+    return "\n".join(str(line.render()) for line in lab.query_one(CheckLog).children)
+
+
+def solve(content_root: Path) -> None:
+    shutil.copy(content_root / "solutions" / "wordcount" / "wordcount.py",
+                content_root / "workspace" / "wordcount" / "wordcount.py")
+
+
+async def test_checks_stream_into_the_stage_list_and_the_store(
+        make_app: Callable[..., DojoApp], content_root: Path) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        workspace = content_root / "workspace" / "wordcount" / "wordcount.py"
+        assert workspace.is_file(), "opening a lab starts its workspace"
+        solve(content_root)
+        seen_running = []
+        stages = lab.query_one(StageList)
+        await pilot.press("r")
+        assert lab.query_one(TabbedContent).active == "lab-results"
+        await wait_for(pilot, lambda: seen_running.append(stages.state("count").status)
+                       or not lab._checking, timeout=30, what="the run to end")
+        assert stages.state("count").status == "pass"
+        assert stages.state("dedupe").status == "pass"
+        text = log_text(lab)
+        assert "✓ counts_each_word" in text and "✓ redelivery_counts_once" in text
+        assert "All 2 stages pass" in text
+        with ProgressStore() as store:
+            assert store.passed_stages("wordcount") == {"count", "dedupe"}
+            place = store.last_place()
+            assert place is not None and (place.kind, place.target) == ("lab", "wordcount")
+
+
+async def test_a_failing_stage_shows_its_message_in_full_and_a_hint(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not lab._checking, timeout=30, what="the run to end")
+        stages = lab.query_one(StageList)
+        assert stages.state("count").status in ("fail", "error")
+        assert stages.state("dedupe").status == "", "the run stops at the first failing stage"
+        text = log_text(lab)
+        assert "not implemented yet: count_words (wordcount.py line 8)" in text
+        assert text.count("hint Split on whitespace") == 1, "one hint per stage, not per check"
+        assert "Stage count does not pass yet" in text
+        with ProgressStore() as store:
+            assert store.stage_results("wordcount")[("wordcount", "count")].status != "pass"
+        await pilot.press("h")
+        assert lab.query_one(TabbedContent).active == "lab-instructions"
+        await document_ready(pilot, "#lab-doc")
+        doc = lab.query_one("#lab-doc", DocumentView).document
+        assert doc is not None
+        assert any("Hint 1 of 2" in line.text for line in doc.lines)
+        await pilot.press("h")
+        await document_ready(pilot, "#lab-doc")
+        doc = lab.query_one("#lab-doc", DocumentView).document
+        assert doc is not None and any("Hint 2 of 2" in line.text for line in doc.lines)
+
+
+async def test_reset_asks_first_and_diff_shows_the_changes(
+        make_app: Callable[..., DojoApp], content_root: Path) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        path = content_root / "workspace" / "wordcount" / "wordcount.py"
+        path.write_text(path.read_text() + "\nNOTE = 'mine'\n")
+        await pilot.press("d")
+        assert lab.query_one(TabbedContent).active == "lab-diff"
+        await document_ready(pilot, "#lab-diff-doc")
+        diff = lab.query_one("#lab-diff-doc", DocumentView).document
+        assert diff is not None and any("+NOTE = 'mine'" in line.text for line in diff.lines)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+        await pilot.press("n")
+        await wait_for(pilot, lambda: pilot.app.screen is lab)
+        assert "NOTE = 'mine'" in path.read_text(), "No keeps the work"
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: pilot.app.screen is lab)
+        assert "NOTE" not in path.read_text(), "Yes puts the starter back"
+
+
+async def test_the_solution_opens_only_when_asked_twice(make_app: Callable[..., DojoApp]
+                                                        ) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        await pilot.press("S")
+        await pilot.pause()
+        assert pilot.app.screen is lab, "the first ask only warns"
+        await pilot.press("S")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen))
+        await document_ready(pilot)
+        doc = pilot.app.screen.query_one(DocumentView).document
+        assert doc is not None and any("Counter(word.lower()" in line.text
+                                       for line in doc.lines)
+
+
+async def test_edit_without_an_editor_says_how(make_app: Callable[..., DojoApp],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.delenv("VISUAL", raising=False)
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        await open_lab(pilot)
+        await pilot.press("e")
+        await pilot.pause()
+        messages = [notification.message for notification in pilot.app._notifications]
+        assert any("workspace/wordcount/wordcount.py" in message and "EDITOR" in message
+                   for message in messages), messages
+
+
+async def test_watch_mode_checks_again_on_save(make_app: Callable[..., DojoApp],
+                                               content_root: Path) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        await pilot.press("w")
+        stages = lab.query_one(StageList)
+        await wait_for(pilot, lambda: not lab._checking
+                       and stages.state("count").status in ("fail", "error"), timeout=30,
+                       what="the first run of watch mode")
+        solve(content_root)
+        await wait_for(pilot, lambda: stages.state("dedupe").status == "pass", timeout=30,
+                       what="the save to trigger a passing run")
+        await pilot.press("w")
+        assert lab._watch_stop is None
+
+
+async def test_services_start_with_visible_progress(make_app: Callable[..., DojoApp],
+                                                    services: FakeServices) -> None:
+    services.state = "stopped"
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        panel_text = str(lab.query_one("#lab-services").render())
+        assert "stopped" in panel_text and "press u" in panel_text
+        await pilot.press("u")
+        await wait_for(pilot, lambda: services.started == 1
+                       and "up" in str(lab.query_one("#lab-services").render()),
+                       what="the services to come up")
