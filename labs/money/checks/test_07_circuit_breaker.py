@@ -235,6 +235,24 @@ def test_half_open_probes_close_or_reopen_the_breaker(kit: ExchangeKit) -> None:
         expected="the next call goes through", actual=f"{outcome}: {first_line(value)}; "
                                                       f"state {_state(b)}",
         read="half-open")
+    # Closed again means a fresh window: the 10 failures that opened it are history, so a
+    # success and then one failure (2 calls, fewer than minimum_calls) must both be sent.
+    after_close = [_order(kit, fx)] + _calls(kit, "fail", 1, fx)
+    kit.provider.script(place="fill")
+    last = _order(kit, fx)
+    after_close.append(last)
+    assert [r[0] for r in after_close] == ["ok", "error", "ok"], explain(
+        "After the probes closed the breaker, it reopened on the failures that had opened "
+        "it before: its window was not emptied.",
+        expected="a new count-based window: the next 3 calls (ok, a failure, ok: 3 calls, "
+                 "fewer than minimum_calls=10) all reach the provider",
+        actual=f"outcomes {[r[0] for r in after_close]}; state {_state(b)}",
+        state="the window before it opened held 10 failures out of 10; a CLOSED breaker "
+              "that still counts them opens again on its first call after recovering, so "
+              "it flaps OPEN/HALF_OPEN/CLOSED/OPEN while the provider is healthy",
+        fix="clear the window (the outcomes and their counts) on the transition to CLOSED "
+            "(and when it opens), like Resilience4j resets its metrics",
+        read="half-open")
     _opened_by_failures(kit, b, fx)
     kit.clock.advance(31)
     probe = _calls(kit, "fail", 1, fx)
