@@ -147,6 +147,90 @@ def test_interest_sees_a_deposit_made_while_it_computed(accounts: ModuleType, ba
     assert_ledger_agrees(bank, "after interest and a concurrent deposit", [account_id])
 
 
+def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
+        accounts: ModuleType, bank: Engine, funded: Any) -> None:
+    other = funded("1000.00")
+    moves = [
+        ("withdraw(account, 50.00)", Decimal("-50.00"),
+         lambda a: accounts.withdraw(bank, a, Decimal("50.00"))),
+        ("transfer(other, account, 50.00)", Decimal("50.00"),
+         lambda a: accounts.transfer(bank, other, a, Decimal("50.00"))),
+        ("transfer(account, other, 50.00)", Decimal("-50.00"),
+         lambda a: accounts.transfer(bank, a, other, Decimal("50.00"))),
+    ]
+    for label, delta, move in moves:
+        account_id = funded("1000.00")
+        rule = StallingRule()
+        box: dict[str, Any] = {}
+
+        def interest(account_id: int = account_id, rule: StallingRule = rule,
+                     box: dict[str, Any] = box) -> None:
+            try:
+                box["result"] = accounts.apply_interest(bank, account_id, rule)
+            except BaseException as exc:  # reported below
+                box["error"] = exc
+
+        worker = threading.Thread(target=interest, daemon=True, name="dojo-worker-interest")
+        worker.start()
+        if not rule.entered.wait(5):
+            worker.join(5)
+            if isinstance(box.get("error"), NotImplementedError):
+                not_written(box["error"])
+            pytest.fail(explain("apply_interest() never called the interest rule.",
+                                expected="rule(balance) called within 5 s",
+                                actual=first_line(box.get("error")) if "error" in box
+                                else f"returned {box.get('result')}", read="locking"),
+                        pytrace=False)
+        moved: dict[str, Any] = {}
+        mover = threading.Thread(
+            target=lambda a=account_id, m=move, out=moved: out.update(error=raised(m, a)),
+            daemon=True)
+        mover.start()
+        mover.join(3)
+        blocked = mover.is_alive()
+        rule.go.set()
+        worker.join(15)
+        mover.join(15)
+        if moved.get("error") is not None:
+            if isinstance(moved["error"], NotImplementedError):
+                not_written(moved["error"])
+            pytest.fail(explain(f"Setting up: {label} raised while apply_interest computed.",
+                                expected="it commits", actual=first_line(moved["error"]),
+                                read="locking"), pytrace=False)
+        if "error" in box:
+            pytest.fail(explain(f"apply_interest() raised after {label} slipped in.",
+                                expected="it detects the change and retries by itself",
+                                actual=first_line(box["error"]), read="locking"),
+                        pytrace=False)
+        start = Decimal("1000.00") + delta
+        expected = start + one_percent(start)
+        result = box.get("result")
+        final = balance_of(bank, account_id)
+        seen = ", ".join(fmt(b) for b in rule.seen)
+        assert not blocked and final == expected and result is not None and \
+            result.balance_before == start, explain(
+                f"{label} committed while apply_interest was computing, and apply_interest "
+                "did not notice: its optimistic check only sees changes that bump version.",
+                expected=f"the rule called again with {fmt(start)} and the balance "
+                         f"{fmt(start)} + {fmt(one_percent(start))} = {fmt(expected)}",
+                actual=f"balance {fmt(final)}; the rule was given: {seen}; apply_interest "
+                       f"returned {result}" + ("; the move waited for the rule" if blocked
+                                               else ""),
+                state="the interleaving the check forced:\n"
+                      "  1. apply_interest read balance 1000.00 (and its version), called "
+                      "the rule\n"
+                      f"  2. while the rule ran, {label} committed: balance {fmt(start)}\n"
+                      f"  3. apply_interest wrote {fmt(final)}; the postings say "
+                      f"{fmt(posted_sum(bank, account_id))}"
+                      + ("" if final == expected else " (a lost update)"),
+                fix="every statement that changes a balance (deposit, withdraw, both legs of "
+                    "a transfer, the exchange debit and credit) must also SET version = "
+                    "version + 1, or the UPDATE ... WHERE version = :read of apply_interest "
+                    "matches a row that has changed (a trigger that bumps it works too)",
+                read="locking lost-update")
+    assert_ledger_agrees(bank, "after interest racing withdrawals and transfers")
+
+
 def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engine,
                                                 funded: Any) -> None:
     account_id = funded("1000.00")
