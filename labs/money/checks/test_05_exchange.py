@@ -337,3 +337,53 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
         expected="source 400.00 USD; orders with one key",
         actual=f"{_money(kit, source, target)}; {len(keys)} order keys",
         state=kit.provider.history(), read="idempotency")
+
+
+QUOTE_RACERS = 8
+# every plain SELECT that reads the quote answers late: "is it used?" is asked by all at once
+SLOW_QUOTE_READ = 0.1
+PLAIN_QUOTE_SELECT = r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update).*\bquote\b"
+
+
+def test_one_quote_buys_one_exchange_when_requests_race(kit: ExchangeKit) -> None:
+    from dojo.runner.faults import run_concurrently, slow_sql
+
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx)
+
+    def spend(index: int) -> Any:
+        return kit.exchange.exchange(
+            kit.engine, fx, kit.clock, idempotency_key=f"spend-{index}", quote_id=quote.id,
+            from_account_id=source, to_account_id=target, sell_amount=Decimal("50.00"))
+
+    with slow_sql(kit.engine, SLOW_QUOTE_READ, match=PLAIN_QUOTE_SELECT):
+        outcomes = run_concurrently(spend, QUOTE_RACERS, timeout=30)
+    for o in outcomes:
+        if isinstance(o.error, NotImplementedError):
+            not_written(o.error)
+    ok = [o for o in outcomes if o.ok]
+    used = [o for o in outcomes if isinstance(o.error, kit.exchange.QuoteAlreadyUsed)]
+    other = [o for o in outcomes if not o.ok and o not in used]
+    keys = {o.key for o in kit.provider.order_requests()}
+    debited = balance_of(kit.engine, source)
+    assert len(ok) == 1 and len(used) == QUOTE_RACERS - 1 and len(keys) == 1 and \
+        debited == Decimal("450.00"), explain(
+            f"{QUOTE_RACERS} exchanges on one quote, each with its own idempotency key, "
+            "arrived at the same moment: the quote bought more than one exchange.",
+            expected=f"exactly 1 exchange goes through; {QUOTE_RACERS - 1} raise "
+                     "exchange.QuoteAlreadyUsed; one order at the provider; source 450.00 USD",
+            actual=f"{len(ok)} went through, {len(used)} QuoteAlreadyUsed, {len(other)} "
+                   f"raised something else"
+                   + (f" ({first_line(other[0].error)})" if other else "")
+                   + f"; {len(keys)} order(s) at the provider; {_money(kit, source, target)}",
+            state="exchanges recorded:\n" + table(_exchange_rows(kit), ("id", "status"))
+                  + f"\n(every plain SELECT on quote answered "
+                    f"{SLOW_QUOTE_READ * 1000:.0f} ms late, so each request read "
+                    "'not used yet' before any of them marked it)",
+            fix="reading used_at and then marking the quote is check-then-act. Claim it in "
+                "one statement: UPDATE quote SET used_at = :now WHERE id = :id AND used_at IS "
+                "NULL (zero rows: QuoteAlreadyUsed), or SELECT ... FOR UPDATE the quote row "
+                "before checking, or a unique constraint on exchange.quote_id",
+            read="exchange check-then-act")
+    assert_ledger_agrees(kit.engine, "after racing exchanges on one quote", read="exchange")
