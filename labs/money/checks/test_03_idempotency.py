@@ -73,6 +73,39 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
     assert_ledger_agrees(bank, "after retried deposits and withdrawals", [account_id])
 
 
+def test_refused_request_stores_nothing_under_its_key(accounts: ModuleType, bank: Engine,
+                                                     funded: Any) -> None:
+    account_id = funded("20.00")
+    first = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
+                   idempotency_key="wd-big")
+    if isinstance(first, NotImplementedError):
+        not_written(first)
+    assert isinstance(first, accounts.InsufficientFunds), explain(
+        "Setting up: withdrawing 50.00 from 20.00 must be refused.",
+        expected="accounts.InsufficientFunds", actual=first_line(first), read="race")
+    stored_after_refusal = _key_rows(bank, "wd-big")
+    call(accounts.deposit, bank, account_id, Decimal("100.00"))
+    retry = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
+                   idempotency_key="wd-big")
+    balance = balance_of(bank, account_id)
+    assert retry is None and balance == Decimal("70.00"), explain(
+        "A withdrawal refused for insufficient funds was retried with the same key after "
+        "a deposit, and the retry was not treated as a new attempt.",
+        expected="the retry withdraws: balance 20.00 + 100.00 - 50.00 = 70.00",
+        actual=f"the retry {'raised ' + first_line(retry) if retry else 'returned'}; "
+               f"balance {fmt(balance)}",
+        state="idempotency_key rows for wd-big right after the refusal:\n"
+              + (str(stored_after_refusal) if stored_after_refusal else "(none)")
+              + "\nthe refusal moved no money, so there is nothing to protect from a "
+                "second execution; storing it turns a temporary 'not now' into a "
+                "permanent 'no' for that key",
+        fix="claim the key in the money transaction and let the refusal roll it back with "
+            "everything else (raise InsufficientFunds inside engine.begin()): a refused "
+            "request stores nothing, its retry is a new attempt",
+        read="idempotency")
+    assert_ledger_agrees(bank, "after a refused and a retried withdrawal", [account_id])
+
+
 def test_same_key_for_another_request_is_a_conflict(accounts: ModuleType, bank: Engine,
                                                     funded: Any) -> None:
     account_id, other_id = funded("100.00"), funded("100.00")
