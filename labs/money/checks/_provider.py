@@ -39,6 +39,8 @@ PLACE_MODES = {
     "fill-then-fail": "converts, then answers 500 (the caller cannot tell it converted)",
     "fill-then-late": "converts, then answers only after `delay` s (after the caller's "
                       "timeout)",
+    "reject-then-fail": "refuses (nothing converted), then answers 500 (the caller cannot "
+                        "tell it refused)",
     "slow": "waits `delay` s, then converts and answers",
     "stall": "waits until release(), then converts and answers",
     "drop": "closes the connection without converting or answering",
@@ -264,7 +266,8 @@ class FxProvider:
         if mode == "stall":
             self._stalled.release()
             gate.wait(30)
-        order, what = (self._reject if mode == "reject" else self._convert)(key, body)
+        order, what = (self._reject if mode in ("reject", "reject-then-fail")
+                       else self._convert)(key, body)
         call.outcome = what
         call.converted = what == "FILLED"
         if order is None:
@@ -273,7 +276,7 @@ class FxProvider:
                 (400, {"error": "sell_amount and rate must be decimal strings"})
             handler.answer(call, code, payload)
             return
-        if mode == "fill-then-fail":
+        if mode in ("fill-then-fail", "reject-then-fail"):
             handler.answer(call, 500, {"error": "internal error"})
             return
         if mode == "fill-then-late":

@@ -402,5 +402,6 @@ def exchange_anomalies(kit: ExchangeKit, source: int, target: int, funded_with: 
     if dst != credited:
         anomalies.append(f"target balance {fmt(dst)} EUR, expected {fmt(credited)} (what the "
                          f"COMPLETED exchanges bought): "
-                         f"{'credited twice' if dst > credited else 'credit missing'}")
+                         + ("credited more than the provider bought" if dst > credited
+                            else "credit missing"))
     return anomalies, table(evidence, ("exchange", "status", "provider"))

@@ -140,6 +140,30 @@ def test_reconcile_refunds_what_the_provider_never_received(kit: ExchangeKit) ->
     _assert_consistent(kit, source, target, "after reconciling a lost order")
 
 
+def test_reconcile_refunds_what_the_provider_rejected(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    [rejected] = _pending(kit, fx, source, target, "reject-then-fail")
+    kit.clock.advance(60)
+    _reconcile(kit, fx)
+    status = _statuses(kit).get(rejected)
+    anomalies, evidence = exchange_anomalies(kit, source, target, FUNDS)
+    assert status == "FAILED" and not anomalies, explain(
+        "The provider refused the order, then answered 500; asked again by key, it says "
+        "REJECTED: nothing was converted.",
+        expected=f"exchange FAILED, the 100.00 USD refunded once (source {fmt(FUNDS)}), "
+                 "nothing credited in EUR",
+        actual=f"status {status}; source {fmt(balance_of(kit.engine, source))} USD, target "
+               f"{fmt(balance_of(kit.engine, target))} EUR"
+               + (f"; {'; '.join(anomalies)}" if anomalies else ""),
+        state=evidence + "\n\nthe provider's log:\n" + kit.provider.history(),
+        fix="GET /v1/orders/<key> answering REJECTED is final, like NOT_FOUND: refund with a "
+            "REVERSAL entry and mark FAILED. Only FILLED completes (and credits what the "
+            "provider bought); leaving it PENDING keeps the customer's money for ever",
+        read="reconcile")
+    _assert_consistent(kit, source, target, "after reconciling a rejected order")
+
+
 def test_reconcile_keeps_pending_while_the_provider_cannot_answer(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
