@@ -40,7 +40,7 @@ async def test_mock_interview_ends_in_a_report(make_app: Callable[..., DojoApp])
         text = str(report.query_one("#report-text").render())
         assert "Per question" in text and "Weakest lessons" in text
         assert "Dead letter queues" in text and "Idempotent consumers" in text
-        assert "headline  60%" in text, "the answered headline shows its coverage"
+        assert "(60% + 0%)" in text, "the answered headline shows its coverage"
         assert "✗ " in text, "missed key points of the weakest lessons are listed"
         with ProgressStore() as store:
             answers = store.answers()

@@ -104,3 +104,22 @@ async def test_enter_accepts_the_suggested_grade_and_the_round_ends_with_a_summa
             assert {int(review.rating) for review in store.reviews()} == {1}
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, HomeScreen))
+
+
+async def test_continue_goes_back_to_the_card_that_was_on_screen(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        quiz = await start_drill(pilot)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: quiz.phase == "scored")
+        await pilot.press("3")
+        await wait_for(pilot, lambda: quiz.index == 1)
+        second = quiz.card
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HomeScreen))
+        home = pilot.app.screen
+        await wait_for(pilot, lambda: home.overview is not None and home.overview.last
+                       is not None and home.overview.last.kind == "quiz")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, QuizScreen))
+        assert pilot.app.screen.card.id == second.id  # type: ignore[attr-defined]

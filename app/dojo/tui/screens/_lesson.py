@@ -83,19 +83,22 @@ class LessonScreen(Screen[None]):
         from dojo.content import lab_availability
         from dojo.content.lab_links import LabAvailability
 
-        lines = []
+        labs, ready = [], False
         for lab in dict.fromkeys(link.lab for link in self.lesson.labs):
             stages = [link.stage for link in self.lesson.labs if link.lab == lab]
             if lab_availability(self.session.content_root, lab) is LabAvailability.READY:
+                ready = True
                 passed = self.session.store.passed_stages(lab) & set(stages)
-                lines.append(f"[b]Lab[/b] {lab} · ready · {len(passed)}/{len(stages)} stages "
-                             "passed — press [b]o[/b] to open it")
+                labs.append(f"{lab} [b]ready[/b] {len(passed)}/{len(stages)} stages")
             else:
-                lines.append(f"[b]Lab[/b] {lab} · coming — read on; the lab is being built")
-        cards = len(self.lesson.cards)
-        if cards:
-            lines.append(f"[b]Cards[/b] {cards} — press [b]d[/b] to answer them against the "
-                         "clock")
+                labs.append(f"{lab} [dim]coming[/dim]")
+        lines = []
+        if labs:
+            lines.append("[b]Lab[/b]   " + " · ".join(labs)
+                         + (" — [b]o[/b] opens it" if ready else ""))
+        if self.lesson.cards:
+            lines.append(f"[b]Cards[/b] {len(self.lesson.cards)} — [b]d[/b] answers them "
+                         "against the clock")
         return tuple(lines)
 
     # --- recording the place -------------------------------------------------------------
