@@ -9,7 +9,7 @@ from textual.widgets import OptionList, TextArea
 
 from dojo.store import ProgressStore
 from dojo.tui.app import DojoApp
-from dojo.tui.screens import LessonScreen, MockReportScreen, MockScreen
+from dojo.tui.screens import ConfirmScreen, LessonScreen, MockReportScreen, MockScreen
 from tests.tui.conftest import home_ready, wait_for
 from tests.tui.test_quiz import GOOD_ANSWER
 
@@ -20,6 +20,9 @@ async def test_mock_interview_ends_in_a_report(make_app: Callable[..., DojoApp])
     async with make_app().run_test(size=(80, 24)) as pilot:
         await home_ready(pilot)
         await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen),
+                       what="the mock interview's introduction")
+        await pilot.press("enter")  # Start has the focus
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, MockScreen))
         mock = pilot.app.screen
         assert isinstance(mock, MockScreen)

@@ -14,7 +14,7 @@ from textual.widgets import TextArea
 
 from dojo.runner.results import CheckResult, CheckStarted, RunSummary
 from dojo.tui.app import DojoApp
-from dojo.tui.screens import LabScreen, LessonScreen, MockReportScreen, QuizScreen
+from dojo.tui.screens import LabScreen, LessonScreen, MockReportScreen, MockScreen, QuizScreen
 from dojo.tui.widgets import CheckLog
 from tests.tui.conftest import FakeServices, document_ready, home_ready, wait_for
 from tests.tui.test_quiz import GOOD_ANSWER
@@ -177,6 +177,9 @@ def test_mock_report(snap_compare: Snap, make_app: Callable[..., DojoApp]) -> No
     async def run_before(pilot: Pilot[Any]) -> None:
         await home_ready(pilot)
         await pilot.press("m")
+        await pilot.pause(0.1)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, MockScreen))
         for _ in range(4):
             await pilot.pause(0.1)
             text_area = pilot.app.screen.query_one(TextArea)

@@ -83,8 +83,9 @@ class DojoApp(App[None]):
     def _remember_theme(self, theme: Theme) -> None:
         self.settings.theme = theme.name
         self.settings.save(self.settings_path)
-        for view in self.screen.query("DocumentView"):
-            view.refresh_theme()  # type: ignore[attr-defined]
+        for screen in self.screen_stack:
+            for view in screen.query("DocumentView"):
+                view.refresh_theme()  # type: ignore[attr-defined]
 
     def on_unmount(self) -> None:
         self.session.close()

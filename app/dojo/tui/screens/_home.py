@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dojo.tui.session import Session
 
 DRILL_SIZE = 5
+MOCK_QUESTIONS = 3
 
 
 class HomeScreen(Screen[None]):
@@ -163,13 +164,29 @@ class HomeScreen(Screen[None]):
         cards = self.session.scheduler.next_cards(self.session.catalog.cards, DRILL_SIZE,
                                                   self.session.now())
         if not cards:
-            self.notify("No cards yet.", severity="warning")
+            next_at = self.session.scheduler.next_due_at(self.session.catalog.cards)
+            later = f"; the next review is {when(next_at, self.session.now())}" if next_at \
+                else ""
+            self.notify(f"Nothing is due{later}. To practise ahead, open a lesson and press d.",
+                        timeout=6)
             return
         self.post_message(StartDrill(tuple(card.id for card in cards), "Drill: due and new"))
 
     def action_mock(self) -> None:
-        if self.session.loaded:
-            self.post_message(StartMock())
+        if not self.session.loaded:
+            return
+        from dojo.tui.screens._confirm import ConfirmScreen
+
+        def start(go: bool | None) -> None:
+            if go:
+                self.post_message(StartMock(MOCK_QUESTIONS))
+
+        seconds = round(self.session.quiz_seconds)
+        self.app.push_screen(ConfirmScreen(
+            f"Mock interview: {MOCK_QUESTIONS} questions",
+            f"Each question comes with a follow-up, {seconds} s per answer, no scores until "
+            "the end — like the real thing. The report names your weakest lessons and labs.",
+            confirm="Start", danger=False), start)
 
     def action_progress(self) -> None:
         if self.session.loaded:

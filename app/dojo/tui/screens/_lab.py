@@ -70,6 +70,11 @@ class LabScreen(Screen[None]):
         Binding("u", "services_up", "Start services", show=False),
         Binding("i", "tab('lab-instructions')", "Instructions", show=False),
         Binding("o", "tab('lab-results')", "Results", show=False),
+        Binding("z", "zoom", "Wide pane, no stages", show=False),
+        Binding("ctrl+d,pagedown", "page(1)", "Scroll pane down", show=False),
+        Binding("ctrl+u,pageup", "page(-1)", "Scroll pane up", show=False),
+        Binding("right", "sideways(1)", "Wide code right", show=False),
+        Binding("left", "sideways(-1)", "Wide code left", show=False),
     ]
 
     @dataclass
@@ -176,6 +181,32 @@ class LabScreen(Screen[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+
+    def _active_pane(self) -> DocumentView | CheckLog:
+        active = self.query_one(TabbedContent).active
+        if active == "lab-results":
+            return self.query_one(CheckLog)
+        return self.query_one("#lab-diff-doc" if active == "lab-diff" else "#lab-doc",
+                              DocumentView)
+
+    def action_page(self, step: int) -> None:
+        """Scroll whichever tab is showing, half a page, wherever the focus is."""
+        pane = self._active_pane()
+        half = max(1, pane.scrollable_content_region.height // 2)
+        pane.scroll_to(y=pane.scroll_y + step * half, animate=False, force=True)
+
+    def action_sideways(self, step: int) -> None:
+        pane = self._active_pane()
+        if isinstance(pane, DocumentView):
+            pane.scroll_to(x=max(0, pane.scroll_x + 8 * step), animate=False, force=True)
+
+    def action_zoom(self) -> None:
+        side = self.query_one("#lab-side")
+        side.display = not side.display
+        if not side.display:
+            self._active_pane().focus()
+        else:
+            self.query_one(StageList).focus()
 
     # --- running checks --------------------------------------------------------------------
 

@@ -52,13 +52,14 @@ def lessons_block(overview: Overview, width: int) -> Content:
 
 def labs_block(overview: Overview) -> Content:
     parts: list[Content | str | tuple[str, str]] = []
+    width = max((len(lab.lab_id) for lab in overview.labs), default=6) + 1
     for lab in overview.labs:
         if not lab.ready:
-            parts += [f"{lab.lab_id:<8} ", (lab.error and "cannot load" or "coming",
-                                            "$text-muted"), "\n"]
+            parts += [f"{lab.lab_id:<{width}} ", (lab.error and "cannot load" or "coming",
+                                                  "$text-muted"), "\n"]
             continue
         total = len(lab.stage_ids)
-        parts += [f"{lab.lab_id:<8} ", meter(lab.passed / total if total else 0, 12),
+        parts += [f"{lab.lab_id:<{width}} ", meter(lab.passed / total if total else 0, 12),
                   f" {lab.passed}/{total}  ", stage_marks(lab.stage_ids, lab.statuses), "\n"]
     parts.append(("✓ passed ✗ failed ! error ~ needs Apache Kafka · not checked", "$text-muted"))
     return Content.assemble(*parts)
