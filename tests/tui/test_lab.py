@@ -49,7 +49,7 @@ async def test_checks_stream_into_the_stage_list_and_the_store(
         await pilot.press("r")
         assert lab.query_one(TabbedContent).active == "lab-results"
         await wait_for(pilot, lambda: seen_running.append(stages.state("count").status)
-                       or not lab._checking, timeout=30, what="the run to end")
+                       or not lab.checking, timeout=30, what="the run to end")
         assert stages.state("count").status == "pass"
         assert stages.state("dedupe").status == "pass"
         text = log_text(lab)
@@ -66,7 +66,7 @@ async def test_a_failing_stage_shows_its_message_in_full_and_a_hint(
     async with make_app().run_test(size=(80, 24)) as pilot:
         lab = await open_lab(pilot)
         await pilot.press("r")
-        await wait_for(pilot, lambda: not lab._checking, timeout=30, what="the run to end")
+        await wait_for(pilot, lambda: not lab.checking, timeout=30, what="the run to end")
         stages = lab.query_one(StageList)
         assert stages.state("count").status in ("fail", "error")
         assert stages.state("dedupe").status == "", "the run stops at the first failing stage"
@@ -145,14 +145,14 @@ async def test_watch_mode_checks_again_on_save(make_app: Callable[..., DojoApp],
         lab = await open_lab(pilot)
         await pilot.press("w")
         stages = lab.query_one(StageList)
-        await wait_for(pilot, lambda: not lab._checking
+        await wait_for(pilot, lambda: not lab.checking
                        and stages.state("count").status in ("fail", "error"), timeout=30,
                        what="the first run of watch mode")
         solve(content_root)
         await wait_for(pilot, lambda: stages.state("dedupe").status == "pass", timeout=30,
                        what="the save to trigger a passing run")
         await pilot.press("w")
-        assert lab._watch_stop is None
+        assert not lab.runner.watching
 
 
 async def test_services_start_with_visible_progress(make_app: Callable[..., DojoApp],

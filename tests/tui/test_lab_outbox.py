@@ -53,10 +53,10 @@ async def test_the_outbox_solution_turns_every_stage_green(outbox_root: Path, da
         passing_while_running: list[int] = []
 
         def finished() -> bool:
-            if lab._checking:
+            if lab.checking:
                 passing_while_running.append(
                     sum(stages.state(stage).status == "pass" for stage in STAGES))
-            return not lab._checking
+            return not lab.checking
 
         await wait_for(pilot, finished, timeout=240, what="the outbox checks to finish")
         statuses = {stage: stages.state(stage).status for stage in STAGES}

@@ -15,7 +15,7 @@ from textual.widgets import TextArea
 from dojo.runner.results import CheckResult, CheckStarted, RunSummary
 from dojo.tui.app import DojoApp
 from dojo.tui.screens import LabScreen, LessonScreen, MockReportScreen, MockScreen, QuizScreen
-from dojo.tui.widgets import CheckLog
+from dojo.tui.widgets import CheckLog, CheckRunner
 from tests.tui.conftest import FakeServices, document_ready, home_ready, wait_for
 from tests.tui.test_quiz import GOOD_ANSWER
 
@@ -151,7 +151,7 @@ def test_lab_results_while_running(snap_compare: Snap, make_app: Callable[..., D
         log.clear()
         log.note("09:30:00 · workspace/wordcount · checking up to the first stage that "
                  "does not pass")
-        lab._checking = True
+        lab.runner._busy = True
         message = "count_words('Kafka kafka KAFKA') must ignore case.\n" \
                   "  expected {'kafka': 3}\n  got      {'Kafka': 1, 'kafka': 1, 'KAFKA': 1}"
         events = [
@@ -163,10 +163,10 @@ def test_lab_results_while_running(snap_compare: Snap, make_app: Callable[..., D
                         lesson="dead-letter-queue#block-or-lose", duration=0.04, nodeid="c2"),
         ]
         for event in events:
-            lab.post_message(LabScreen._Event(event))
+            lab.runner.post_message(CheckRunner.Event(event))
         summary = RunSummary(("count", "dedupe"), [e for e in events
                                                    if isinstance(e, CheckResult)])
-        lab.post_message(LabScreen._Done(summary, False))
+        lab.runner.post_message(CheckRunner.Done(summary, False))
         await pilot.pause(0.2)
         await settle(pilot)
 

@@ -10,47 +10,28 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
 
 from dojo.runner import workspace
 from dojo.runner.results import CheckResult, CheckStarted, RunSummary, StageSummary
 from dojo.tui.pages import diff_page, files_page, lab_overview_page, lab_stage_page, read_lab_readme
-from dojo.tui.widgets import CheckLog, DocumentView, ServicesPanel, StageList
+from dojo.tui.widgets import CheckLog, CheckRunner, DocumentView, ServicesPanel, StageList
 from dojo.tui.widgets._stage_list import OVERVIEW, StageState
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from dojo.content.labs import Lab
-    from dojo.runner.execute import CheckRun, RunOptions
+    from dojo.runner.execute import RunOptions
     from dojo.tui.session import Session
 
 SOLUTION_CONFIRM_SECONDS = 10.0
-
-
-def files_state(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """Modification time and size of each learner file: what a save changes."""
-    state = {}
-    for name in names:
-        try:
-            stat = (folder / name).stat()
-        except OSError:
-            continue
-        state[name] = (stat.st_mtime_ns, stat.st_size)
-    return state
 
 
 class LabScreen(Screen[None]):
@@ -77,24 +58,6 @@ class LabScreen(Screen[None]):
         Binding("left", "sideways(-1)", "Wide code left", show=False),
     ]
 
-    @dataclass
-    class _Event(Message):
-        event: CheckStarted | CheckResult
-
-    @dataclass
-    class _Progress(Message):
-        line: str
-
-    @dataclass
-    class _Done(Message):
-        summary: RunSummary | None
-        cancelled: bool
-        error: str = ""
-
-    @dataclass
-    class _Changed(Message):
-        """A learner file was saved (watch mode)."""
-
     def __init__(self, session: Session, lab: Lab, *, stage: str = "") -> None:
         super().__init__()
         self.session = session
@@ -105,12 +68,9 @@ class LabScreen(Screen[None]):
         self._statuses = {stage_id: record.status for (_, stage_id), record
                           in session.store.stage_results(lab.id).items()}
         self._hints: dict[str, list[tuple[int, str]]] = {}
-        self._run: CheckRun | None = None
-        self._checking = False
         self._live: dict[str, list[CheckResult]] = {}
         self._current_stage = ""
         self._rerun = False
-        self._watch_stop: threading.Event | None = None
         self._solution_asked_at = 0.0
 
     # --- layout --------------------------------------------------------------------------
@@ -129,7 +89,16 @@ class LabScreen(Screen[None]):
                     yield CheckLog(self.lab, id="lab-log")
                 with TabPane("Diff", id="lab-diff"):
                     yield DocumentView(id="lab-diff-doc")
+        yield CheckRunner(self.lab, self.impl, self.session.services, id="lab-runner")
         yield Footer()
+
+    @property
+    def runner(self) -> CheckRunner:
+        return self.query_one(CheckRunner)
+
+    @property
+    def checking(self) -> bool:
+        return self.runner.busy
 
     def on_mount(self) -> None:
         self.title = f"Lab · {self.lab.id}"
@@ -172,7 +141,7 @@ class LabScreen(Screen[None]):
 
     def _draw_watch(self) -> None:
         status = self.query_one("#lab-watch", Static)
-        if self._watch_stop is not None:
+        if self.runner.watching:
             status.update(Content.assemble(("● watching", "bold $text-success"),
                                            (" · w stops", "$text-muted")))
         else:
@@ -223,61 +192,22 @@ class LabScreen(Screen[None]):
         self._start(RunOptions(stages=(stage,)), f"checking stage {stage}")
 
     def _start(self, options: RunOptions, label: str) -> None:
-        if self._checking:
+        if self.runner.busy:
             self.notify("Checks are running (c stops them).", timeout=3)
             return
-        self._checking = True
         self._live, self._current_stage = {}, ""
         log = self.query_one(CheckLog)
         log.clear()
         started = self.session.now().astimezone()
         log.note(f"{started:%H:%M:%S} · workspace/{self.lab.id} · {label}")
         self.query_one(TabbedContent).active = "lab-results"
-        self._check(options)
+        self.runner.run(options)
 
-    @work(thread=True, exclusive=True, group="checks")
-    def _check(self, options: RunOptions) -> None:
-        from dojo.runner import progress
-        from dojo.runner.execute import CheckRun
-
-        worker = get_current_worker()
-        if self.lab.services:
-            try:
-                statuses = self.session.services.status()
-                if not all(status.state in ("up", "external") for status in statuses):
-                    self.post_message(self._Progress("starting PostgreSQL and Kafka…"))
-                    self.session.services.up(log=self._relay)
-            except Exception as exc:
-                self.post_message(self._Done(None, False, f"services did not start: {exc}"))
-                return
-        run = CheckRun(self.lab, self.impl, options)
-        self._run = run
-        stage, results = "", list[CheckResult]()
-        for event in run:
-            if worker.is_cancelled:
-                run.cancel()
-                break
-            self.post_message(self._Event(event))
-            if isinstance(event, CheckResult) and event.stage in self.lab.stage_ids:
-                if event.stage != stage:
-                    if results:
-                        progress.record_stage_results(self.lab, RunSummary((stage,), results))
-                    stage, results = event.stage, []
-                results.append(event)
-        if results and not run.cancelled and not worker.is_cancelled:
-            progress.record_stage_results(self.lab, RunSummary((stage,), results))
-        self.post_message(self._Done(run.summary, run.cancelled or worker.is_cancelled))
-
-    def _relay(self, line: str) -> None:
-        self.post_message(self._Progress(line))
-
-    @on(_Progress)
-    def _progress(self, message: _Progress) -> None:
+    def on_check_runner_progress(self, message: CheckRunner.Progress) -> None:
         self.query_one(CheckLog).note(" ".join(message.line.split()))
         self.query_one(ServicesPanel).check()
 
-    @on(_Event)
-    def _event(self, message: _Event) -> None:
+    def on_check_runner_event(self, message: CheckRunner.Event) -> None:
         event = message.event
         log = self.query_one(CheckLog)
         stages = self.query_one(StageList)
@@ -307,10 +237,7 @@ class LabScreen(Screen[None]):
         self.query_one(StageList).set_state(
             stage_id, StageState(status, sum(r.passed for r in results), len(results)))
 
-    @on(_Done)
-    def _done(self, message: _Done) -> None:
-        self._checking = False
-        self._run = None
+    def on_check_runner_done(self, message: CheckRunner.Done) -> None:
         log = self.query_one(CheckLog)
         stages = self.query_one(StageList)
         if message.cancelled:
@@ -356,43 +283,26 @@ class LabScreen(Screen[None]):
         log.summary(text)
 
     def action_cancel(self) -> None:
-        if self._run is not None:
-            self._run.cancel()
-        self.workers.cancel_group(self, "checks")
+        self.runner.cancel()
 
     # --- watch mode ----------------------------------------------------------------------
 
     def action_watch(self) -> None:
-        if self._watch_stop is not None:
-            self._watch_stop.set()
-            self._watch_stop = None
-            self.notify("Stopped watching.", timeout=2)
-        else:
-            self._watch_stop = threading.Event()
-            self._watch(self._watch_stop)
+        watching = not self.runner.watching
+        self.runner.set_watching(watching)
+        if watching:
             self.notify(f"Watching workspace/{self.lab.id}: every save re-checks.", timeout=3)
             self.action_run()
+        else:
+            self.notify("Stopped watching.", timeout=2)
         self._draw_watch()
 
-    @work(thread=True, group="watch")
-    def _watch(self, stop: threading.Event) -> None:
-        from watchfiles import watch
-
-        seen = files_state(self.impl, self.lab.files)
-        for _changes in watch(self.impl, debounce=300, rust_timeout=500,
-                              yield_on_timeout=True, stop_event=stop):
-            now = files_state(self.impl, self.lab.files)
-            if now != seen:
-                seen = now
-                self.post_message(self._Changed())
-
-    @on(_Changed)
-    def _changed(self, message: _Changed) -> None:
-        if self._watch_stop is None:
+    def on_check_runner_saved(self, message: CheckRunner.Saved) -> None:
+        if not self.runner.watching:
             return
-        if self._checking:
+        if self.runner.busy:  # start again from the top with the new code, like rustlings
             self._rerun = True
-            self.action_cancel()
+            self.runner.cancel()
         else:
             self.action_run()
 
@@ -445,7 +355,7 @@ class LabScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"{editor}: {exc.strerror or exc}", severity="error", timeout=10)
             return
-        if self._watch_stop is None:
+        if not self.runner.watching:
             self.notify("Back from the editor: r checks your code.", timeout=3)
 
     def action_diff(self) -> None:
@@ -498,8 +408,3 @@ class LabScreen(Screen[None]):
     def action_back(self) -> None:
         self.dismiss()
 
-    def on_unmount(self) -> None:
-        if self._watch_stop is not None:
-            self._watch_stop.set()
-        if self._run is not None:
-            self._run.cancel()

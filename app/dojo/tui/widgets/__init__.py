@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dojo.tui.widgets._answer_panel import AnswerPanel
     from dojo.tui.widgets._check_log import CheckLog
+    from dojo.tui.widgets._check_runner import CheckRunner
     from dojo.tui.widgets._countdown_clock import CountdownClock
     from dojo.tui.widgets._document_view import DocumentView
     from dojo.tui.widgets._grade_bar import GradeBar
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "AnswerPanel": "_answer_panel",
     "CheckLog": "_check_log",
+    "CheckRunner": "_check_runner",
     "CountdownClock": "_countdown_clock",
     "DocumentView": "_document_view",
     "GradeBar": "_grade_bar",
@@ -36,6 +38,7 @@ _MODULES = {
 __all__ = [
     "AnswerPanel",
     "CheckLog",
+    "CheckRunner",
     "CountdownClock",
     "DocumentView",
     "GradeBar",
