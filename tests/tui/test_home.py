@@ -47,7 +47,7 @@ async def test_services_show_and_start_from_home(make_app: Callable[..., DojoApp
     async with make_app().run_test(size=(80, 24)) as pilot:
         await home_ready(pilot)
         panel = pilot.app.screen.query_one("#home-services")
-        assert "PostgreSQL embedded stopped" in " ".join(str(panel.render()).split())
+        assert "PostgreSQL stopped" in " ".join(str(panel.render()).split())
         await pilot.press("u")
         await wait_for(pilot, lambda: services.started == 1 and "stopped" not in
                        str(panel.render()), what="the services to start")

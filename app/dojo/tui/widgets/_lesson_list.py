@@ -113,13 +113,13 @@ class LessonList(OptionList):
     @staticmethod
     def _lab_line(lab: LabRow, width: int) -> Content:
         if lab.error:
-            return Content.assemble(f" {lab.lab_id:<8} ", ("cannot load: see dojo lint",
+            return Content.assemble(f" {lab.lab_id:<9} ", ("cannot load: see dojo lint",
                                                           "$text-error"))
         if not lab.ready:
-            return Content.assemble(f" {lab.lab_id:<8} ", ("coming", "$text-muted"))
-        title_width = max(8, width - 10 - len(lab.stage_ids) - 7)
+            return Content.assemble(f" {lab.lab_id:<9} ", ("coming", "$text-muted"))
+        title_width = max(8, width - 11 - len(lab.stage_ids) - 7)
         return Content.assemble(
-            f" {lab.lab_id:<8} ", fit(lab.title, title_width), " ",
+            f" {lab.lab_id:<9} ", fit(lab.title, title_width), " ",
             stage_marks(lab.stage_ids, lab.statuses),
             (f" {lab.passed}/{len(lab.stage_ids)}", "$text-muted"),
         )

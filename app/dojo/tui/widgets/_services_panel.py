@@ -148,9 +148,12 @@ class ServicesPanel(Static):
                          if self._error else ("checking…", "$text-muted"))
         for status in self._statuses or []:
             mark, style = STATE_STYLES.get(status.state, ("?", "$text-warning"))
+            # the embedded PostgreSQL is the default and needs no label; Kafka's backend
+            # matters (tansu lacks some semantics, checks then say "needs Apache Kafka")
             name = "PostgreSQL" if status.name == "postgres" else "Kafka"
-            parts += [(mark, style), f" {name:<10} ", (f"{status.backend:<8} ", "$text-muted"),
-                      (status.state, style), "\n"]
+            backend = "" if status.backend == "embedded" else f" · {status.backend}"
+            parts += [(mark, style), f" {name}", (backend, "$text-muted"),
+                      " " * max(1, 17 - len(name) - len(backend)), (status.state, style), "\n"]
         if self.starting:
             parts.append((f"{SPINNER[self._frame]} {self._log_line}", "$text-accent"))
         elif self._statuses and not self.all_up:
