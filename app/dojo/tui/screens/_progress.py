@@ -126,7 +126,19 @@ class ProgressScreen(Screen[None]):
 
     @work(thread=True, exclusive=True)
     def _gather(self) -> None:
-        self.post_message(self._Loaded(gather(self.session), self.session.store.reviews()))
+        try:
+            self.post_message(self._Loaded(gather(self.session), self.session.store.reviews()))
+        except Exception as exc:
+            self.post_message(self._Failed(f"{type(exc).__name__}: {exc}"))
+
+    @dataclass
+    class _Failed(Message):
+        error: str
+
+    @on(_Failed)
+    def _failed(self, message: _Failed) -> None:
+        self.query_one("#progress-lessons", Static).update(
+            Content.styled(f"could not load: {message.error}", "$text-error"))
 
     @on(_Loaded)
     def _loaded(self, message: _Loaded) -> None:

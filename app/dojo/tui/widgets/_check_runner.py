@@ -107,6 +107,13 @@ class CheckRunner(Widget):
 
     @work(thread=True, exclusive=True, group="checks")
     def _check(self, options: RunOptions) -> None:
+        try:
+            self._check_now(options)
+        except Exception as exc:  # said on screen; the app must outlive a broken run
+            self.post_message(self.Done(None, False, f"the run failed: {type(exc).__name__}: "
+                                                     f"{exc}"))
+
+    def _check_now(self, options: RunOptions) -> None:
         from dojo.runner import progress
         from dojo.runner.execute import CheckRun
 

@@ -17,7 +17,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from dojo.tui.document import Block, Palette, RenderedDocument, render_document
+from dojo.tui.document import Block, Palette, Prose, RenderedDocument, render_document
 
 MATCH_STYLE = Style(reverse=True)
 CURRENT_MATCH_STYLE = Style(reverse=True, bold=True, underline=True)
@@ -189,8 +189,12 @@ class DocumentView(ScrollView, can_focus=True):
     @work(thread=True, exclusive=True, group="layout")
     def _lay_out(self, blocks: list[Block], width: int, palette: Palette, generation: int
                  ) -> None:
-        self.post_message(self._Laid(render_document(blocks, width, palette), width,
-                                     generation))
+        try:
+            document = render_document(blocks, width, palette)
+        except Exception as exc:  # show what failed instead of taking the app down
+            document = render_document([Prose(f"This page could not be drawn: "
+                                              f"{type(exc).__name__}: {exc}")], width, palette)
+        self.post_message(self._Laid(document, width, generation))
 
     @on(_Laid)
     def _laid(self, message: _Laid) -> None:
