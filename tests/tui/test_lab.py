@@ -166,3 +166,20 @@ async def test_services_start_with_visible_progress(make_app: Callable[..., Dojo
         await wait_for(pilot, lambda: services.started == 1
                        and "up" in str(lab.query_one("#lab-services").render()),
                        what="the services to come up")
+
+
+async def test_stages_show_their_instructions_and_enter_moves_into_them(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        stages = lab.query_one(StageList)
+        assert stages.has_focus and stages.stage_id == "", "a lab never run opens on Overview"
+        await pilot.press("down")
+        await document_ready(pilot, "#lab-doc")
+        doc = lab.query_one("#lab-doc", DocumentView)
+        assert doc.document is not None
+        text = "\n".join(line.text for line in doc.document.lines)
+        assert "1. Count words (count)" in text and "What the checks prove" in text
+        assert "count_words(text: str)" in text, "the stage's README section"
+        await pilot.press("enter")
+        assert doc.has_focus

@@ -37,13 +37,20 @@ def sections() -> list[tuple[str, list[type[DOMNode]]]]:
     from dojo.tui.screens._mock_report import MockReportScreen
     from dojo.tui.screens._progress import ProgressScreen
     from dojo.tui.screens._quiz import QuizScreen
-    from dojo.tui.widgets import AnswerPanel, CheckLog, DocumentView, LessonList, SearchBar
+    from dojo.tui.widgets import (
+        AnswerPanel,
+        CheckLog,
+        DocumentView,
+        LessonList,
+        SearchBar,
+        StageList,
+    )
 
     return [
         ("Everywhere", [DojoApp]),
         ("Home", [HomeScreen, LessonList]),
         ("Lesson", [LessonScreen, DocumentView, SearchBar]),
-        ("Lab", [LabScreen, CheckLog]),
+        ("Lab", [LabScreen, StageList, CheckLog]),
         ("Drill", [QuizScreen, AnswerPanel]),
         ("Mock interview", [MockScreen]),
         ("Mock interview report", [MockReportScreen]),

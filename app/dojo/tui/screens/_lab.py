@@ -139,6 +139,12 @@ class LabScreen(Screen[None]):
     def on_stage_list_highlighted(self, message: StageList.Highlighted) -> None:
         self._show_stage(message.stage_id)
 
+    def on_stage_list_chosen(self, message: StageList.Chosen) -> None:
+        """Enter on a stage: its instructions take the focus (j/k scroll them, Tab or
+        Shift+Tab goes back to the stages)."""
+        self.query_one(TabbedContent).active = "lab-instructions"
+        self.query_one("#lab-doc", DocumentView).focus()
+
     def _draw_watch(self) -> None:
         status = self.query_one("#lab-watch", Static)
         if self.runner.watching:

@@ -52,6 +52,7 @@ class StageList(OptionList):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select", "Read the stage", show=False),
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
     ]
@@ -121,5 +122,17 @@ class StageList(OptionList):
         event.stop()
         self.post_message(self.Highlighted(self, self.stage_id))
 
+    @dataclass
+    class Chosen(Message):
+        """Enter on an entry: the reader wants its instructions."""
+
+        stage_list: StageList
+        stage_id: str
+
+        @property
+        def control(self) -> StageList:
+            return self.stage_list
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
+        self.post_message(self.Chosen(self, self.stage_id))
