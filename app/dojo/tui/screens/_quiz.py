@@ -46,6 +46,7 @@ class QuizScreen(Screen[None]):
         self._seconds_used = 0.0
         self._suggested = 3
         self._leave_armed = False
+        self._last_grade = ""  # "Good: again in 3 days", shown beside the next question
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -87,7 +88,9 @@ class QuizScreen(Screen[None]):
         self._leave_armed = False
         self.sub_title = f"card {self.index + 1} of {len(self.cards)}"
         lesson = self.session.catalog.lesson_of(card)
-        meta = Content.assemble((lesson.title, "bold"), (f" · {card.kind}", "$text-muted"))
+        meta = Content.assemble((lesson.title, "bold"), (f" · {card.kind}", "$text-muted"),
+                                (f"   last card: {self._last_grade}" if self._last_grade
+                                 else "", "$text-muted"))
         self.query_one(ContentSwitcher).current = "quiz-answering"
         self.query_one(AnswerPanel).ask(card, meta, Countdown(self.session.quiz_seconds,
                                                                self.session.clock))
@@ -135,8 +138,7 @@ class QuizScreen(Screen[None]):
         now = self.session.now()
         state = self.session.scheduler.review(self.card.id, grade, at=now,
                                               duration_ms=round(self._seconds_used * 1000))
-        self.notify(f"{grade.label} — next review of this card {when(state.due, now)}",
-                    timeout=3)
+        self._last_grade = f"{grade.label}, again {when(state.due, now)}"
         self._set_phase("graded")
         if self.index + 1 < len(self.cards):
             self.index += 1
