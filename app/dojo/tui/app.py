@@ -8,13 +8,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.theme import Theme
 
-from dojo.tui.commands import DRILL_SIZE, DojoCommands
 from dojo.tui.navigation import (
     ContinueLast,
     OpenLab,
@@ -27,8 +25,20 @@ from dojo.tui.navigation import (
 from dojo.tui.session import Session
 from dojo.tui.settings import UiSettings
 
+if TYPE_CHECKING:
+    from textual.command import Provider
+    from textual.theme import Theme
+
 LIGHT, DARK = "textual-light", "textual-dark"
 FIRST_FRAME_ENV = "DOJO_TUI_FIRST_FRAME"  # bench/startup.py: write the times, then exit
+DRILL_SIZE = 5
+
+
+def dojo_commands() -> type[Provider]:
+    """The palette's provider, imported when the palette first opens (not at start-up)."""
+    from dojo.tui.commands import DojoCommands
+
+    return DojoCommands
 
 
 class DojoApp(App[None]):
@@ -42,7 +52,7 @@ class DojoApp(App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "Interview Dojo"
-    COMMANDS = App.COMMANDS | {DojoCommands}
+    COMMANDS = App.COMMANDS | {dojo_commands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Keys", key_display="?"),
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
@@ -102,10 +112,19 @@ class DojoApp(App[None]):
             self.push_screen(HelpScreen())
 
     def action_drill(self) -> None:
+        """A round of the cards due now, then new ones (Home's d, and the palette)."""
         if not self.session.loaded:
             return
-        cards = self.session.scheduler.next_cards(self.session.catalog.cards, DRILL_SIZE,
-                                                  self.session.now())
+        from dojo.tui.overview import when
+
+        now = self.session.now()
+        cards = self.session.scheduler.next_cards(self.session.catalog.cards, DRILL_SIZE, now)
+        if not cards:
+            next_at = self.session.scheduler.next_due_at(self.session.catalog.cards)
+            later = f"; the next review is {when(next_at, now)}" if next_at else ""
+            self.notify(f"Nothing is due{later}. To practise ahead, open a lesson and press d.",
+                        timeout=6)
+            return
         self.post_message(StartDrill(tuple(card.id for card in cards), "Drill: due and new"))
 
     # --- navigation: screens post these, the app pushes the screen ---------------------------

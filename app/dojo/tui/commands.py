@@ -21,9 +21,6 @@ from dojo.tui.navigation import (
 if TYPE_CHECKING:
     from dojo.tui.app import DojoApp
 
-DRILL_SIZE = 5
-
-
 class DojoCommands(Provider):
     """Commands that post the same navigation messages the screens post."""
 

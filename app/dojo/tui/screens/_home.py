@@ -19,7 +19,6 @@ from dojo.tui.navigation import (
     OpenLab,
     OpenLesson,
     OpenProgress,
-    StartDrill,
     StartMock,
 )
 from dojo.tui.overview import Overview, gather, when
@@ -28,7 +27,6 @@ from dojo.tui.widgets import LessonList, ServicesPanel
 if TYPE_CHECKING:
     from dojo.tui.session import Session
 
-DRILL_SIZE = 5
 MOCK_QUESTIONS = 3
 
 
@@ -37,7 +35,7 @@ class HomeScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "continue", "Continue"),
-        Binding("d", "drill", "Drill"),
+        Binding("d", "app.drill", "Drill"),
         Binding("m", "mock", "Mock interview"),
         Binding("p", "progress", "Progress"),
         Binding("u", "services_up", "Start services"),
@@ -157,20 +155,6 @@ class HomeScreen(Screen[None]):
             self.notify("Nothing to continue yet: open a lesson with Enter.", timeout=4)
             return
         self.post_message(ContinueLast())
-
-    def action_drill(self) -> None:
-        if not self.session.loaded:
-            return
-        cards = self.session.scheduler.next_cards(self.session.catalog.cards, DRILL_SIZE,
-                                                  self.session.now())
-        if not cards:
-            next_at = self.session.scheduler.next_due_at(self.session.catalog.cards)
-            later = f"; the next review is {when(next_at, self.session.now())}" if next_at \
-                else ""
-            self.notify(f"Nothing is due{later}. To practise ahead, open a lesson and press d.",
-                        timeout=6)
-            return
-        self.post_message(StartDrill(tuple(card.id for card in cards), "Drill: due and new"))
 
     def action_mock(self) -> None:
         if not self.session.loaded:
