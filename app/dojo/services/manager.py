@@ -232,11 +232,10 @@ def resolve(*, start: bool = True) -> Endpoints:
     kafka = records.get("kafka")
     db_ok = bool(os.environ.get("DOJO_DATABASE_URL")) or bool(db and db.is_alive())
     kafka_ok = bool(os.environ.get("DOJO_KAFKA_BOOTSTRAP")) or bool(kafka and kafka.is_alive())
-    if not (db_ok and kafka_ok) and start:
-        return up(kafka.backend if kafka else None)
-    if not (db_ok and kafka_ok):
+    if not (db_ok and kafka_ok) and not start:
         raise ServiceError("Services are not running. Fix: `dojo services up`.")
-    return up(kafka.backend if kafka else None)  # cheap: everything is already up
+    # Starts what is missing; when everything runs it only re-checks and returns the endpoints.
+    return up(kafka.backend if kafka else None)
 
 
 def _redact(url: str) -> str:

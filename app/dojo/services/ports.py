@@ -66,14 +66,3 @@ def choose_port(env_value: str | None, recorded: int | None, what: str, env_var:
     if recorded and is_free(recorded):
         return recorded
     return free_port()
-
-
-def wait_port_closed(port: int, timeout: float) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if is_free(port):
-            return True
-        time.sleep(0.05)
-    return is_free(port)
