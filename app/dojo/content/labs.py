@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo.content.overlay import materialise, overlay_files
 from dojo.content.root import content_root as content_root  # re-exported for lab callers
 from dojo.content.yaml_lines import YamlDoc, YamlSyntaxError, parse_yaml
 
@@ -19,6 +20,7 @@ KNOWN_SERVICES = ("postgres", "kafka")
 DEFAULT_CHECK_SECONDS = 60.0
 DEFAULT_RUN_SECONDS = 300.0
 MUTANT_FIELDS = ("mistake", "stage", "check", "mentions")
+EXPECTED_FILE = "expected.txt"
 
 class LabError(ValueError):
     """A lab file that cannot be loaded; `str()` reads `path:line: message`."""
@@ -118,6 +120,14 @@ class Lab:
         raise KeyError(f"lab {self.id!r} has no stage {stage_id!r}; its stages are "
                        f"{', '.join(self.stage_ids)}")
 
+    def mutant(self, name: str) -> Mutant:
+        """The mutant called `name`; KeyError names the mutants there are."""
+        path = self.mutants_dir / name
+        if not (path / "mutant.yaml").is_file():
+            known = ", ".join(m.name for m in self.mutants()) or "none"
+            raise KeyError(f"lab {self.id!r} has no mutant {name!r}; its mutants: {known}")
+        return load_mutant(path)
+
     def mutants(self) -> list[Mutant]:
         """Every `mutants/<name>/` of this lab, loaded; the first broken mutant.yaml raises."""
         if not self.mutants_dir.is_dir():
@@ -128,7 +138,8 @@ class Lab:
 
 @dataclass(frozen=True)
 class Mutant:
-    """A copy of the learner files with one classic mistake, and the check that must catch it."""
+    """One classic mistake, stored as overlays on the solution (`<file>.patch`, see
+    `dojo.content.overlay`), the check that must catch it and that check's golden message."""
 
     name: str
     mistake: str
@@ -136,6 +147,25 @@ class Mutant:
     check: str
     mentions: tuple[str, ...]
     dir: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.dir / "mutant.yaml"
+
+    @property
+    def expected(self) -> Path:
+        """The golden failure message (`expected.txt`), compared after normalising."""
+        return self.dir / EXPECTED_FILE
+
+    def overlays(self) -> list[Path]:
+        """The `<file>.patch` overlays, sorted."""
+        return overlay_files(self.dir)
+
+    def materialise(self, lab: Lab, dest: Path) -> Path:
+        """Write the full learner files of this mutant into `dest` (the solution with the
+        overlays applied) and return `dest`; an overlay that no longer applies raises
+        `dojo.content.overlay.OverlayError`."""
+        return materialise(self.dir, lab.solution_dir, lab.files, dest)
 
 
 def _text(doc: YamlDoc, mapping: dict[str, Any], key: str, *where: str | int,
