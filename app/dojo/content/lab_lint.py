@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import MUTANT_FIELDS, Lab, LabError, load_lab, read_yaml
+from dojo.content.mutant_lint import mutant_files, mutant_overlays
 from dojo.content.problems import Problem
 from dojo.content.yaml_lines import YamlDoc
 
@@ -141,24 +142,28 @@ class _LabLinter:
         folder = self.lab.mutants_dir
         if not folder.is_dir():
             return
+        folders = []
         for entry in sorted(folder.iterdir()):
             if entry.name in IGNORED:
                 continue
             if not entry.is_dir():
                 self.add(entry, 1, "stray file in mutants/: each mutant is a folder")
                 continue
-            self.mutant(entry)
+            if self.mutant(entry):
+                folders.append(entry)
+        self.problems += mutant_overlays(self.lab, folders)
 
-    def mutant(self, folder: Path) -> None:
+    def mutant(self, folder: Path) -> bool:
+        """Lint one mutant's manifest and files; False when it has no readable manifest."""
         manifest = folder / "mutant.yaml"
         if not manifest.is_file():
             self.add(folder, 1, "mutant without mutant.yaml (mistake, stage, check, mentions)")
-            return
+            return False
         try:
             doc = read_yaml(manifest)
         except LabError as exc:
             self.add(exc.path, exc.line, exc.message)
-            return
+            return False
         for keys, line in doc.duplicate_keys:
             self.add(manifest, line, f"`{'.'.join(map(str, keys))}` is given twice")
         data = doc.data if isinstance(doc.data, dict) else {}
@@ -182,12 +187,8 @@ class _LabLinter:
         elif check and stage in self.lab.stage_ids and checks.get(check) != stage:
             self.add(manifest, doc.line("check"), f"check {check!r} belongs to stage "
                                                   f"{checks.get(check)!r}, not {stage!r}")
-        self.file_set(folder, f"mutants/{folder.name}/", frozenset({"mutant.yaml"}))
-        if self.lab.solution_dir.is_dir() and all(
-                (folder / f).is_file() and (self.lab.solution_dir / f).is_file()
-                and (folder / f).read_bytes() == (self.lab.solution_dir / f).read_bytes()
-                for f in self.lab.files):
-            self.add(manifest, 1, "the mutant is identical to the solution: it makes no mistake")
+        self.problems += mutant_files(self.lab, folder)
+        return True
 
     def readme(self) -> None:
         path = self.lab.readme
