@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dojo.runner.faults import kill_after, kill_after_ack, kill_before
+from dojo.checks.faults import kill_after, kill_after_ack, kill_before
 
 
 def add(a: int, b: int) -> int:

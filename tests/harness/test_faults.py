@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from sqlalchemy import text
 
-from dojo.runner.faults import (
+from dojo.checks.faults import (
     InjectedFault,
     SlowProducer,
     duplicate_and_reorder,

@@ -8,9 +8,9 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from dojo.runner.database import create_database, drop_database
-from dojo.runner.guard import GuardError, check_database_name, check_topic_name
-from dojo.runner.kafka import KafkaEnv
+from dojo.checks.database import create_database, drop_database
+from dojo.checks.guard import GuardError, check_database_name, check_topic_name
+from dojo.checks.kafka import KafkaEnv
 from dojo.services.postgres import libpq_url
 
 pytest_plugins = ["pytester"]
@@ -111,7 +111,7 @@ def test_needs_kafka_is_reported_as_needs_backend_never_as_passed(pytester, kafk
             assert True
         """
     )
-    result = pytester.runpytest_subprocess("-p", "dojo.runner.plugin", "-rs")
+    result = pytester.runpytest_subprocess("-p", "dojo.checks.plugin", "-rs")
     if kafka.has("transactions"):
         result.assert_outcomes(passed=1)
     else:
@@ -143,5 +143,5 @@ def test_learner_modules_are_imported_fresh_from_the_directory_under_test(pytest
                 raise AssertionError("expected FileNotFoundError")
         """
     )
-    result = pytester.runpytest_subprocess("-p", "dojo.runner.plugin", f"--dojo-impl={impl}")
+    result = pytester.runpytest_subprocess("-p", "dojo.checks.plugin", f"--dojo-impl={impl}")
     result.assert_outcomes(passed=3)

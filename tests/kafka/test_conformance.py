@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from dojo.runner.partitioning import murmur2, partition_for
+from dojo.checks.partitioning import murmur2, partition_for
 from tests.kafka.conftest import consume, produce_all
 
 

@@ -26,7 +26,7 @@ def pytest_args(args: argparse.Namespace, ini: Path) -> list[str]:
         "-c", str(ini), "--rootdir", str(checks), "--confcutdir", str(checks),
         # faulthandler: pytest's plugin would take over the dump file this process set up
         "-p", "no:cacheprovider", "-p", "no:faulthandler",
-        "-p", "dojo.runner.plugin", "-p", "dojo.runner.report",
+        "-p", "dojo.checks.plugin", "-p", "dojo.runner.report",
         "--dojo-impl", str(Path(args.impl).resolve()), "--dojo-lab", str(args.lab),
         "--dojo-results", args.results, "--continue-on-collection-errors",
         "-q", "--no-header", "-rN", "--tb=no",

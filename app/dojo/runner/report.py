@@ -20,9 +20,9 @@ from typing import IO, Any
 
 import pytest
 
+from dojo.checks.plugin import NEEDS_BACKEND
 from dojo.content.labs import Lab, LabError, load_lab
 from dojo.runner.failure_message import Diagnosis, clip, describe
-from dojo.runner.plugin import NEEDS_BACKEND
 from dojo.runner.results import CheckResult, Status
 
 PLUGIN_NAME = "dojo-report"

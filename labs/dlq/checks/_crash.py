@@ -2,7 +2,7 @@
 point: right after the effect's transaction committed, right after a DLT acknowledgement,
 right after an offset commit, inside a gateway call, or on a timer.
 
-Run by the nothing-lost check through dojo.runner.faults.run_in_subprocess, with the learner
+Run by the nothing-lost check through dojo.checks.faults.run_in_subprocess, with the learner
 directory first on sys.path. Every poll, acknowledgement and commit is appended to a log file
 (one write per line), so the history survives the kill.
 """

@@ -587,7 +587,7 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
                        timestamp_ms: int | None = None) -> list[Crafted]:
     """Write (item, exception class, replay count) records to the DLT, one per batch, in
     order; each goes to the partition its key gives in the source (murmur2, like Java)."""
-    from dojo.runner.partitioning import partition_for
+    from dojo.checks.partitioning import partition_for
 
     out = []
     for n, (item, exception, replays) in enumerate(specs):

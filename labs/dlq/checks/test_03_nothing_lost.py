@@ -38,7 +38,7 @@ from _tools import (
 )
 from confluent_kafka import Producer
 
-from dojo.runner.faults import run_in_subprocess, unreachable_bootstrap
+from dojo.checks.faults import run_in_subprocess, unreachable_bootstrap
 
 pytestmark = pytest.mark.stage("nothing-lost")
 SEE = READ["nothing-lost"]

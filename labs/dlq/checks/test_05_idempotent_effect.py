@@ -19,8 +19,8 @@ from _support import (
 )
 from _tools import ScriptedDownstream, healthy
 
-from dojo.runner.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
-from dojo.runner.faults import slow_sql as slowed
+from dojo.checks.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
+from dojo.checks.faults import slow_sql as slowed
 
 pytestmark = pytest.mark.stage("idempotent-effect")
 SEE = READ["idempotent-effect"]

@@ -25,7 +25,7 @@ from _tools import (
 )
 from confluent_kafka import Producer
 
-from dojo.runner.faults import unreachable_bootstrap
+from dojo.checks.faults import unreachable_bootstrap
 
 pytestmark = pytest.mark.stage("replay")
 SEE = READ["replay"]

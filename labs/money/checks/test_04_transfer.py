@@ -29,7 +29,7 @@ from _support import (
 )
 from sqlalchemy import Engine
 
-from dojo.runner.faults import run_concurrently, slow_sql
+from dojo.checks.faults import run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("transfer")
 

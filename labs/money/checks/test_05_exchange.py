@@ -311,7 +311,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
 
 
 def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
-    from dojo.runner.faults import run_concurrently
+    from dojo.checks.faults import run_concurrently
 
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
@@ -346,7 +346,7 @@ PLAIN_QUOTE_SELECT = r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update).*\bquote
 
 
 def test_one_quote_buys_one_exchange_when_requests_race(kit: ExchangeKit) -> None:
-    from dojo.runner.faults import run_concurrently, slow_sql
+    from dojo.checks.faults import run_concurrently, slow_sql
 
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)

@@ -26,7 +26,7 @@ from _support import (
     rows,
 )
 
-from dojo.runner.faults import run_concurrently
+from dojo.checks.faults import run_concurrently
 
 pytestmark = pytest.mark.stage("reconciliation")
 

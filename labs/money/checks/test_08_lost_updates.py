@@ -30,7 +30,7 @@ from _support import (
 )
 from sqlalchemy import Engine
 
-from dojo.runner.faults import run_concurrently
+from dojo.checks.faults import run_concurrently
 
 pytestmark = pytest.mark.stage("lost-updates")
 

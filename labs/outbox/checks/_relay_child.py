@@ -12,7 +12,7 @@ def relay_child(db_url: str, base_config: dict[str, Any], topic: str, fault: str
     from confluent_kafka import Producer
     from sqlalchemy import create_engine
 
-    from dojo.runner.faults import kill_after_ack, kill_before
+    from dojo.checks.faults import kill_after_ack, kill_before
 
     engine = create_engine(db_url)
     producer = Producer(relay.producer_config(dict(base_config)))

@@ -8,7 +8,7 @@ import pytest
 from _support import MISTAKES, READ, call, count, explain, outbox_rows, require_table, table
 from sqlalchemy import Engine, text
 
-from dojo.runner.faults import InjectedFault, fail_sql
+from dojo.checks.faults import InjectedFault, fail_sql
 
 pytestmark = pytest.mark.stage("atomic-write")
 SEE = READ["atomic-write"]

@@ -30,7 +30,7 @@ from _support import (
 )
 from sqlalchemy import Engine, text
 
-from dojo.runner.faults import SlowProducer, run_concurrently, slow_sql
+from dojo.checks.faults import SlowProducer, run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("claim")
 SEE = READ["claim"]

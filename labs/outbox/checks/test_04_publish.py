@@ -23,8 +23,8 @@ from _support import (
 )
 from confluent_kafka import Producer
 
-from dojo.runner.faults import SlowProducer
-from dojo.runner.partitioning import partition_for
+from dojo.checks.faults import SlowProducer
+from dojo.checks.partitioning import partition_for
 
 pytestmark = pytest.mark.stage("publish")
 SEE = READ["publish"]

@@ -22,7 +22,7 @@ from _support import (
 )
 from confluent_kafka import Producer
 
-from dojo.runner.faults import SlowProducer, run_in_subprocess, unreachable_bootstrap
+from dojo.checks.faults import SlowProducer, run_in_subprocess, unreachable_bootstrap
 
 pytestmark = pytest.mark.stage("crash-safety")
 SEE = READ["crash-safety"]

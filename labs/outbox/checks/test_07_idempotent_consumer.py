@@ -19,7 +19,7 @@ from _support import (
 from confluent_kafka import TopicPartition
 from sqlalchemy import Engine, text
 
-from dojo.runner.faults import duplicate_and_reorder, run_concurrently, slow_sql
+from dojo.checks.faults import duplicate_and_reorder, run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("idempotent-consumer")
 

@@ -9,15 +9,15 @@ a function), so a check attacks the code through its documented API and never it
     assert result.killed
 """
 
-from dojo.runner.faults._kafka import SlowProducer, kill_after_ack, unreachable_bootstrap
-from dojo.runner.faults._process import (
+from dojo.checks.faults._kafka import SlowProducer, kill_after_ack, unreachable_bootstrap
+from dojo.checks.faults._process import (
     ProcessResult,
     kill_after,
     kill_before,
     run_in_subprocess,
 )
-from dojo.runner.faults._races import Outcome, duplicate_and_reorder, run_concurrently
-from dojo.runner.faults._sql import InjectedFault, fail_sql, slow_sql
+from dojo.checks.faults._races import Outcome, duplicate_and_reorder, run_concurrently
+from dojo.checks.faults._sql import InjectedFault, fail_sql, slow_sql
 
 __all__ = [
     "InjectedFault",

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dojo.runner.faults._process import _die, _Proxy
+from dojo.checks.faults._process import _die, _Proxy
 
 T = TypeVar("T")
 

@@ -86,7 +86,7 @@ def run_in_subprocess(target: str, *args: Any, timeout: float = 30.0,
                                     "result": str(result_file)}))
         started = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dojo.runner.faults", str(spec)],
+            [sys.executable, "-m", "dojo.checks.faults", str(spec)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, text=True,
         )

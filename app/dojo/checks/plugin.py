@@ -1,0 +1,106 @@
+"""The pytest plugin every lab check and project test loads (`-p dojo.checks.plugin`).
+
+Fixtures: `services` (session), `database`, `kafka`, `learner`. Marker
+`needs_kafka("capability", …)`: on a broker without it the test is skipped with a reason that
+starts with "needs-backend:"; dojo's runner reports that as needs-backend, never as a pass.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from dojo.checks.database import Database, create_database, drop_database
+from dojo.checks.kafka import KafkaEnv
+from dojo.checks.learner import Learner
+from dojo.services.manager import Endpoints
+
+NEEDS_BACKEND = "needs-backend:"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dojo")
+    group.addoption("--dojo-impl", default=os.environ.get("DOJO_IMPL_DIR"),
+                    help="directory with the learner code under test (workspace, solution, mutant)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stage(id): the lab stage a check belongs to")
+    config.addinivalue_line(
+        "markers", "needs_kafka(*capabilities): broker semantics the check depends on"
+    )
+    config.addinivalue_line("markers", "kafka: uses a Kafka broker (added automatically)")
+    config.addinivalue_line("markers", "postgres: uses PostgreSQL (added automatically)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "kafka" in names or item.get_closest_marker("needs_kafka"):
+            item.add_marker(pytest.mark.kafka)
+        if "database" in names:
+            item.add_marker(pytest.mark.postgres)
+
+
+@lru_cache(maxsize=1)
+def _endpoints() -> Endpoints:
+    from dojo.services.manager import resolve
+
+    return resolve(start=True)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("needs_kafka")
+    if marker is None:
+        return
+    endpoints = _endpoints()
+    missing = [cap for cap in marker.args if cap not in endpoints.kafka_capabilities]
+    if missing:
+        pytest.skip(
+            f"{NEEDS_BACKEND} needs Apache Kafka ({', '.join(missing)}); the "
+            f"{endpoints.kafka_backend} broker lacks it. Run `dojo services up --kafka apache`."
+        )
+
+
+@pytest.fixture(scope="session")
+def services() -> Endpoints:
+    """Where PostgreSQL and Kafka are; started on demand when nothing runs."""
+    return _endpoints()
+
+
+@pytest.fixture
+def database(services: Endpoints, request: pytest.FixtureRequest) -> Iterator[Database]:
+    """A fresh database `dojo_<hex>` for this test, dropped afterwards."""
+    db = create_database(services, hint=request.node.name[:20])
+    try:
+        yield db
+    finally:
+        drop_database(services, db)
+
+
+@pytest.fixture
+def kafka(services: Endpoints) -> Iterator[KafkaEnv]:
+    """Kafka configs tuned to the backend, and a factory of topics deleted afterwards."""
+    env = KafkaEnv(services)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def learner(request: pytest.FixtureRequest) -> Iterator[Learner]:
+    """The code under test, from --dojo-impl (or DOJO_IMPL_DIR)."""
+    impl = request.config.getoption("--dojo-impl")
+    if not impl:
+        pytest.fail("no learner code given: pass --dojo-impl DIR (dojo lab check does this)")
+    learner = Learner(Path(impl))
+    learner.purge()
+    try:
+        yield learner
+    finally:
+        learner.purge()

@@ -1,7 +1,0 @@
-"""`python -m dojo.runner.faults SPEC`: the child side of run_in_subprocess."""
-
-import sys
-
-from dojo.runner.faults._process import _child_main
-
-_child_main(sys.argv[1])
