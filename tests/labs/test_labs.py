@@ -14,7 +14,10 @@ import pytest
 
 from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import load_mutant
+from dojo.content.overlay import OverlayError
+from dojo.runner import golden
 from dojo.runner.execute import RunOptions, run_checks
+from dojo.runner.mutants import run_mutant
 from tests.labs.meta import (
     NOT_VERIFIED,
     LabCase,
@@ -65,7 +68,11 @@ def test_untouched_starter_fails_its_first_stage(case: LabCase) -> None:
 def test_mutant_is_rejected_by_its_check(case: LabCase, mutant_dir: Path) -> None:
     lab = case.loaded()
     mutant = load_mutant(mutant_dir)
-    summary = run_checks(lab, mutant.dir, RunOptions(checks=(mutant.check,)))
+    try:
+        summary = run_mutant(lab, mutant)
+    except OverlayError as exc:
+        pytest.fail(f"the mutant {mutant.name!r} no longer applies to solutions/{lab.id}/: "
+                    f"{exc}")
     results = [r for r in summary.results if r.check_id == mutant.check]
     assert results, (f"mutants/{mutant.name}/mutant.yaml names check {mutant.check!r}, but no "
                      f"such check ran; results:\n{describe(summary.results)}")
@@ -74,7 +81,7 @@ def test_mutant_is_rejected_by_its_check(case: LabCase, mutant_dir: Path) -> Non
     assert all(r.stage == mutant.stage for r in results), (
         f"check {mutant.check!r} belongs to stage {results[0].stage!r}, but the mutant names "
         f"stage {mutant.stage!r}")
-    rejected = [r for r in results if r.status in ("fail", "error")]
+    rejected = golden.rejecting(results, mutant.check)
     assert rejected, (f"the mutant {mutant.name!r} ({mutant.mistake}) got past check "
                       f"{mutant.check!r}: the check does not catch that mistake")
     best = min(rejected, key=lambda r: len(mentions_missing(mutant, r.message)))
@@ -83,3 +90,14 @@ def test_mutant_is_rejected_by_its_check(case: LabCase, mutant_dir: Path) -> Non
         f"check {mutant.check!r} rejects the mutant {mutant.name!r}, but its message does not "
         f"mention {missing} (mutant.yaml `mentions`), so it would not teach the mistake "
         f"({mutant.mistake}). The message was:\n{best.message}")
+    label = f"labs/{lab.id}/mutants/{mutant.name}/expected.txt"
+    assert mutant.expected.is_file(), (
+        f"{label} is missing: record the golden message with `dojo dev golden {lab.id} "
+        f"--mutant {mutant.name}`")
+    expected = mutant.expected.read_text(encoding="utf-8")
+    actual = golden.golden_text(rejected)
+    assert golden.matches(expected, actual), (
+        f"check {mutant.check!r} rejects the mutant {mutant.name!r} with another message than "
+        f"its golden one. If the new message is right, re-record it (`dojo dev golden "
+        f"{lab.id} --mutant {mutant.name}`) and review the diff; if not, the check now "
+        f"explains a different mistake:\n{golden.drift(expected, actual, label)}")

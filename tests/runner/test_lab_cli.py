@@ -74,14 +74,39 @@ def test_check_json_prints_only_result_lines(content: Path) -> None:
         assert record["status"] in ("pass", "needs-backend")
 
 
-def test_check_impl_points_at_another_directory(content: Path) -> None:
-    mutant = FIXTURES / "labs/tally/mutants/case-sensitive"
-    result = run_dojo("lab", "check", "tally", "--impl", str(mutant), "--stage", "count",
+def test_check_impl_points_at_another_directory(content: Path, tmp_path: Path) -> None:
+    impl = tmp_path / "impl"
+    impl.mkdir()
+    solution = (FIXTURES / "solutions/tally/tally.py").read_text()
+    (impl / "tally.py").write_text(solution.replace("word.lower() for word", "word for word"))
+    result = run_dojo("lab", "check", "tally", "--impl", str(impl), "--stage", "count",
                       "--json", root=content)
     statuses = {json.loads(line)["check"]: json.loads(line)["status"]
                 for line in result.stdout.splitlines()}
     assert statuses == {"counts_each_word": "pass", "ignores_case": "fail"}
     assert result.returncode == 1
+
+
+def test_check_mutant_runs_the_overlay_against_the_check_it_names(content: Path) -> None:
+    result = run_dojo("lab", "check", "tally", "--mutant", "case-sensitive", "--json",
+                      root=content)
+    statuses = {json.loads(line)["check"]: json.loads(line)["status"]
+                for line in result.stdout.splitlines()}
+    assert statuses == {"ignores_case": "fail"}
+    assert result.returncode == 1
+    every = run_dojo("lab", "check", "tally", "--mutant", "case-sensitive", "--stage", "count",
+                     "--json", root=content)
+    assert len(every.stdout.splitlines()) == 2, "with --stage, every check of the stage runs"
+
+
+def test_check_mutant_usage_problems_exit_2(content: Path) -> None:
+    unknown = run_dojo("lab", "check", "tally", "--mutant", "nope", root=content)
+    assert unknown.returncode == 2
+    assert "has no mutant 'nope'; its mutants: case-sensitive, dedupe-by-word" in unknown.stderr
+    solution = content / "solutions/tally/tally.py"
+    solution.write_text(solution.read_text().replace("word.lower() for word", "w.lower() for w"))
+    stale = run_dojo("lab", "check", "tally", "--mutant", "case-sensitive", root=content)
+    assert stale.returncode == 2 and "does not apply to solutions/tally/" in stale.stderr
 
 
 def test_usage_problems_exit_2_with_a_message(content: Path) -> None:

@@ -59,7 +59,7 @@ def test_stray_files_in_the_lab_and_the_solution(content: Path) -> None:
 def test_a_starter_missing_a_listed_file(content: Path) -> None:
     _edit(content / "labs/tally/lab.yaml", "files: [tally.py]", "files: [tally.py, store.py]")
     problems = _problems(content)
-    for folder in ("starter/", "solutions/tally/", "mutants/case-sensitive/"):
+    for folder in ("starter/", "solutions/tally/"):
         assert ("labs/tally/lab.yaml", 6,
                 f"{folder} lacks store.py, which `files` lists") in problems
 
@@ -119,11 +119,61 @@ def test_a_mutant_yaml_missing_a_field(content: Path, field: str) -> None:
             f"mutant.yaml: `{field}` is missing or empty") in problems
 
 
+MUTANT = "labs/tally/mutants/case-sensitive"
+
+
 def test_a_mutant_that_makes_no_mistake(content: Path) -> None:
-    shutil.copy(content / "solutions/tally/tally.py",
-                content / "labs/tally/mutants/case-sensitive/tally.py")
-    assert _only(content) == ("labs/tally/mutants/case-sensitive/mutant.yaml", 1,
-                              "the mutant is identical to the solution: it makes no mistake")
+    (content / MUTANT / "tally.py.patch").unlink()
+    assert _only(content) == (f"{MUTANT}/mutant.yaml", 1,
+                              "the mutant changes nothing: it has no <file>.patch overlay, so "
+                              "it makes no mistake")
+
+
+def test_a_mutant_whose_overlay_no_longer_applies_names_the_patch_and_solution_line(
+        content: Path) -> None:
+    _edit(content / "solutions/tally/tally.py",
+          "return dict(Counter(word.lower() for word in text.split()))",
+          "return dict(Counter(w.lower() for w in text.split()))")
+    path, line, message = _only(content)
+    assert (path, line) == (f"{MUTANT}/tally.py.patch", 3), "the hunk's @@ line"
+    assert message.startswith("hunk 1 no longer applies to solutions/tally/tally.py: line 13 "
+                              "expected '    return dict(Counter(word.lower() for word in "
+                              "text.split()))'"), message
+
+
+def test_a_solution_edit_away_from_the_mutation_still_applies(content: Path) -> None:
+    _edit(content / "solutions/tally/tally.py", "from collections import Counter",
+          "from collections import Counter\n\n# a new comment far from the mistake")
+    assert _problems(content) == []
+
+
+def test_a_mutant_that_duplicates_another(content: Path) -> None:
+    twin = content / "labs/tally/mutants/case-sensitive-again"
+    shutil.copytree(content / MUTANT, twin)
+    assert _only(content) == ("labs/tally/mutants/case-sensitive-again/mutant.yaml", 1,
+                              "the mutant makes exactly the same change as "
+                              "mutants/case-sensitive/: one of them is redundant")
+
+
+def test_a_full_copy_in_a_mutant_is_refused(content: Path) -> None:
+    shutil.copy(content / "solutions/tally/tally.py", content / MUTANT / "tally.py")
+    path, line, message = _only(content)
+    assert (path, line) == (f"{MUTANT}/tally.py", 1)
+    assert message.startswith("a full copy of tally.py: mutants store only what they change")
+
+
+def test_an_overlay_of_a_file_that_is_not_a_learner_file(content: Path) -> None:
+    (content / MUTANT / "tally.py.patch").rename(content / MUTANT / "store.py.patch")
+    problems = _problems(content)
+    assert (f"{MUTANT}/store.py.patch", 1, "the overlay changes store.py, which is not a "
+            "learner file (lab.yaml `files`)") in problems
+
+
+def test_a_mutant_without_a_golden_message(content: Path) -> None:
+    (content / MUTANT / "expected.txt").unlink()
+    assert _only(content) == (f"{MUTANT}/mutant.yaml", 1,
+                              "no golden message: record expected.txt with `dojo dev golden "
+                              "tally --mutant case-sensitive`")
 
 
 def test_a_readme_missing_a_stage_section(content: Path) -> None:

@@ -58,3 +58,35 @@ def test_only_labs_that_use_kafka_carry_the_kafka_mark(content: Path) -> None:
     listed = _meta(content, "-m", "kafka", "--co").stdout
     assert "test_solution_passes_every_check[tally]" in listed
     assert "test_mutant_is_rejected_by_its_check[tally/case-sensitive]" in listed
+
+
+def test_a_message_that_drifts_from_its_golden_fails_with_a_diff(content: Path) -> None:
+    golden = content / "labs/tally/mutants/case-sensitive/expected.txt"
+    golden.write_text(golden.read_text().replace("are one word", "are three words"))
+    result = _meta(content, "-k", "case-sensitive")
+    assert result.returncode == 1
+    assert "with another message than its golden one" in result.stdout
+    assert "-'Kafka', 'kafka' and 'KAFKA' are three words" in result.stdout
+    assert "+'Kafka', 'kafka' and 'KAFKA' are one word" in result.stdout
+
+
+def test_a_golden_wildcard_matches_what_differs(content: Path) -> None:
+    golden = content / "labs/tally/mutants/case-sensitive/expected.txt"
+    golden.write_text(golden.read_text().replace("{'Kafka': 1, 'kafka': 1, 'KAFKA': 1}", "<…>"))
+    assert _meta(content, "-k", "case-sensitive").returncode == 0
+
+
+def test_a_mutant_without_a_golden_fails(content: Path) -> None:
+    (content / "labs/tally/mutants/case-sensitive/expected.txt").unlink()
+    result = _meta(content, "-k", "case-sensitive")
+    assert result.returncode == 1
+    assert "expected.txt is missing: record the golden message with `dojo dev golden tally " \
+           "--mutant case-sensitive`" in result.stdout
+
+
+def test_a_mutant_whose_overlay_went_stale_fails(content: Path) -> None:
+    solution = content / "solutions/tally/tally.py"
+    solution.write_text(solution.read_text().replace("word.lower() for word", "w.lower() for w"))
+    result = _meta(content, "-k", "case-sensitive")
+    assert result.returncode == 1
+    assert "the mutant 'case-sensitive' no longer applies to solutions/tally/" in result.stdout

@@ -1,5 +1,8 @@
 """`dojo lab list | start | check | watch | hint | reset | diff`: a thin layer over the runner.
 
+`dojo lab check SLUG --mutant NAME` runs a mutant (its overlays on the solution, in a scratch
+directory); `--impl DIR` checks any full directory.
+
 Exit codes: 0 everything passed (or the action succeeded), 1 a check did not pass or the
 learner declined, 2 a usage problem (unknown lab or stage, workspace not started).
 """
@@ -9,12 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 from dojo.cli.lab_render import Printer, paint_diff, progress_marks, use_colour
 from dojo.content.labs import Lab, LabError, content_root, find_lab, lab_dirs, load_lab
+from dojo.content.overlay import OverlayError
 from dojo.runner import progress, workspace
 from dojo.runner.execute import CheckRun, RunOptions
+from dojo.runner.mutants import materialised
 from dojo.runner.results import CheckResult, RunSummary
 
 
@@ -34,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p_start.set_defaults(handler=_guard(_start))
 
     p_check = actions.add_parser("check", help="run the checker on your code")
-    _run_arguments(p_check)
+    _run_arguments(p_check, mutant=True)
     p_check.add_argument("--stage", action="append", default=[], metavar="S",
                          help="only this stage (repeatable)")
     p_check.add_argument("--check", action="append", default=[], metavar="C",
@@ -66,11 +72,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
 
-def _run_arguments(parser: argparse.ArgumentParser) -> None:
+def _run_arguments(parser: argparse.ArgumentParser, *, mutant: bool = False) -> None:
     parser.add_argument("slug")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--solution", action="store_true", help="check the reference solution")
     where.add_argument("--impl", type=Path, metavar="DIR", help="check the code in DIR")
+    if mutant:
+        where.add_argument("--mutant", metavar="NAME",
+                           help="check the mutant NAME (overlaid on the solution in a scratch "
+                                "directory); by default only the check it names")
 
 
 Handler = Callable[[argparse.Namespace], int]
@@ -94,8 +104,18 @@ def _lab(slug: str) -> Lab:
     return find_lab(slug)
 
 
-def _impl(lab: Lab, args: argparse.Namespace) -> tuple[Path, str, bool]:
-    """The directory to check, how to name it, and whether it is the learner's workspace."""
+def _impl(lab: Lab, args: argparse.Namespace, scratch: ExitStack | None = None
+          ) -> tuple[Path, str, bool]:
+    """The directory to check, how to name it, and whether it is the learner's workspace.
+    A mutant is materialised in a scratch directory that `scratch` removes when it closes."""
+    if getattr(args, "mutant", None) and scratch is not None:
+        mutant = lab.mutant(args.mutant)  # KeyError names the mutants there are
+        try:
+            impl = scratch.enter_context(materialised(lab, mutant))
+        except OverlayError as exc:
+            raise UsageProblem(f"mutant {mutant.name!r} does not apply to "
+                               f"solutions/{lab.id}/: {exc}") from exc
+        return impl, f"mutants/{mutant.name} (on solutions/{lab.id})", False
     if args.solution:
         return lab.solution_dir, f"solutions/{lab.id}", False
     if args.impl:
@@ -161,13 +181,17 @@ def _check(args: argparse.Namespace) -> int:
     lab = _lab(args.slug)
     for stage in args.stage:
         lab.stage(stage)  # KeyError names the stages there are
-    impl, label, is_workspace = _impl(lab, args)
-    options = RunOptions(stages=tuple(args.stage), checks=tuple(args.check),
-                         stop_at_failing_stage=args.stop_at_failing_stage)
-    printer = None if args.json else Printer(lab, colour=use_colour(sys.stdout))
-    if printer:
-        printer.header(label)
-    summary = _run(lab, impl, options, printer, args.json)
+    with ExitStack() as scratch:
+        impl, label, is_workspace = _impl(lab, args, scratch)
+        checks = tuple(args.check)
+        if args.mutant and not checks and not args.stage:
+            checks = (lab.mutant(args.mutant).check,)
+        options = RunOptions(stages=tuple(args.stage), checks=checks,
+                             stop_at_failing_stage=args.stop_at_failing_stage)
+        printer = None if args.json else Printer(lab, colour=use_colour(sys.stdout))
+        if printer:
+            printer.header(label)
+        summary = _run(lab, impl, options, printer, args.json)
     if args.check and not summary.results:
         raise UsageProblem(f"no check called {', '.join(args.check)} in {lab.id!r}")
     if is_workspace:

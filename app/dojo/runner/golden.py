@@ -1,0 +1,159 @@
+"""Golden failure messages: what a mutant's check must say, kept in `mutants/<name>/expected.txt`.
+
+Like CodeCrafters' tester fixtures, the message is compared as text, after normalising what
+changes from run to run or broker to broker: UUIDs, timestamps, durations, pids, transaction
+ids, ports, hex suffixes of generated names. The `evidence:` block of a message is state (rows,
+lock holders, statement traces) that differs with every race, so it is not compared; the
+headline, `expected:`, `actual:`, `fix:` and `read:` lines are — those are what tell a
+learner which mistake they made and what to do, and a check that answers one mistake with the
+fix for another is caught here.
+
+Some parts of an `actual:` line can still differ between runs (how many of 12 racing transfers
+deadlocked). `<…>` in expected.txt matches any text within a line; a line holding only `<…>`
+matches any number of lines. `dojo dev golden` records each mutant more than once and puts
+`<…>` where the runs disagreed, and `--merge` folds a run on another broker into the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache
+
+from dojo.runner.results import CheckResult
+
+WILDCARD = "<…>"
+EVIDENCE_ELIDED = "  evidence: <not compared>"
+
+# Order matters: UUIDs and timestamps before the plain numbers inside them.
+_NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), replacement) for pattern, replacement in (
+        (r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+         "<uuid>"),
+        (r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?",
+         "<time>"),
+        (r"\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b", "<time>"),
+        (r"(?<![\w.])[+-]?\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|seconds?)\b", "<duration>"),
+        (r"\b(pid|process|Process|PID|backend)(\s*[=:]?\s*)\d+\b", r"\1\2<pid>"),
+        (r"\b(pids|blocked_by|blocked by)(\s*[=:]?\s*)\[[\d, ]*\]", r"\1\2[<pid>]"),
+        (r"\b(transaction|xid|txid)(\s+)\d+\b", r"\1\2<n>"),
+        (r"\btuple \(\d+,\d+\)", "tuple (<n>,<n>)"),
+        (r"\b((?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\])):\d+\b", r"\1:<port>"),
+        (r"\bport (\d+)\b", "port <port>"),
+        (r"\b(dojo[._][\w.]*?[._])[0-9a-f]{6,}\b", r"\1<hex>"),
+        (r"\b0x[0-9a-fA-F]+\b", "<hex>"),
+        (r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<hex>"),
+    ))
+_KEY_LINE = re.compile(r"^ {2}(?:expected|actual|fix|read|evidence)\b")
+
+
+def normalise(message: str) -> str:
+    """`message` without what differs run to run: ids, times, durations, ports, evidence."""
+    lines: list[str] = []
+    in_evidence = False
+    for line in message.replace("\r\n", "\n").split("\n"):
+        if in_evidence:
+            if _KEY_LINE.match(line) or (line and not line.startswith(" ")):
+                in_evidence = False
+            else:
+                continue
+        if line.startswith("  evidence:"):
+            lines.append(EVIDENCE_ELIDED)
+            in_evidence = True
+            continue
+        for pattern, replacement in _NORMALISE:
+            line = pattern.sub(replacement, line)
+        lines.append(line.rstrip())
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def rejecting(results: Iterable[CheckResult], check: str) -> list[CheckResult]:
+    """The results of `check` that rejected the code (fail or error)."""
+    return [r for r in results if r.check_id == check and r.status in ("fail", "error")]
+
+
+def golden_text(results: Sequence[CheckResult]) -> str:
+    """The normalised messages of `results`, one block each, as expected.txt holds them."""
+    return "\n".join(normalise(r.message) for r in results)
+
+
+# -- merging runs -------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\s+|\w+|[^\w\s]")
+
+
+def _merge_line(a: str, b: str) -> str:
+    """`a` and `b`'s common start (whole tokens), `<…>`, and their common end when that is
+    plain words: one wildcard per line, so a third run that differs anywhere in the span
+    still fits."""
+    if a == b:
+        return a
+    ta, tb = _TOKEN.findall(a), _TOKEN.findall(b)
+    start = 0
+    while start < min(len(ta), len(tb)) and ta[start] == tb[start]:
+        start += 1
+    end = 0
+    while (end < min(len(ta), len(tb)) - start
+           and ta[len(ta) - 1 - end] == tb[len(tb) - 1 - end]):
+        end += 1
+    tail = ta[len(ta) - end:] if end else []
+    # a common end is kept only when it is words: in a list of racing workers or counts
+    # ("worker 1, worker 11") the next run's end differs too
+    if any(ch.isdigit() for token in tail for ch in token) or sum(
+            token[:1].isalpha() for token in tail) < 2:
+        tail = []
+    return "".join(ta[:start]) + WILDCARD + "".join(tail)
+
+
+def merge(a: str, b: str) -> str:
+    """One golden that matches both `a` and `b`: `<…>` where they differ."""
+    la, lb = a.rstrip("\n").split("\n"), b.rstrip("\n").split("\n")
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, la, lb, autojunk=False
+                                                       ).get_opcodes():
+        if tag == "equal":
+            out.extend(la[i1:i2])
+        elif tag == "replace" and i2 - i1 == j2 - j1:
+            out.extend(_merge_line(x, y) for x, y in zip(la[i1:i2], lb[j1:j2], strict=True))
+        elif not out or out[-1] != WILDCARD:
+            out.append(WILDCARD)
+    return "\n".join(out) + "\n"
+
+
+# -- matching -----------------------------------------------------------------------------
+
+@cache
+def _line_pattern(line: str) -> re.Pattern[str]:
+    return re.compile(".*?".join(re.escape(part) for part in line.split(WILDCARD)))
+
+
+def matches(golden: str, actual: str) -> bool:
+    """Whether the normalised `actual` fits `golden` (`<…>` within a line; a `<…>` line
+    for any number of lines)."""
+    want = golden.rstrip("\n").split("\n")
+    got = actual.rstrip("\n").split("\n")
+    memo: dict[tuple[int, int], bool] = {}
+
+    def fit(i: int, j: int) -> bool:
+        if (i, j) in memo:
+            return memo[(i, j)]
+        if i == len(want):
+            result = j == len(got)
+        elif want[i].strip() == WILDCARD:
+            result = any(fit(i + 1, k) for k in range(j, len(got) + 1))
+        else:
+            result = (j < len(got) and _line_pattern(want[i]).fullmatch(got[j]) is not None
+                      and fit(i + 1, j + 1))
+        memo[(i, j)] = result
+        return result
+
+    return fit(0, 0)
+
+
+def drift(golden: str, actual: str, golden_label: str) -> str:
+    """A readable diff from expected.txt to the normalised message, for a failing test."""
+    return "".join(difflib.unified_diff(
+        golden.splitlines(keepends=True), actual.splitlines(keepends=True),
+        fromfile=f"{golden_label} (<…> matches anything)", tofile="the check's message now",
+        n=2))
