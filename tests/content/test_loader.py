@@ -129,8 +129,8 @@ def test_an_empty_content_root_is_an_empty_catalog(tmp_path: Path) -> None:
 
 
 def test_a_lab_is_ready_only_when_its_lab_yaml_exists(content: ContentRoot) -> None:
-    assert lab_availability(content.root, "dlq") is LabAvailability.COMING
-    (content.path("labs/dlq")).mkdir(parents=True)
-    assert lab_availability(content.root, "dlq") is LabAvailability.COMING
-    (content.path("labs/dlq/lab.yaml")).write_text("id: dlq\n")
-    assert lab_availability(content.root, "dlq") is LabAvailability.READY
+    assert lab_availability(content.root, "saga") is LabAvailability.COMING
+    (content.path("labs/saga")).mkdir(parents=True)
+    assert lab_availability(content.root, "saga") is LabAvailability.COMING
+    (content.path("labs/saga/lab.yaml")).write_text("id: saga\n")
+    assert lab_availability(content.root, "saga") is LabAvailability.READY

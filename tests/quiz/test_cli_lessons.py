@@ -19,15 +19,21 @@ def test_lessons_are_listed_by_track_with_no_progress_yet(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines.index("The interview") < lines.index("What they ask next")
-    assert "unread   mastery   0% (0/4 cards)  labs: dlq (coming)" in row(done.stdout,
-                                                                          "Dead letter queues")
+    assert "unread   mastery   0% (0/4 cards)  labs: dlq 0/2" in row(done.stdout,
+                                                                      "Dead letter queues")
+
+
+def test_a_lab_that_is_not_on_disk_is_shown_as_coming(tmp_path: Path) -> None:
+    content = tmp_path / "content"
+    shutil.copytree(FIXTURES, content)
+    shutil.rmtree(content / "labs" / "dlq")
+    done = run_dojo(["lessons"], tmp_path, content=content)
+    assert "labs: dlq (coming)" in row(done.stdout, "Dead letter queues")
 
 
 def test_progress_shows_read_lessons_mastery_and_lab_stages(tmp_path: Path) -> None:
     content = tmp_path / "content"
     shutil.copytree(FIXTURES, content)
-    (content / "labs" / "dlq").mkdir(parents=True)
-    (content / "labs" / "dlq" / "lab.yaml").write_text("id: dlq\n")
     with ProgressStore(tmp_path / "progress.sqlite3") as store:
         store.record_lesson_read("dead-letter-queue", "sources", 80, finished=True)
         store.record_lesson_read("idempotent-consumer", "deep-dive", 10)

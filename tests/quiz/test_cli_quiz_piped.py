@@ -110,7 +110,7 @@ def test_a_mock_interview_asks_follow_ups_and_reports(tmp_path: Path) -> None:
     out = done.stdout
     assert out.count("· headline") == 2 and out.count("· follow-up") == 2
     assert "Mock interview report — overall 0%" in out
-    assert "Weakest lessons" in out and "lab dlq (coming): stages classify, replay" in out
+    assert "Weakest lessons" in out and "lab: dojo lab start dlq  (stages: classify, replay)" in out
     assert "dojo quiz --lesson dead-letter-queue" in out
     with ProgressStore(tmp_path / "progress.sqlite3") as store:
         assert {answer.mode for answer in store.answers()} == {"mock"}

@@ -19,8 +19,12 @@ def test_the_evidence_block_is_not_compared_but_later_lines_are() -> None:
     message = ("Two relays claimed one row.\n  expected: one\n  actual:   two\n  evidence:\n"
                "    id  relay\n    7   0\n    7   1\n  read: lesson outbox#claim")
     assert normalise(message) == ("Two relays claimed one row.\n  expected: one\n"
-                                  f"  actual:   two\n{EVIDENCE_ELIDED}\n"
+                                  f"  actual:   two\n  {EVIDENCE_ELIDED}\n"
                                   "  read: lesson outbox#claim\n")
+    flush_left = message.replace("\n  ", "\n")  # the same failure with its indent stripped
+    assert normalise(flush_left) == ("Two relays claimed one row.\nexpected: one\n"
+                                     f"actual:   two\n{EVIDENCE_ELIDED}\n"
+                                     "read: lesson outbox#claim\n")
 
 
 def test_merging_two_runs_wildcards_only_the_line_that_differs() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import Lab, LabError, content_root, find_lab
 from dojo.content.overlay import OverlayError, materialise, record
+from dojo.content.scaffold import ScaffoldError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p_lesson = actions.add_parser("new-lesson", help="create a lint-clean lesson skeleton")
     p_lesson.add_argument("slug")
     p_lesson.add_argument("--root", type=Path, default=None)
+    p_lesson.add_argument("--track", default="next", choices=("interview", "next", "craft"))
     p_lesson.set_defaults(handler=_guard(_new_lesson))
 
     p_mutant = actions.add_parser("mutant", help="edit and save mutants as overlays")
@@ -81,7 +83,7 @@ def _guard(handler: Handler) -> Handler:
         try:
             code: int = handler(args)
             return code
-        except (UsageProblem, LabError, OverlayError, KeyError, FileExistsError) as exc:
+        except (UsageProblem, LabError, OverlayError, ScaffoldError, KeyError) as exc:
             text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
             print(f"error: {text}", file=sys.stderr)
             return 2
@@ -90,21 +92,32 @@ def _guard(handler: Handler) -> Handler:
 
 def _new_lab(args: argparse.Namespace) -> int:
     from dojo.content.scaffold import new_lab
+    from dojo.runner.mutants import record_golden
 
     root = (args.root or content_root()).resolve()
     created = new_lab(root, args.slug)
     for path in created:
         print(f"created {path.relative_to(root)}")
-    print(f"\nnext: dojo lint --root {root} && dojo lab check {args.slug} --solution "
-          f"(docs/add-a-lab.md walks through the rest)")
-    return 0
+    lab = find_lab(args.slug, root)
+    code = 0
+    for mutant in lab.mutants():
+        outcome = record_golden(lab, mutant, runs=1)
+        if outcome.problem:
+            print(f"could not record {mutant.name}'s golden message: {outcome.problem}; "
+                  f"run `dojo dev golden {lab.id}` once that is fixed", file=sys.stderr)
+            code = 1
+        else:
+            print(f"created {mutant.expected.relative_to(root)} (the golden message, recorded "
+                  "by running the check)")
+    print(f"\nnext: dojo lint --root {root}, then follow docs/add-a-lab.md")
+    return code
 
 
 def _new_lesson(args: argparse.Namespace) -> int:
     from dojo.content.scaffold import new_lesson
 
     root = (args.root or content_root()).resolve()
-    created = new_lesson(root, args.slug)
+    created = new_lesson(root, args.slug, args.track)
     for path in created:
         print(f"created {path.relative_to(root)}")
     return 0

@@ -9,7 +9,7 @@ Labs have their own loader in `dojo.content.labs` (docs/lab-contract.md).
 """
 
 from dojo.content.catalog import load_catalog
-from dojo.content.lab_links import PLANNED_LAB_STAGES, LabAvailability, lab_availability
+from dojo.content.lab_links import LabAvailability, lab_availability
 from dojo.content.lint import lint_lessons
 from dojo.content.models import (
     Card,
@@ -26,7 +26,6 @@ from dojo.content.problems import Problem
 from dojo.content.root import content_root
 
 __all__ = [
-    "PLANNED_LAB_STAGES",
     "Card",
     "Catalog",
     "FollowUp",

@@ -1,7 +1,8 @@
-"""The labs lessons point at: the planned stage ids, and whether a lab is built yet.
+"""The labs lessons point at: their stage ids, and whether a lab is on disk.
 
-Availability is computed, never written in a lesson: a lab is ready when
-`labs/<lab>/lab.yaml` exists, and coming otherwise (docs/content-format.md).
+The catalog is what is in labs/: no table in code lists labs or stages. Availability is
+computed, never written in a lesson: a lab is ready when `labs/<lab>/lab.yaml` exists, and
+coming otherwise (a lesson naming a lab that is not there fails the linter).
 """
 
 from __future__ import annotations
@@ -10,16 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from dojo.content.yaml_lines import YamlSyntaxError, parse_yaml
-
-# The planned table of docs/content-format.md; tests/content check the two stay equal.
-PLANNED_LAB_STAGES: dict[str, tuple[str, ...]] = {
-    "outbox": ("schema", "atomic-write", "claim", "publish", "crash-safety", "backoff",
-               "idempotent-consumer", "cleanup", "measure"),
-    "dlq": ("classify", "dead-letter-record", "nothing-lost", "keep-flowing",
-            "idempotent-effect", "system-wide-failure", "visibility", "replay", "order-per-key"),
-    "money": ("schema", "deposit-withdraw", "idempotency", "transfer", "exchange",
-              "reconciliation", "circuit-breaker", "lost-updates", "n-plus-one"),
-}
 
 
 class LabAvailability(StrEnum):
@@ -36,12 +27,11 @@ def lab_availability(root: Path, lab_id: str) -> LabAvailability:
 
 
 def known_labs(root: Path) -> tuple[str, ...]:
-    """The planned labs plus any lab folder with a lab.yaml, sorted."""
-    built = set()
+    """Every lab folder with a lab.yaml, sorted."""
     labs = root / "labs"
-    if labs.is_dir():
-        built = {path.name for path in labs.iterdir() if (path / "lab.yaml").is_file()}
-    return tuple(sorted(set(PLANNED_LAB_STAGES) | built))
+    if not labs.is_dir():
+        return ()
+    return tuple(sorted(path.name for path in labs.iterdir() if (path / "lab.yaml").is_file()))
 
 
 def built_stage_ids(root: Path, lab_id: str) -> tuple[str, ...] | None:
@@ -60,7 +50,5 @@ def built_stage_ids(root: Path, lab_id: str) -> tuple[str, ...] | None:
 
 
 def stage_ids(root: Path, lab_id: str) -> tuple[str, ...]:
-    """The stages a lesson may name for `lab_id`: the built manifest's when the lab exists,
-    else the planned ones (empty for a lab nobody planned)."""
-    built = built_stage_ids(root, lab_id)
-    return built if built is not None else PLANNED_LAB_STAGES.get(lab_id, ())
+    """The stages a lesson may name for `lab_id`: its manifest's, empty when it has none."""
+    return built_stage_ids(root, lab_id) or ()

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from dojo.content.lab_links import PLANNED_LAB_STAGES, known_labs, lab_availability, stage_ids
+from dojo.content.lab_links import known_labs, stage_ids
 from dojo.content.lesson_parts import MISTAKES_HEADER, level_of, parse_mistakes_table
 from dojo.content.lessons import LessonFile
 from dojo.content.models import Lesson, Section
@@ -208,16 +208,12 @@ def _labs(lesson: Lesson, root: Path, practise: Section | None) -> Iterator[Prob
 def _lab_stage(path: Path, root: Path, labs: tuple[str, ...], lab: str, stage: str | None,
                line: int) -> Iterator[Problem]:
     if lab not in labs:
-        yield Problem(path, line, f"unknown lab {lab!r}; labs: {', '.join(labs)}")
+        yield Problem(path, line, f"unknown lab {lab!r}: there is no labs/{lab}/lab.yaml "
+                                  f"(labs: {', '.join(labs) or 'none'})")
         return
     if stage is None:
         return
     stages = stage_ids(root, lab)
     if stage not in stages:
-        where = (f"labs/{lab}/lab.yaml" if lab_availability(root, lab) == "ready"
-                 else "the planned table in docs/content-format.md")
-        yield Problem(path, line, f"lab {lab!r} has no stage {stage!r} (per {where}: "
-                                  f"{', '.join(stages)})")
-    elif lab in PLANNED_LAB_STAGES and stage not in PLANNED_LAB_STAGES[lab]:
-        yield Problem(path, line, f"stage {stage!r} of {lab!r} is not in the planned table "
-                                  "of docs/content-format.md")
+        yield Problem(path, line, f"lab {lab!r} has no stage {stage!r} (per labs/{lab}/"
+                                  f"lab.yaml: {', '.join(stages)})")

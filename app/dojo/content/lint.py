@@ -13,23 +13,6 @@ from dojo.content.models import Catalog
 from dojo.content.problems import Problem
 from dojo.content.root import content_root
 
-# The fixed lesson folders of docs/content-format.md, so a link to a lesson that is planned but
-# not written yet says so instead of looking like a typo.
-PLANNED_LESSONS = (
-    "01-dead-letter-queue", "02-money-service", "03-distributed-logging",
-    "04-where-to-look-first", "05-spring-boot-application", "06-reflection",
-    "07-component-scan", "08-spring-context", "09-transactional-outbox",
-    "10-idempotent-consumer", "11-kafka-ordering", "12-circuit-breaker", "13-transactional",
-    "14-bean-scopes", "15-n-plus-one", "16-locking", "17-unknown-question",
-    "18-interview-lessons", "19-common-mistakes",
-)
-_PLANNED_BY_ID = {folder[3:]: folder for folder in PLANNED_LESSONS}
-
-
-def _missing(lesson_id: str) -> str:
-    planned = _PLANNED_BY_ID.get(lesson_id)
-    return f" (planned as lessons/{planned}/, not written yet)" if planned else ""
-
 
 def lint_lessons(root: Path | None = None) -> list[Problem]:
     """All problems of `root/lessons/`, sorted by file and line; empty means clean."""
@@ -69,11 +52,11 @@ def _across_lessons(files: list[LessonFile], catalog: Catalog) -> Iterator[Probl
                 yield Problem(lesson.path, related_line, "a lesson is not related to itself")
             elif not catalog.has_lesson(related):
                 yield Problem(lesson.path, related_line,
-                              f"related lesson {related!r} does not exist{_missing(related)}")
+                              f"related lesson {related!r} does not exist under lessons/")
         for link in lesson.links:
             if not catalog.has_lesson(link.lesson_id):
                 yield Problem(lesson.path, link.line, f"link lesson:{link.lesson_id} points at "
-                                                      f"no lesson{_missing(link.lesson_id)}")
+                                                      "no lesson under lessons/")
             elif link.section and link.section not in catalog.lesson(link.lesson_id).anchors():
                 yield Problem(lesson.path, link.line,
                               f"link lesson:{link.lesson_id}#{link.section}: that lesson has "

@@ -24,7 +24,7 @@ from functools import cache
 from dojo.runner.results import CheckResult
 
 WILDCARD = "<…>"
-EVIDENCE_ELIDED = "  evidence: <not compared>"
+EVIDENCE_ELIDED = "evidence: <not compared>"
 
 # Order matters: UUIDs and timestamps before the plain numbers inside them.
 _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -45,22 +45,26 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\b0x[0-9a-fA-F]+\b", "<hex>"),
         (r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<hex>"),
     ))
-_KEY_LINE = re.compile(r"^ {2}(?:expected|actual|fix|read|evidence)\b")
+_EVIDENCE = re.compile(r"^ *evidence:\s*$")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
 
 
 def normalise(message: str) -> str:
-    """`message` without what differs run to run: ids, times, durations, ports, evidence."""
+    """`message` without what differs run to run: ids, times, durations, ports, evidence.
+    The evidence block is the `evidence:` line and every line indented deeper than it."""
     lines: list[str] = []
-    in_evidence = False
+    evidence_indent: int | None = None
     for line in message.replace("\r\n", "\n").split("\n"):
-        if in_evidence:
-            if _KEY_LINE.match(line) or (line and not line.startswith(" ")):
-                in_evidence = False
-            else:
+        if evidence_indent is not None:
+            if not line.strip() or _indent(line) > evidence_indent:
                 continue
-        if line.startswith("  evidence:"):
-            lines.append(EVIDENCE_ELIDED)
-            in_evidence = True
+            evidence_indent = None
+        if _EVIDENCE.match(line):
+            evidence_indent = _indent(line)
+            lines.append(" " * evidence_indent + EVIDENCE_ELIDED)
             continue
         for pattern, replacement in _NORMALISE:
             line = pattern.sub(replacement, line)
