@@ -208,3 +208,41 @@ def test_a_stage_linking_a_lesson_section_that_does_not_exist(content: Path) -> 
         _edit(manifest, f'"idempotent-consumer#{stale}"',
               '"idempotent-consumer#marker-and-effect-in-one-transaction"')
     assert _problems(content) == []
+
+
+def _with_lesson(content: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "lessons/10-idempotent-consumer",
+                    content / "lessons/10-idempotent-consumer")
+    manifest = content / "labs/tally/lab.yaml"
+    for stale in ("the-idea", "dedupe-key", "upsert"):
+        _edit(manifest, f'"idempotent-consumer#{stale}"',
+              '"idempotent-consumer#marker-and-effect-in-one-transaction"')
+
+
+def test_lesson_sections_named_in_checks_are_checked_against_the_headings(
+        content: Path) -> None:
+    _with_lesson(content)
+    check = content / "labs/tally/checks/test_02_dedupe.py"
+    check.write_text(check.read_text()
+                     + '\nLESSON = "idempotent-consumer"\n'
+                       'READ = f"{LESSON}#no-such-heading"\n'
+                       'OK = ("idempotent-consumer#marker-and-effect-"\n'
+                       '      "in-one-transaction")\n'
+                       'GONE = "vanished-lesson#intro"\n')
+    problems = _problems(content)
+    assert problems == [
+        ("labs/tally/checks/test_02_dedupe.py", 27, "idempotent-consumer#no-such-heading: "
+         "lesson 'idempotent-consumer' has no section with that slug"),
+        ("labs/tally/checks/test_02_dedupe.py", 30, "vanished-lesson#intro: there is no "
+         "lesson 'vanished-lesson' under lessons/")], problems
+
+
+def test_lesson_sections_named_in_the_readme_are_checked(content: Path) -> None:
+    _with_lesson(content)
+    readme = content / "labs/tally/README.md"
+    readme.write_text(readme.read_text() + "\nRead: `lesson:idempotent-consumer#nope`.\n")
+    problems = _problems(content)
+    assert len(problems) == 1 and problems[0][0] == "labs/tally/README.md", problems
+    assert problems[0][2] == ("idempotent-consumer#nope: lesson 'idempotent-consumer' has no "
+                              "section with that slug")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import MUTANT_FIELDS, Lab, LabError, load_lab, read_yaml
+from dojo.content.lesson_refs import lesson_refs
 from dojo.content.mutant_lint import mutant_files, mutant_overlays
 from dojo.content.problems import Problem
 from dojo.content.yaml_lines import YamlDoc
@@ -278,6 +279,7 @@ def lint_labs(root: Path) -> list[Problem]:
             problems += lint_lab(lab)
             if known_lessons:
                 problems += _lesson_links(lab, known_lessons)
+                problems += lesson_refs(lab, known_lessons)
     solutions = root / "solutions"
     if solutions.is_dir():
         for folder in sorted(solutions.iterdir()):

@@ -291,7 +291,9 @@ cards:
   - id: {slug}-followup-1
     kind: followup
     question: "What is the first follow-up an interviewer asks?"
-    answer: "Replace this answer with two or three sentences that say the first point, then the second point, then why it matters in production."
+    answer: >-
+      Replace this answer with two or three sentences that say the first point, then
+      the second point, then why it matters in production.
     key_points:
       - id: first
         text: "States the first point"
@@ -309,7 +311,9 @@ cards:
   - id: {slug}-followup-2
     kind: followup
     question: "What is a deeper follow-up?"
-    answer: "Replace this answer with the trade-off it probes: what you gain, what you pay, and the case where you would choose the other way."
+    answer: >-
+      Replace this answer with the trade-off it probes: what you gain, what you pay,
+      and the case where you would choose the other way.
     key_points:
       - id: gain
         text: "What you gain"
@@ -327,7 +331,9 @@ cards:
   - id: {slug}-spot
     kind: spot-the-mistake
     question: "Replace with a flawed design from the common-mistakes table: what is wrong?"
-    answer: "Replace this answer: name the mistake in the design, the consequence it has in production, and the fix that avoids it."
+    answer: >-
+      Replace this answer: name the mistake in the design, the consequence it has in
+      production, and the fix that avoids it.
     key_points:
       - id: mistake
         text: "Names the mistake"
