@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p_edit.add_argument("slug")
     p_edit.add_argument("name")
     p_edit.add_argument("dir", type=Path)
+    p_edit.add_argument("--from-solution", action="store_true",
+                        help="start from the solution even when the mutant exists (its "
+                             "overlay no longer applies: put the mistake in again)")
     p_edit.set_defaults(handler=_guard(_mutant_edit))
     p_save = mutant_actions.add_parser("save", help="store DIR's changes as overlays")
     p_save.add_argument("slug")
@@ -129,7 +132,7 @@ def _mutant_edit(args: argparse.Namespace) -> int:
     dest: Path = args.dir
     if dest.exists() and any(dest.iterdir()):
         raise UsageProblem(f"{dest} is not empty; name a new or empty directory")
-    if (folder / "mutant.yaml").is_file():
+    if (folder / "mutant.yaml").is_file() and not args.from_solution:
         materialise(folder, lab.solution_dir, lab.files, dest)
         print(f"mutant {args.name}'s files are in {dest}; edit them, then: "
               f"dojo dev mutant save {lab.id} {args.name} --from {dest}")
