@@ -1,0 +1,48 @@
+"""`dojo dev mutant edit/save`: a mutant is written as full files and stored as overlays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.runner.conftest import run_dojo
+
+
+def test_edit_then_save_stores_only_the_changed_file_as_a_patch(content: Path,
+                                                                tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    edit = run_dojo("dev", "mutant", "edit", "tally", "split-on-space", str(work), root=content)
+    assert edit.returncode == 0, edit.stderr
+    code = work / "tally.py"
+    code.write_text(code.read_text().replace("text.split()", "text.split(' ')"))
+    save = run_dojo("dev", "mutant", "save", "tally", "split-on-space", "--from", str(work),
+                    "--check", "counts_each_word", "--mistake", "splits on one space only",
+                    root=content)
+    assert save.returncode == 0, save.stderr
+    folder = content / "labs/tally/mutants/split-on-space"
+    assert sorted(p.name for p in folder.iterdir()) == ["mutant.yaml", "tally.py.patch"]
+    assert "stage: count\ncheck: counts_each_word" in (folder / "mutant.yaml").read_text()
+    again = tmp_path / "again"
+    assert run_dojo("dev", "mutant", "edit", "tally", "split-on-space", str(again),
+                    root=content).returncode == 0
+    assert (again / "tally.py").read_bytes() == code.read_bytes()
+
+
+def test_saving_the_unchanged_solution_is_refused(content: Path, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    assert run_dojo("dev", "mutant", "edit", "tally", "nothing", str(work),
+                    root=content).returncode == 0
+    save = run_dojo("dev", "mutant", "save", "tally", "nothing", "--from", str(work),
+                    "--check", "counts_each_word", "--mistake", "none", root=content)
+    assert save.returncode == 1 and "makes no mistake" in save.stderr
+
+
+def test_edit_from_solution_ignores_a_stale_overlay(content: Path, tmp_path: Path) -> None:
+    solution = content / "solutions/tally/tally.py"
+    solution.write_text(solution.read_text().replace("word.lower() for word", "w.lower() for w"))
+    stale = run_dojo("dev", "mutant", "edit", "tally", "case-sensitive", str(tmp_path / "a"),
+                     root=content)
+    assert stale.returncode == 2 and "no longer applies" in stale.stderr
+    fresh = run_dojo("dev", "mutant", "edit", "tally", "case-sensitive", str(tmp_path / "b"),
+                     "--from-solution", root=content)
+    assert fresh.returncode == 0
+    assert (tmp_path / "b/tally.py").read_bytes() == solution.read_bytes()
