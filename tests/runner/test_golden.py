@@ -47,3 +47,8 @@ def test_a_message_for_another_mistake_does_not_match() -> None:
     golden = "deposit(0.10) returned the wrong balance.\n  fix: never call float()\n"
     assert not matches(golden, "deposit(0.10) returned the wrong balance.\n"
                                "  fix: lock the row first\n")
+
+
+def test_a_number_both_runs_began_alike_is_not_kept_half() -> None:
+    assert merge("  actual:   p50 110.4 ms-ish\n", "  actual:   p50 110.9 ms-ish\n") == (
+        "  actual:   p50 <…> ms-ish\n")

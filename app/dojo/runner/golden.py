@@ -101,13 +101,18 @@ def _merge_line(a: str, b: str) -> str:
     while (end < min(len(ta), len(tb)) - start
            and ta[len(ta) - 1 - end] == tb[len(tb) - 1 - end]):
         end += 1
+    head = ta[:start]
+    # a number cut in half is no anchor: "110.4" and "110.9" share "110." only by luck
+    while head and (head[-1].isdigit() or (head[-1] in ".," and len(head) > 1
+                                           and head[-2].isdigit())):
+        head.pop()
     tail = ta[len(ta) - end:] if end else []
     # a common end is kept only when it is words: in a list of racing workers or counts
     # ("worker 1, worker 11") the next run's end differs too
     if any(ch.isdigit() for token in tail for ch in token) or sum(
             token[:1].isalpha() for token in tail) < 2:
         tail = []
-    return "".join(ta[:start]) + WILDCARD + "".join(tail)
+    return "".join(head) + WILDCARD + "".join(tail)
 
 
 def merge(a: str, b: str) -> str:
