@@ -65,3 +65,13 @@ def test_a_new_lesson_is_lint_clean_and_takes_the_next_number(tmp_path: Path) ->
     assert "order: 2" in (root / "lessons/02-backpressure/lesson.md").read_text()
     lint = run_dojo("lint", "--root", str(root), root=root)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_a_new_lab_is_lint_clean_beside_real_lessons(tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "content"
+    shutil.copytree(REPO / "lessons", root / "lessons")
+    assert run_dojo("dev", "new-lab", "demo", "--root", str(root), root=root).returncode == 0
+    lint = run_dojo("lint", "--root", str(root), root=root)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -50,7 +50,7 @@ stages:
   - id: dedupe
     title: Drop a redelivered event by its id
     proves: "A redelivered event is kept once, by its event id, and the others keep their order"
-    # lesson: "idempotent-consumer#the-section-slug"   (a lesson id and a section slug)
+    # lesson: "<lesson-id>#<section-slug>"   (a lesson and one of its headings)
     hints:
       - "Remember the ids you have already kept; an id seen before is a redelivery."
       - "A set of ids and one pass over the events, in order, is enough."
