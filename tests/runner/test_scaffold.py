@@ -67,11 +67,13 @@ def test_a_new_lesson_is_lint_clean_and_takes_the_next_number(tmp_path: Path) ->
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def test_a_new_lab_is_lint_clean_beside_real_lessons(tmp_path: Path) -> None:
+def test_a_new_lab_is_lint_clean_beside_the_real_content(tmp_path: Path) -> None:
     import shutil
 
     root = tmp_path / "content"
-    shutil.copytree(REPO / "lessons", root / "lessons")
+    for part in ("lessons", "labs", "solutions"):
+        shutil.copytree(REPO / part, root / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     assert run_dojo("dev", "new-lab", "demo", "--root", str(root), root=root).returncode == 0
     lint = run_dojo("lint", "--root", str(root), root=root)
     assert lint.returncode == 0, lint.stdout + lint.stderr
