@@ -7,9 +7,12 @@ because that line is where the learner has to look; pytest internals are never s
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from dojo.runner.limits import MEMORY_LIMIT_ENV
 
 MAX_MESSAGE_CHARS = 4000
 MAX_EXCEPTION_LINES = 12
@@ -122,6 +125,12 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     if isinstance(exc, NotImplementedError) and learner_frame is not None and impl:
         place = f"{_relative(learner_frame.filename, impl)} line {learner_frame.lineno}"
         return Diagnosis("fail", f"not implemented yet: {learner_frame.name} ({place})")
+    if isinstance(exc, MemoryError) and os.environ.get(MEMORY_LIMIT_ENV):
+        where = f" at {_where(learner_frame, impl)}" if learner_frame is not None and impl else ""
+        return Diagnosis("error", clip(
+            f"your code used more than {os.environ[MEMORY_LIMIT_ENV]} of memory{where} "
+            "(the limit of every check; a lab can raise it with `limits: memory_mb` in "
+            "lab.yaml)"))
     if learner_frame is not None and impl:
         # the first learner frame in the chain says whether it broke at import or in a call
         first = next(f for f in traceback.extract_tb(exc.__traceback__)
