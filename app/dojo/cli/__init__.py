@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "quiz",
     "lessons",
     "lint",
+    "doctor",
 )
 
 
