@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -92,7 +93,7 @@ def die_with_descendants() -> None:
     signal.signal(signal.SIGHUP, stop)
 
 
-def _children() -> list:  # type: ignore[type-arg]
+def _children() -> list[Any]:
     import psutil
 
     try:
