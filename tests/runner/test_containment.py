@@ -104,3 +104,47 @@ def test_killing_the_cli_mid_check_leaves_nothing_running(
         if cli.poll() is None:
             cli.kill()
     assert not _wait_gone(pids, 8), f"still running after {sig.name} of the CLI: {pids}"
+
+
+def _dojo_databases() -> set[str]:
+    import psycopg
+
+    from dojo.services.manager import resolve
+    from dojo.services.postgres import libpq_url
+
+    url = libpq_url(resolve(start=True).database_url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        return {row[0] for row in conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'dojo\\_%'")}
+
+
+def test_a_check_killed_while_it_hangs_leaves_no_database_behind(tally: Lab) -> None:
+    before = _dojo_databases()
+    summary = run(tally, IMPLS / "hangs_in_database", check_seconds=HANG_SECONDS,
+                  stages=("persist",), checks=("saving_twice_adds_up",))
+    result = by_check(summary)["saving_twice_adds_up"]
+    assert result.status == "error" and "did not finish" in result.message, result
+    assert _dojo_databases() - before == set(), "the killed check's database was left behind"
+
+
+def test_services_up_sweeps_what_a_killed_run_recorded(tmp_path: Path) -> None:
+    import psycopg
+
+    from dojo.runner import ledger
+    from dojo.services.manager import resolve
+    from dojo.services.postgres import libpq_url
+
+    name = "dojo_sweep_" + os.urandom(5).hex()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = ledger.runs_dir() / f"{dead.pid}-feedbeef.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'{{"kind": "database", "name": "{name}"}}\n')
+    with psycopg.connect(libpq_url(resolve(start=True).database_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    out = subprocess.run([sys.executable, "-m", "dojo.cli", "services", "up"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert name in out.stdout, out.stdout
+    assert name not in _dojo_databases()
+    assert not path.exists()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo.runner.ledger import LEDGER_ENV
 from dojo.runner.limits import MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -40,7 +41,7 @@ class ChildProcess:
 
     @classmethod
     def spawn(cls, child_args: list[str], scratch: Path, serial: int,
-              limits: Limits | None = None) -> ChildProcess:
+              limits: Limits | None = None, ledger: Path | None = None) -> ChildProcess:
         """Start the child with `child_args` (after --results/--trace-file) in `scratch`,
         under `limits`, with a scrubbed environment (see `learner_env`)."""
         read_fd, write_fd = os.pipe()
@@ -51,6 +52,8 @@ class ChildProcess:
                 "--trace-file", str(trace), *child_args]
         limits = limits or Limits()
         env = {**learner_env(scratch), MEMORY_LIMIT_ENV: limits.describe_memory()}
+        if ledger is not None:
+            env[LEDGER_ENV] = str(ledger)
         try:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(

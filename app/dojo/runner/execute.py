@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dojo.content.labs import Lab
 from dojo.runner.child_process import ChildProcess, describe_exit
+from dojo.runner.ledger import drop_recorded, new_ledger
 from dojo.runner.limits import Limits, lab_limits
 from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
 
@@ -134,15 +135,17 @@ class CheckRun:
                 return
         deadline = time.monotonic() + self.run_seconds  # a slow service start is not the run's
         scratch = Path(tempfile.mkdtemp(prefix="dojo-run-"))
+        ledger = new_ledger()
         try:
             serial = 0
             nodeids: list[str] = []
             while not self.cancelled:
                 serial += 1
                 self._child = ChildProcess.spawn(self._child_args(nodeids), scratch, serial,
-                                                 _limits_of(self.lab))
+                                                 _limits_of(self.lab), ledger)
                 ending = yield from self._follow(self._child, deadline)
                 self._child.close()
+                drop_recorded(ledger)  # what a killed or crashed child could not drop
                 if ending.reason == "cancelled":
                     return
                 if ending.reason == "done":
@@ -169,6 +172,7 @@ class CheckRun:
         finally:
             if self._child is not None:
                 self._child.close()
+            drop_recorded(ledger)
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _child_args(self, nodeids: list[str]) -> list[str]:

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from dojo.runner import ledger
 from dojo.runner.guard import TOPIC_PREFIX, check_kafka_cluster, check_topic_name
 from dojo.services.manager import Endpoints
 
@@ -109,6 +110,7 @@ class KafkaEnv:
         admin = self.admin()
         if not self.created:
             check_kafka_cluster(self.endpoints, set(admin.list_topics(timeout=10).topics))
+        ledger.record("topic", topic)  # before it exists, so a killed run leaks nothing
         futures = admin.create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=1,
                       config=config or {})],
