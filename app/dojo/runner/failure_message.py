@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from dojo.runner.blame import infra_failure
 from dojo.runner.limits import MEMORY_LIMIT_ENV
 
 MAX_MESSAGE_CHARS = 4000
@@ -22,7 +23,8 @@ _NOISE_PREFIXES = ("(Background on this error at:",)
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """How a check ended: `kind` is fail (wrong behaviour) or error (the code crashed)."""
+    """How a check ended: `kind` is fail (wrong behaviour), error (the code crashed) or
+    infra (a service broke under the check)."""
 
     kind: str
     message: str
@@ -112,6 +114,9 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     then into the check (`checks`), never into pytest or dojo."""
     impl = impl.resolve() if impl else None
     checks = checks.resolve() if checks else None
+    infra = infra_failure(exc)
+    if infra:
+        return Diagnosis("infra", infra)
     if isinstance(exc, AssertionError):
         return Diagnosis("fail", clip(assertion_text(exc)))
     if type(exc).__name__ == "Failed":  # pytest.fail(...): the check's own verdict
