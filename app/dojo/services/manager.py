@@ -210,20 +210,43 @@ def down(*, force: bool = False, log: Log = _quiet) -> None:
 
 
 def _force_stop(log: Log) -> None:
-    import psutil
-
+    """Stop what dojo started for this state dir, known by identity only: a recorded pid whose
+    start time still matches, or a process carrying the service marker in its environment.
+    A process that merely mentions the state dir on its command line is left alone."""
     from dojo.services.state import state_file
 
-    root = str(state_dir())
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if root in cmd and proc.pid != os.getpid():
-            log(f"stopping {proc.info.get('name')} (pid {proc.pid})")
-            terminate(proc.pid)
+    for pid, name in sorted(_own_service_processes().items()):
+        log(f"stopping {name} (pid {pid})")
+        terminate(pid)
     path = state_file()
     if path.exists():
         path.unlink()
         log(f"removed {path}")
+
+
+def _own_service_processes() -> dict[int, str]:
+    import psutil
+
+    from dojo.services.spawn import MARKER_ENV, service_marker
+
+    found: dict[int, str] = {}
+    try:
+        records = load_records()
+    except ServiceError:
+        records = {}
+    for record in records.values():
+        if record.is_alive():
+            found[record.pid] = f"{record.name} ({record.backend})"
+    marker = service_marker()
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid == os.getpid() or proc.pid in found:
+            continue
+        try:
+            if proc.environ().get(MARKER_ENV) == marker:
+                found[proc.pid] = str(proc.info.get("name"))
+        except psutil.Error:
+            continue
+    return found
 
 
 def status() -> list[ServiceStatus]:
