@@ -148,3 +148,16 @@ def test_services_up_sweeps_what_a_killed_run_recorded(tmp_path: Path) -> None:
     assert name in out.stdout, out.stdout
     assert name not in _dojo_databases()
     assert not path.exists()
+
+
+def test_a_file_over_the_lab_file_limit_is_named(content: Path) -> None:
+    from dojo.content.labs import load_lab
+
+    lab_yaml = content / "labs" / "tally" / "lab.yaml"
+    lab_yaml.write_text(lab_yaml.read_text() + "limits: {file_mb: 1}\n")
+    lab = load_lab(content / "labs" / "tally", content)
+    summary = run(lab, IMPLS / "writes_big_file", stages=("dedupe",))
+    result = by_check(summary)[DEDUPE[0]]
+    assert result.status == "error", result
+    assert "wrote a file larger than 1 MiB" in result.message, result.message
+    assert "tally.py line 19" in result.message, result.message

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dojo.runner.ledger import LEDGER_ENV
-from dojo.runner.limits import MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
+from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_SECONDS = 1.0
@@ -51,7 +51,8 @@ class ChildProcess:
         argv = [sys.executable, "-m", "dojo.runner.child", "--results", f"fd:{write_fd}",
                 "--trace-file", str(trace), *child_args]
         limits = limits or Limits()
-        env = {**learner_env(scratch), MEMORY_LIMIT_ENV: limits.describe_memory()}
+        env = {**learner_env(scratch), MEMORY_LIMIT_ENV: limits.describe_memory(),
+               FILE_LIMIT_ENV: f"{limits.file_bytes >> 20} MiB"}
         if ledger is not None:
             env[LEDGER_ENV] = str(ledger)
         try:
@@ -216,6 +217,8 @@ def describe_exit(code: int | None) -> str:
             "SIGSEGV": "a crash in native code",
             "SIGKILL": "killed from outside: out of memory, or your code killed its own process",
             "SIGABRT": "an abort in native code",
+            "SIGXFSZ": "your code wrote a file larger than the check's file-size limit",
+            "SIGXCPU": "your code used more CPU time than the check's limit",
         }.get(name, "a signal")
         return f"the test process was killed by {name} ({why})"
     return (f"the test process exited with code {code} in the middle of the check "

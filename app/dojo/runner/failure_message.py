@@ -7,13 +7,14 @@ because that line is where the learner has to look; pytest internals are never s
 
 from __future__ import annotations
 
+import errno
 import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 from dojo.runner.blame import infra_failure
-from dojo.runner.limits import MEMORY_LIMIT_ENV
+from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV
 
 MAX_MESSAGE_CHARS = 4000
 MAX_EXCEPTION_LINES = 12
@@ -136,6 +137,11 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
             f"your code used more than {os.environ[MEMORY_LIMIT_ENV]} of memory{where} "
             "(the limit of every check; a lab can raise it with `limits: memory_mb` in "
             "lab.yaml)"))
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG and os.environ.get(FILE_LIMIT_ENV):
+        where = f" at {_where(learner_frame, impl)}" if learner_frame is not None and impl else ""
+        return Diagnosis("error", clip(
+            f"your code wrote a file larger than {os.environ[FILE_LIMIT_ENV]}{where} (the "
+            "file-size limit of every check; a lab can raise it with `limits: file_mb`)"))
     if learner_frame is not None and impl:
         # the first learner frame in the chain says whether it broke at import or in a call
         first = next(f for f in traceback.extract_tb(exc.__traceback__)

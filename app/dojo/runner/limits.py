@@ -28,6 +28,7 @@ PR_SET_CHILD_SUBREAPER = 36
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # set in the child's environment: the memory limit in words, for the MemoryError message
 MEMORY_LIMIT_ENV = "DOJO_CHECK_MEMORY_LIMIT"
+FILE_LIMIT_ENV = "DOJO_CHECK_FILE_LIMIT"
 
 
 @dataclass(frozen=True)
