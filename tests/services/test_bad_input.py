@@ -79,3 +79,16 @@ def test_a_stale_state_file_from_a_dead_run_is_reported_dead_not_up(private_stat
     rows = json.loads(run_dojo("services", "status", "--json").stdout)
     kafka = [row for row in rows if row["name"] == "kafka"][0]
     assert kafka["state"] == "dead"
+
+
+def test_a_state_file_with_wrong_types_is_explained_not_a_traceback(private_state):
+    private_state.mkdir(parents=True, exist_ok=True)
+    (private_state / "services.json").write_text(
+        '{"postgres": {"name": "postgres", "backend": "embedded", "pid": "12x", "port": 5432,'
+        ' "url": "u", "started_at": 0, "create_time": 0}}')
+    status = run_dojo("services", "status")
+    assert status.returncode == 1
+    assert "Traceback" not in status.stderr
+    assert "postgres.pid should be int" in status.stderr, status.stderr
+    assert "dojo services down --force" in status.stderr
+    assert run_dojo("services", "down", "--force").returncode == 0

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 
 from dojo.checks.guard import check_database_name, check_database_server
+from dojo.runner import ledger
 from dojo.services.manager import Endpoints
 from dojo.services.postgres import libpq_url, with_database
 
@@ -41,6 +42,7 @@ def create_database(endpoints: Endpoints, hint: str = "") -> Database:
     tag = "".join(ch for ch in hint.lower() if ch.isalnum())[:20]
     name = f"dojo_{tag + '_' if tag else ''}{uuid.uuid4().hex[:10]}"
     check_database_name(name)
+    ledger.record("database", name)  # before it exists: a kill between the two leaks nothing
     with _admin(endpoints) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = with_database(endpoints.database_url, name)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dojo.checks.guard import TOPIC_PREFIX, check_kafka_cluster, check_topic_name
+from dojo.runner import ledger
 from dojo.services.manager import Endpoints
 
 
@@ -109,6 +110,7 @@ class KafkaEnv:
         admin = self.admin()
         if not self.created:
             check_kafka_cluster(self.endpoints, set(admin.list_topics(timeout=10).topics))
+        ledger.record("topic", topic)  # before it exists, so a killed run leaks nothing
         futures = admin.create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=1,
                       config=config or {})],

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "lessons",
     "lint",
     "dev",
+    "doctor",
 )
 
 
@@ -40,7 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    from dojo.store.database import StoreError
+
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except StoreError as exc:  # a corrupt or too-new progress database: say so, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(args_list: list[str]) -> int:
     if not args_list:
         from dojo.tui import run_app  # imported lazily: the CLI never pays for Textual
 

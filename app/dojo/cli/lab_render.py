@@ -14,10 +14,12 @@ from typing import TextIO
 from dojo.content.labs import Lab
 from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
 
-MARKS = {"pass": "✓", "fail": "✗", "error": "!", "needs-backend": "~", "not-run": "·"}
-COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "not-run": "2"}
+MARKS = {"pass": "✓", "fail": "✗", "error": "!", "needs-backend": "~", "not-run": "·",
+         "infra": "!"}
+COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "not-run": "2",
+           "infra": "33"}
 LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "needs-backend": "needs Apache Kafka",
-          "not-run": "not run"}
+          "not-run": "not run", "infra": "SERVICE DOWN"}
 
 
 def use_colour(stream: TextIO) -> bool:

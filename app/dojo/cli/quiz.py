@@ -61,8 +61,18 @@ def run_quiz(args: argparse.Namespace) -> int:
         known = ", ".join(lesson.id for lesson in catalog.lessons) or "none yet"
         print(f"error: no lesson {args.lesson!r}; lessons: {known}", file=sys.stderr)
         return 2
+    broken = [p for p in catalog.problems if p.path.name == "cards.yaml"]
+    for problem in broken:
+        # a card file that does not parse would otherwise just look like "nothing is due"
+        print(f"error: {problem.path}:{problem.line}: {problem.message}", file=sys.stderr)
+    if broken:
+        files = len({problem.path for problem in broken})
+        print(f"{files} cards.yaml file(s) could not be read; their cards are left out of "
+              "this round. `dojo lint` lists every problem.", file=sys.stderr)
     if not catalog.cards:
         print(f"error: no cards under {root / 'lessons'} yet", file=sys.stderr)
+        return 1
+    if args.lesson and not catalog.lesson(args.lesson).cards and broken:
         return 1
     for value, flag in ((args.count, "--count"), (args.mock, "--mock")):
         if value is not None and value < 1:

@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace = open(args.trace_file, "a", encoding="utf-8")  # noqa: SIM115
     faulthandler.enable(file=trace, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=trace, all_threads=True)
+    from dojo.runner.limits import die_with_descendants
+
+    die_with_descendants()
 
     import pytest
 

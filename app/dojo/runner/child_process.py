@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dojo.runner.ledger import LEDGER_ENV
+from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
+
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_SECONDS = 1.0
 
@@ -37,21 +40,27 @@ class ChildProcess:
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
-    def spawn(cls, child_args: list[str], scratch: Path, serial: int) -> ChildProcess:
-        """Start the child with `child_args` (after --results/--trace-file) in `scratch`."""
+    def spawn(cls, child_args: list[str], scratch: Path, serial: int,
+              limits: Limits | None = None, ledger: Path | None = None) -> ChildProcess:
+        """Start the child with `child_args` (after --results/--trace-file) in `scratch`,
+        under `limits`, with a scrubbed environment (see `learner_env`)."""
         read_fd, write_fd = os.pipe()
         trace = scratch / f"trace-{serial}.txt"
         log = scratch / f"output-{serial}.txt"
         trace.touch()
         argv = [sys.executable, "-m", "dojo.runner.child", "--results", f"fd:{write_fd}",
                 "--trace-file", str(trace), *child_args]
-        # compiled files would appear as stray __pycache__ folders in solutions and mutants
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONFAULTHANDLER": "1"}
+        limits = limits or Limits()
+        env = {**learner_env(scratch), MEMORY_LIMIT_ENV: limits.describe_memory(),
+               FILE_LIMIT_ENV: f"{limits.file_bytes >> 20} MiB"}
+        if ledger is not None:
+            env[LEDGER_ENV] = str(ledger)
         try:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    pass_fds=(write_fd,), start_new_session=True, cwd=scratch, env=env)
+                    pass_fds=(write_fd,), start_new_session=True, cwd=scratch, env=env,
+                    preexec_fn=preexec(limits, os.getpid()))
         finally:
             os.close(write_fd)
         return cls(proc, read_fd, trace, log)
@@ -129,7 +138,10 @@ class ChildProcess:
         return "\n".join(text.strip().splitlines()[-lines:])
 
     def kill(self) -> None:
-        """SIGKILL the whole process group (the child and what learner code started)."""
+        """SIGKILL the whole process group (the child and what learner code started), and
+        every descendant that left the group (setsid, double fork while still a child)."""
+        if self.proc.poll() is None:
+            sweep_descendants([self.proc.pid])
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -146,6 +158,22 @@ class ChildProcess:
             os.close(self.results_fd)
         except OSError:
             pass
+
+
+# Variables learner code must not see: where the progress database lives, and the like.
+SCRUBBED = ("DOJO_DATA_DIR", "DOJO_PROGRESS_DB")
+
+
+def learner_env(scratch: Path) -> dict[str, str]:
+    """The child's environment: the parent's minus `SCRUBBED`, with a HOME of its own inside
+    `scratch` (removed with it), so learner code neither reads nor litters the user's home."""
+    env = {key: value for key, value in os.environ.items() if key not in SCRUBBED}
+    home = scratch / "home"
+    home.mkdir(exist_ok=True)
+    # compiled files would appear as stray __pycache__ folders in solutions and mutants
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONFAULTHANDLER="1", HOME=str(home),
+               MALLOC_ARENA_MAX="2")  # glibc's per-thread arenas reserve address space
+    return env
 
 
 def learner_frame(dump: str, impl: Path) -> str:
@@ -189,6 +217,8 @@ def describe_exit(code: int | None) -> str:
             "SIGSEGV": "a crash in native code",
             "SIGKILL": "killed from outside: out of memory, or your code killed its own process",
             "SIGABRT": "an abort in native code",
+            "SIGXFSZ": "your code wrote a file larger than the check's file-size limit",
+            "SIGXCPU": "your code used more CPU time than the check's limit",
         }.get(name, "a signal")
         return f"the test process was killed by {name} ({why})"
     return (f"the test process exited with code {code} in the middle of the check "

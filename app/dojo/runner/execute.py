@@ -25,6 +25,8 @@ from pathlib import Path
 
 from dojo.content.labs import Lab
 from dojo.runner.child_process import ChildProcess, describe_exit
+from dojo.runner.ledger import drop_recorded, new_ledger
+from dojo.runner.limits import Limits, lab_limits
 from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
 
 POLL_SECONDS = 0.2  # how soon cancel() takes effect
@@ -133,14 +135,17 @@ class CheckRun:
                 return
         deadline = time.monotonic() + self.run_seconds  # a slow service start is not the run's
         scratch = Path(tempfile.mkdtemp(prefix="dojo-run-"))
+        ledger = new_ledger()
         try:
             serial = 0
             nodeids: list[str] = []
             while not self.cancelled:
                 serial += 1
-                self._child = ChildProcess.spawn(self._child_args(nodeids), scratch, serial)
+                self._child = ChildProcess.spawn(self._child_args(nodeids), scratch, serial,
+                                                 _limits_of(self.lab), ledger)
                 ending = yield from self._follow(self._child, deadline)
                 self._child.close()
+                drop_recorded(ledger)  # what a killed or crashed child could not drop
                 if ending.reason == "cancelled":
                     return
                 if ending.reason == "done":
@@ -167,6 +172,7 @@ class CheckRun:
         finally:
             if self._child is not None:
                 self._child.close()
+            drop_recorded(ledger)
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _child_args(self, nodeids: list[str]) -> list[str]:
@@ -291,6 +297,17 @@ def _prepare_services() -> str:
     except ServiceError as exc:
         return f"the services this lab needs could not start: {exc}"
     return ""
+
+
+def _limits_of(lab: Lab) -> Limits:
+    """The lab's `limits:` from lab.yaml (memory_mb, processes, file_mb, cpu_seconds)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load((lab.dir / "lab.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return Limits()
+    return lab_limits(raw.get("limits") if isinstance(raw, dict) else None)
 
 
 def run_checks(lab: Lab, impl: Path, options: RunOptions | None = None,

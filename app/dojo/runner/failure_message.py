@@ -7,9 +7,14 @@ because that line is where the learner has to look; pytest internals are never s
 
 from __future__ import annotations
 
+import errno
+import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from dojo.runner.blame import infra_failure
+from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV
 
 MAX_MESSAGE_CHARS = 4000
 MAX_EXCEPTION_LINES = 12
@@ -19,7 +24,8 @@ _NOISE_PREFIXES = ("(Background on this error at:",)
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """How a check ended: `kind` is fail (wrong behaviour) or error (the code crashed)."""
+    """How a check ended: `kind` is fail (wrong behaviour), error (the code crashed) or
+    infra (a service broke under the check)."""
 
     kind: str
     message: str
@@ -109,6 +115,9 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     then into the check (`checks`), never into pytest or dojo."""
     impl = impl.resolve() if impl else None
     checks = checks.resolve() if checks else None
+    infra = infra_failure(exc)
+    if infra:
+        return Diagnosis("infra", infra)
     if isinstance(exc, AssertionError):
         return Diagnosis("fail", clip(assertion_text(exc)))
     if type(exc).__name__ == "Failed":  # pytest.fail(...): the check's own verdict
@@ -122,6 +131,17 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     if isinstance(exc, NotImplementedError) and learner_frame is not None and impl:
         place = f"{_relative(learner_frame.filename, impl)} line {learner_frame.lineno}"
         return Diagnosis("fail", f"not implemented yet: {learner_frame.name} ({place})")
+    if isinstance(exc, MemoryError) and os.environ.get(MEMORY_LIMIT_ENV):
+        where = f" at {_where(learner_frame, impl)}" if learner_frame is not None and impl else ""
+        return Diagnosis("error", clip(
+            f"your code used more than {os.environ[MEMORY_LIMIT_ENV]} of memory{where} "
+            "(the limit of every check; a lab can raise it with `limits: memory_mb` in "
+            "lab.yaml)"))
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG and os.environ.get(FILE_LIMIT_ENV):
+        where = f" at {_where(learner_frame, impl)}" if learner_frame is not None and impl else ""
+        return Diagnosis("error", clip(
+            f"your code wrote a file larger than {os.environ[FILE_LIMIT_ENV]}{where} (the "
+            "file-size limit of every check; a lab can raise it with `limits: file_mb`)"))
     if learner_frame is not None and impl:
         # the first learner frame in the chain says whether it broke at import or in a call
         first = next(f for f in traceback.extract_tb(exc.__traceback__)

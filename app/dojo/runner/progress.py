@@ -27,6 +27,8 @@ def record_stage_results(lab: Lab, summary: RunSummary) -> None:
         for stage in summary.stages():
             if not stage.ran or stage.stage not in lab.stage_ids:
                 continue
+            if stage.status == "infra":
+                continue  # a broken service says nothing about the code: keep what was there
             failing = next((r for r in stage.results if not r.passed), None)
             message = failing.message.splitlines()[0][:300] if failing and failing.message \
                 else ""

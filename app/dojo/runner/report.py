@@ -205,6 +205,8 @@ class DojoReport:
             if report.failed:
                 diagnosis = self._diagnoses.pop((nodeid, report.when), None)
                 text = diagnosis.message if diagnosis else _longrepr_tail(report)
+                if diagnosis is not None and diagnosis.kind == "infra":
+                    return "infra", text
                 if report.when == "setup":
                     return "error", f"the check could not be prepared: {text}"
                 if report.when == "teardown":

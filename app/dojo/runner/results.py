@@ -2,7 +2,8 @@
 
 One `CheckResult` per check, as the runner streams them:
 `{"stage", "check", "status", "message", "hint", "lesson", "duration", "nodeid"}`.
-`status` is pass | fail | error | needs-backend; needs-backend is never a pass.
+`status` is pass | fail | error | needs-backend | infra; needs-backend is never a pass, and
+infra (a service broke, not the learner's code) is neither a pass nor the learner's failure.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
-Status = Literal["pass", "fail", "error", "needs-backend"]
-STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "needs-backend")
+Status = Literal["pass", "fail", "error", "needs-backend", "infra"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "error", "needs-backend", "infra")
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class StageSummary:
         """pass | fail | error | needs-backend | not-run: the worst result of the stage."""
         if not self.ran:
             return "not-run"
-        for status in ("error", "fail", "needs-backend"):
+        for status in ("infra", "error", "fail", "needs-backend"):
             if self.count(cast(Status, status)):
                 return status
         return "pass"

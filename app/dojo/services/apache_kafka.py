@@ -65,6 +65,16 @@ def jar_dir() -> Path:
     return cache_dir() / f"kafka-{KAFKA_VERSION}" / "lib"
 
 
+def maven_command(mvn: str, pom: Path, output: Path) -> list[str]:
+    """`mvn dependency:copy-dependencies` into `output`, with Maven's own download cache in
+    dojo's cache dir (DOJO_CACHE_DIR), never the user's ~/.m2."""
+    from dojo.services.paths import cache_dir
+
+    return [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+            f"-Dmaven.repo.local={cache_dir() / 'maven-repository'}",
+            f"-DoutputDirectory={output}", "-DincludeScope=runtime"]
+
+
 def ensure_jars() -> Path:
     """The broker's classpath directory, resolving it with Maven the first time."""
     lib = jar_dir()
@@ -81,8 +91,7 @@ def ensure_jars() -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     with resources.as_file(resources.files("dojo.services") / "apache" / "pom.xml") as pom:
         result = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-             f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
+            maven_command(mvn, pom, staging),
             capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
         )
     if result.returncode != 0:

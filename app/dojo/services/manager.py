@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from dojo.services import apache_kafka, postgres, tansu
 from dojo.services.errors import ServiceError
@@ -58,15 +60,52 @@ class ServiceStatus:
         return asdict(self)
 
 
+LOCK_SECONDS = 120.0  # a Maven download under `up --kafka apache` can hold it a while
+
+
 @contextmanager
 def _locked() -> Iterator[None]:
-    """One `up`/`down` at a time across processes (parallel test runs start services on demand)."""
-    with open(state_dir() / "services.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """One `up`/`down` at a time across processes (parallel test runs start services on demand).
+
+    The holder writes its pid into the lock file; a waiter gives up after LOCK_SECONDS
+    (DOJO_SERVICES_LOCK_SECONDS) with a ServiceError naming that pid."""
+    limit = float(os.environ.get("DOJO_SERVICES_LOCK_SECONDS") or LOCK_SECONDS)
+    path = state_dir() / "services.lock"
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ServiceError(_lock_holder_message(path, limit)) from None
+                time.sleep(0.1)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
         try:
             yield
         finally:
+            handle.seek(0)
+            handle.truncate()
+            handle.flush()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_holder_message(path: Path, waited: float) -> str:
+    import psutil
+
+    text = path.read_text().strip()
+    holder = f"pid {text}" if text.isdigit() else "another process"
+    if text.isdigit():
+        try:
+            holder += f" ({' '.join(psutil.Process(int(text)).cmdline())[:120]})"
+        except psutil.Error:
+            pass
+    return (f"the services lock {path} is held by {holder}; waited {waited:g} s. Fix: let it "
+            "finish, or stop it, then run the command again.")
 
 
 def _quiet(_: str) -> None:
@@ -171,20 +210,43 @@ def down(*, force: bool = False, log: Log = _quiet) -> None:
 
 
 def _force_stop(log: Log) -> None:
-    import psutil
-
+    """Stop what dojo started for this state dir, known by identity only: a recorded pid whose
+    start time still matches, or a process carrying the service marker in its environment.
+    A process that merely mentions the state dir on its command line is left alone."""
     from dojo.services.state import state_file
 
-    root = str(state_dir())
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if root in cmd and proc.pid != os.getpid():
-            log(f"stopping {proc.info.get('name')} (pid {proc.pid})")
-            terminate(proc.pid)
+    for pid, name in sorted(_own_service_processes().items()):
+        log(f"stopping {name} (pid {pid})")
+        terminate(pid)
     path = state_file()
     if path.exists():
         path.unlink()
         log(f"removed {path}")
+
+
+def _own_service_processes() -> dict[int, str]:
+    import psutil
+
+    from dojo.services.spawn import MARKER_ENV, service_marker
+
+    found: dict[int, str] = {}
+    try:
+        records = load_records()
+    except ServiceError:
+        records = {}
+    for record in records.values():
+        if record.is_alive():
+            found[record.pid] = f"{record.name} ({record.backend})"
+    marker = service_marker()
+    for proc in psutil.process_iter(["pid", "name"]):
+        if proc.pid == os.getpid() or proc.pid in found:
+            continue
+        try:
+            if proc.environ().get(MARKER_ENV) == marker:
+                found[proc.pid] = str(proc.info.get("name"))
+        except psutil.Error:
+            continue
+    return found
 
 
 def status() -> list[ServiceStatus]:

@@ -109,9 +109,20 @@ def _prepare_permissions(data_dir: Path) -> None:
 
 
 def _pg(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    from dojo.services.spawn import MARKER_ENV, service_marker
+
+    user = _run_as()
+    drop: dict[str, Any] = {}
+    if user is not None:
+        import pwd
+
+        entry = pwd.getpwnam(user)
+        # user= alone keeps root's gid 0 and supplementary groups: drop all three
+        drop = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
     return subprocess.run(
         [str(_bin(args[0])), *args[1:]],
-        user=_run_as(),
+        **drop,
+        env={**os.environ, MARKER_ENV: service_marker()},  # found by `down --force`
         capture_output=True,
         text=True,
         timeout=timeout,

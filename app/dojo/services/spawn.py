@@ -8,6 +8,16 @@ import subprocess
 import time
 from pathlib import Path
 
+# Every service process dojo starts carries this variable, set to its state dir: `down --force`
+# finds them by it (a process's environment, not a command line anyone could share).
+MARKER_ENV = "DOJO_SERVICE_OF"
+
+
+def service_marker() -> str:
+    from dojo.services.paths import state_dir
+
+    return str(state_dir().resolve())
+
 
 def spawn_detached(argv: list[str], log: Path, env: dict[str, str] | None = None,
                    cwd: Path | None = None) -> int:
@@ -20,7 +30,7 @@ def spawn_detached(argv: list[str], log: Path, env: dict[str, str] | None = None
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # survives the CLI that started it, and Ctrl-C in it
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), MARKER_ENV: service_marker()},
             cwd=str(cwd) if cwd else None,
         )
     return proc.pid

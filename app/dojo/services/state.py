@@ -61,13 +61,32 @@ def load_records() -> dict[str, ServiceRecord]:
         raw = json.loads(path.read_text() or "{}")
         if not isinstance(raw, dict):
             raise ValueError("top level is not an object")
-        return {name: ServiceRecord(**rec) for name, rec in raw.items()}
+        records = {name: ServiceRecord(**rec) for name, rec in raw.items()}
+        for name, record in records.items():
+            _check_types(name, record)
+        return records
     except (ValueError, TypeError) as exc:
         raise StateFileError(
             f"The services state file {path} is corrupted ({exc}). "
             "Fix: run `dojo services down --force`: it stops every process dojo started "
-            "(found by their data directories) and removes the file."
+            "(found by the marker it gives them) and removes the file."
         ) from exc
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "backend": (str,), "pid": (int,), "port": (int,), "url": (str,),
+    "started_at": (int, float), "create_time": (int, float), "log": (str,), "extra": (dict,),
+}
+
+
+def _check_types(name: str, record: ServiceRecord) -> None:
+    """A record whose fields have the wrong types (hand-edited, another version's) is a
+    corrupt file, said once here rather than a TypeError deep in psutil later."""
+    for field_name, kinds in _TYPES.items():
+        value = getattr(record, field_name)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise TypeError(f"{name}.{field_name} should be {kinds[0].__name__}, "
+                            f"got {type(value).__name__} {value!r}")
 
 
 def save_records(records: dict[str, ServiceRecord]) -> None:

@@ -33,6 +33,27 @@ class StoreError(RuntimeError):
     """The progress database cannot be used as it is (e.g. written by a newer dojo)."""
 
 
+def corrupt_store(path: Path, exc: Exception) -> StoreError:
+    """The error for a progress file SQLite cannot read, after keeping a copy of it.
+
+    The app must never show an empty progress as if nothing had been done: it stops, says
+    where the copy is, and how to start fresh."""
+    import shutil
+    import time
+
+    backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        shutil.copy2(path, backup)
+        kept = f"A copy is kept at {backup}."
+    except OSError as copy_error:
+        kept = f"(could not copy it: {copy_error})"
+    reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    return StoreError(
+        f"The progress database {path} is corrupt ({reason}). {kept} To start fresh, "
+        f"move it away (`mv {path} {path}.old`) and run dojo again; your lessons and labs are "
+        "untouched, only review history and lab progress start over.")
+
+
 def open_engine(path: Path) -> Engine:
     """An Engine on the SQLite file at `path` (created with its folder if missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,10 @@ from pathlib import Path
 import fsrs
 from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session
 
-from dojo.store.database import WRITE_OPTION, ensure_schema, open_engine
+from dojo.store.database import WRITE_OPTION, corrupt_store, ensure_schema, open_engine
 from dojo.store.paths import database_path
 from dojo.store.schema import (
     CardState,
@@ -107,7 +108,11 @@ class ProgressStore:
         self.path = path or database_path()
         self._engine: Engine = open_engine(self.path)
         self._writer = self._engine.execution_options(**{WRITE_OPTION: True})
-        ensure_schema(self._engine)
+        try:
+            ensure_schema(self._engine)
+        except DatabaseError as exc:
+            self._engine.dispose()
+            raise corrupt_store(self.path, exc) from exc
 
     def close(self) -> None:
         """Release the database file (connections are pooled until then)."""
