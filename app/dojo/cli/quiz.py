@@ -9,6 +9,7 @@ clock): answers end at an empty line, each followed by a grade line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -18,10 +19,14 @@ from pathlib import Path
 
 from dojo.cli.quiz_console import Console, StopQuiz
 from dojo.cli.quiz_render import (
+    Style,
+    evidence_block,
     mock_report_block,
     model_answer_block,
     question_block,
     score_block,
+    score_json,
+    use_colour,
 )
 from dojo.content import Card, Catalog, content_root, load_catalog
 from dojo.quiz.mock import build_mock_interview, mock_report
@@ -50,10 +55,62 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="time per answer on a terminal (default 60)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for picking mock interview questions")
+    parser.add_argument("--aloud", action="store_true",
+                        help="say the answer out loud while the clock runs (nothing typed), "
+                             "then tick the points you made")
     parser.set_defaults(handler=run_quiz)
+    actions = parser.add_subparsers(dest="quiz_action", metavar="[score|cards]")
+    p_score = actions.add_parser("score", help="score an answer read from stdin against a card")
+    p_score.add_argument("card_id", metavar="CARD_ID")
+    p_score.add_argument("--json", action="store_true", help="machine-readable output")
+    p_score.set_defaults(handler=run_score)
+    p_cards = actions.add_parser("cards", help="list the card ids")
+    p_cards.add_argument("--json", action="store_true", help="machine-readable output")
+    p_cards.add_argument("--lesson", metavar="ID", help="only this lesson's cards")
+    p_cards.set_defaults(handler=run_cards)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """`dojo quiz score CARD_ID [--json] < answer.txt`"""
+    catalog = load_catalog(content_root())
+    if not catalog.has_card(args.card_id):
+        print(f"error: no card {args.card_id!r}; `dojo quiz cards` lists them", file=sys.stderr)
+        return 2
+    card = catalog.card(args.card_id)
+    text = sys.stdin.read()
+    score = score_answer(card, text)
+    if args.json:
+        print(json.dumps(score_json(card, score), indent=2, ensure_ascii=False))
+    else:
+        style = Style(use_colour(sys.stdout))
+        print(score_block(score, style))
+        print()
+        print(evidence_block(score, style))
+    return 0
+
+
+def run_cards(args: argparse.Namespace) -> int:
+    """`dojo quiz cards [--json] [--lesson L]`"""
+    catalog = load_catalog(content_root())
+    if args.lesson and not catalog.has_lesson(args.lesson):
+        print(f"error: no lesson {args.lesson!r}", file=sys.stderr)
+        return 2
+    cards = catalog.lesson(args.lesson).cards if args.lesson else catalog.cards
+    if args.json:
+        rows = [{"id": card.id, "lesson": card.lesson_id, "kind": card.kind,
+                 "question": card.question, "essentials": len(card.essentials),
+                 "bonus": len(card.bonus_points), "format": 2 if card.has_cues else 1}
+                for card in cards]
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        for card in cards:
+            print(f"{card.id:<48} {card.lesson_id:<28} {card.kind}")
+    return 0
 
 
 def run_quiz(args: argparse.Namespace) -> int:
+    if getattr(args, "quiz_action", None):
+        return int(args.handler(args))
     root = content_root()
     catalog = load_catalog(root)
     console = Console()

@@ -155,6 +155,9 @@ class _CardsReader:
             return {}
         out: dict[str, tuple[str, ...]] = {}
         for name, phrases in raw.items():
+            if isinstance(phrases, list):  # 503 in a flow list is a number to YAML
+                phrases = [str(item) if isinstance(item, int | float) and not
+                           isinstance(item, bool) else item for item in phrases]
             if not isinstance(phrases, list) or not phrases or not all(
                     isinstance(item, str) and item.strip() for item in phrases):
                 self.problem(f"term `{name}` must be a list of phrases", *where, "terms",

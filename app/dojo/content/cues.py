@@ -25,6 +25,7 @@ import snowballstemmer
 
 DEFAULT_WITHIN = 30  # words: one or two spoken sentences
 PHRASE_GAP = 2  # other words allowed between the words of a phrase
+MAX_SENTENCES = 2  # a cue's ideas sit in one sentence or two neighbouring ones
 NEGATION_SCOPE = 8  # a negator governs at most this many words after it, inside its clause
 NOT = "not"
 
@@ -63,8 +64,8 @@ _DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecess
 # A sentence that criticises a claim does not make it (misconceptions only).
 _CRITIQUE = frozenset(_STEMMER.stemWord(word) for word in """
 mistake mistaken wrong bug buggy problem problems risk risky danger dangerous trap lose loses
-losing lost stall stalls naive antipattern anti-pattern graveyard instead bad broken breaks
-fails failure flaw flawed classic error-prone wrongly incorrect incorrectly
+losing lost stall stalls naive antipattern graveyard instead flaw flawed wrongly incorrect
+incorrectly
 """.split())
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
@@ -216,9 +217,15 @@ def parse_cue(source: str, terms: Mapping[str, Sequence[str]], line: int = 0,
     return Cue(tuple(ideas), tuple(op == ">" for op in operators), source, line, within)
 
 
+SPECIFIC_WORD = 10  # a single word this long is an identifier (failIfSendResultIsError)
+
+
 def cue_is_single_word(cue: Cue) -> bool:
-    """A cue of one idea whose alternatives include a single word proves a term only."""
-    return len(cue.ideas) == 1 and any(len(phrase) == 1 for phrase in cue.ideas[0].phrases)
+    """A cue of one idea with a short single-word alternative proves a term only; a long
+    identifier (ErrorHandlingDeserializer) is specific enough on its own."""
+    return len(cue.ideas) == 1 and any(
+        len(phrase) == 1 and len(phrase[0].text) < SPECIFIC_WORD
+        for phrase in cue.ideas[0].phrases)
 
 
 # --- matching -----------------------------------------------------------------------------
@@ -308,7 +315,7 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
     if any(not found for found in lists):
         return None
     negated: CueMatch | None = None
-    for chosen in _combinations(lists, cue):
+    for chosen in _combinations(lists, cue, tokens):
         negators = governing_negators(chosen, tokens)
         match = CueMatch(tuple(chosen), len(negators) % 2 == 1, tuple(negators))
         if not match.negated:
@@ -318,7 +325,7 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
     return negated
 
 
-def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue,
+def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Sequence[Token],
                   limit: int = 4000) -> Iterator[list[Occurrence]]:
     """One occurrence per idea, all inside the window, in order where `>` asks for it."""
     chosen: list[Occurrence] = []
@@ -338,7 +345,8 @@ def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue,
                 continue
             low = min([occ.first, *(o.first for o in chosen)])
             high = max([occ.last, *(o.last for o in chosen)])
-            if high - low >= cue.within:
+            if high - low >= cue.within or \
+                    tokens[high].sentence - tokens[low].sentence > MAX_SENTENCES - 1:
                 continue
             chosen.append(occ)
             yield from walk(depth + 1)
