@@ -156,7 +156,7 @@ def _drill(console: Console, catalog: Catalog, store: ProgressStore,
     try:
         for number, card in enumerate(cards, start=1):
             scores.append(_drill_round(console, catalog, store, scheduler, card, number,
-                                       len(cards), args.seconds))
+                                       len(cards), args.seconds, args.aloud))
     except StopQuiz:
         pass
     _summary(console, scores, scheduler, pool)
@@ -165,18 +165,28 @@ def _drill(console: Console, catalog: Catalog, store: ProgressStore,
 
 def _drill_round(console: Console, catalog: Catalog, store: ProgressStore,
                  scheduler: ReviewScheduler, card: Card, number: int, total: int,
-                 seconds: float) -> Score:
+                 seconds: float, aloud: bool = False) -> Score:
     style = console.style
     console.say(question_block(card, catalog.lesson_of(card), number, total, style))
     store.set_last_place("quiz", card.id, card.lesson_id)
-    answer = console.read_answer(seconds)
+    answer = console.read_answer(seconds, aloud=aloud)
     score = score_answer(card, answer.text)
-    store.record_answer(card.id, answer.text, coverage=score.coverage,
-                        raw_coverage=score.raw_coverage, matched_ids=score.matched_ids,
-                        keyword_list=score.keyword_list, mode="drill",
-                        seconds_used=answer.seconds_used if console.interactive else None)
-    console.say(score_block(score, style))
-    console.say(model_answer_block(card, style))
+    if not aloud:
+        store.record_answer(card.id, answer.text, coverage=score.coverage,
+                            raw_coverage=score.raw_coverage, matched_ids=score.matched_ids,
+                            keyword_list=score.keyword_list, mode="drill",
+                            seconds_used=answer.seconds_used if console.interactive else None)
+    if aloud:
+        console.say(model_answer_block(card, style))
+    console.say(score_block(score, style, aloud=aloud))
+    if not aloud and answer.text.strip():
+        console.say(evidence_block(score, style))
+    if not aloud:
+        console.say(model_answer_block(card, style))
+    confirmed = console.read_checklist(score, aloud=aloud)
+    if aloud or confirmed.matched_ids != score.matched_ids:
+        console.say(score_block(confirmed, style))
+    score = confirmed
     grade = console.read_grade(suggested_grade(score))
     duration = round(answer.seconds_used * 1000) if console.interactive else None
     scheduled = scheduler.review(card.id, grade, duration_ms=duration)

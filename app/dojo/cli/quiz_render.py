@@ -68,9 +68,9 @@ def question_block(card: Card, lesson: Lesson, number: int, total: int, style: S
     return f"\n{head}\n{style.bold(wrap(card.question, ''))}"
 
 
-def timer_header(label: str, remaining: float, style: Style) -> str:
+def timer_header(label: str, remaining: float, style: Style, hint: str | None = None) -> str:
     """The ticking line above the answer: warns in the last ten seconds."""
-    hint = style.dim("  type your answer; an empty line or Ctrl-D sends it")
+    hint = style.dim(hint or "  type your answer; an empty line or Ctrl-D sends it")
     shown = style.bad(label) if remaining <= 10 else style.bold(label)
     return shown + hint
 
