@@ -240,4 +240,26 @@ def mock_report_block(report: MockReport, style: Style) -> str:
         for lesson_id in dict.fromkeys(card.lesson_id for card in report.review_next):
             cards = [card.id for card in report.review_next if card.lesson_id == lesson_id]
             lines.append(f"  dojo quiz --lesson {lesson_id}   ({', '.join(cards)})")
+    lines += _answers_section(report, style)
     return "\n".join(lines)
+
+
+def _answers_section(report: MockReport, style: Style) -> list[str]:
+    """Question by question: what was asked, the learner's answer with its evidence, the
+    points, the model answer."""
+    lines = ["", style.bold("Question by question")]
+    for number, result in enumerate(report.results, start=1):
+        for card, score in ((result.question.headline, result.headline),
+                            (result.question.follow_up, result.follow_up)):
+            if card is None:
+                continue
+            kind = "follow-up" if card.kind == "followup" else "question"
+            lines += ["", style.bold(f"{number}. {kind}: ") + style.bold(wrap(card.question, ""))]
+            if score is None:
+                lines.append(style.dim("  not answered"))
+                continue
+            lines.append(score_block(score, style))
+            if score.text.strip():
+                lines.append(evidence_block(score, style))
+            lines += [style.bold("Model answer"), wrap(card.answer)]
+    return lines
