@@ -281,9 +281,12 @@ def occurrences(idea: Idea, tokens: Sequence[Token]) -> list[Occurrence]:
     return sorted(found.values(), key=lambda occ: occ.first)
 
 
-def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token]) -> list[int]:
-    """Negators (and denials) that the cue did not consume and that govern one of `chosen`."""
-    used = frozenset().union(*(occ.used for occ in chosen))
+def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
+                       used: frozenset[int] | None = None) -> list[int]:
+    """Negators (and denials) that the cue did not consume (`used`, by default the tokens of
+    `chosen`) and that govern one of `chosen`."""
+    if used is None:
+        used = frozenset().union(*(occ.used for occ in chosen))
     found: set[int] = set()
     for occ in chosen:
         head = tokens[occ.first]
@@ -316,8 +319,12 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
         return None
     negated: CueMatch | None = None
     for chosen in _combinations(lists, cue, tokens):
-        negators = governing_negators(chosen, tokens)
-        match = CueMatch(tuple(chosen), len(negators) % 2 == 1, tuple(negators))
+        # Each idea on its own: "never X … not Y" negates both, it does not cancel out.
+        used = frozenset().union(*(occ.used for occ in chosen))
+        per_idea = [governing_negators([occ], tokens, used) for occ in chosen]
+        negators = sorted({index for found in per_idea for index in found})
+        flipped = any(len(found) % 2 == 1 for found in per_idea)
+        match = CueMatch(tuple(chosen), flipped, tuple(negators))
         if not match.negated:
             return match
         if negated is None:
