@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--held-out", action="store_true", help="only the held-out cards")
     group.add_argument("--tuned", action="store_true", help="only the cards tuned on")
     parser.add_argument("--per-card", action="store_true", help="one line per answer")
+    parser.add_argument("--converted", action="store_true",
+                        help="only cards in format 2 (essentials, cues, misconceptions)")
     parser.add_argument("--dir", type=Path, default=CALIBRATION)
     args = parser.parse_args(argv)
 
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     answers = [a for a in load_answers(args.dir) if catalog.has_card(a.card_id)]
     if args.lesson:
         answers = [a for a in answers if catalog.card(a.card_id).lesson_id == args.lesson]
+    if args.converted:
+        answers = [a for a in answers if catalog.card(a.card_id).has_cues]
     if args.held_out:
         answers = [a for a in answers if a.card_id in held]
     elif args.tuned:

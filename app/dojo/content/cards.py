@@ -214,7 +214,8 @@ class _CardsReader:
                                              "appears twice in this card"))
             seen.add(point.id)
 
-    def cues(self, raw: Any, where: YamlPath, within: int = DEFAULT_WITHIN) -> tuple[Cue, ...]:
+    def cues(self, raw: Any, where: YamlPath, within: int = DEFAULT_WITHIN,
+             sentences: int | None = None) -> tuple[Cue, ...]:
         if raw is None:
             return ()
         if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
@@ -224,7 +225,8 @@ class _CardsReader:
         for index, source in enumerate(raw):
             line = self.doc.line(*where, "says", index)
             try:
-                out.append(parse_cue(source, self.card_terms, line, within))
+                out.append(parse_cue(source, self.card_terms, line, within) if sentences is None
+                           else parse_cue(source, self.card_terms, line, within, sentences))
             except CueError as exc:
                 self.problems.append(Problem(self.path, line, f"cue {source!r}: {exc}"))
         return tuple(out)
@@ -252,7 +254,8 @@ class _CardsReader:
                 self.problem(f"misconception names point {point!r}, which this card does not "
                              "have", *item_where, "point")
             text = self.text(item, "text", item_where)
-            says = self.cues(item.get("says"), item_where)
+            # A wrong claim is made in one sentence; across two, it is usually a contrast.
+            says = self.cues(item.get("says"), item_where, sentences=1)
             patterns = self.patterns(item["patterns"], item_where) if "patterns" in item \
                 else ()
             if not says and not patterns:

@@ -174,6 +174,7 @@ class Cue:
     source: str
     line: int
     within: int = DEFAULT_WITHIN
+    sentences: int = MAX_SENTENCES  # how many neighbouring sentences the ideas may span
 
 
 class CueError(ValueError):
@@ -192,7 +193,7 @@ def parse_phrase(text: str) -> Phrase:
 
 
 def parse_cue(source: str, terms: Mapping[str, Sequence[str]], line: int = 0,
-              within: int = DEFAULT_WITHIN) -> Cue:
+              within: int = DEFAULT_WITHIN, sentences: int = MAX_SENTENCES) -> Cue:
     """Parse `source`; `terms` are the synonym sets `@name` may use. Raises CueError."""
     parts = re.split(r"\s*([+>])\s*", source.strip())
     texts, operators = parts[0::2], parts[1::2]
@@ -214,7 +215,8 @@ def parse_cue(source: str, terms: Mapping[str, Sequence[str]], line: int = 0,
         if not phrases:
             raise CueError(f"idea {text!r} has no words")
         ideas.append(Idea(tuple(phrases), text))
-    return Cue(tuple(ideas), tuple(op == ">" for op in operators), source, line, within)
+    return Cue(tuple(ideas), tuple(op == ">" for op in operators), source, line, within,
+               sentences)
 
 
 SPECIFIC_WORD = 10  # a single word this long is an identifier (failIfSendResultIsError)
@@ -289,6 +291,9 @@ def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
         used = frozenset().union(*(occ.used for occ in chosen))
     found: set[int] = set()
     for occ in chosen:
+        # A negator in the gap of a phrase ("lag is not a problem" for "lag is problem").
+        found.update(index for index in range(occ.first + 1, occ.last)
+                     if tokens[index].norm == NOT and index not in used)
         head = tokens[occ.first]
         for index in range(occ.first - 1, max(-1, occ.first - NEGATION_SCOPE - 1), -1):
             token = tokens[index]
@@ -353,7 +358,7 @@ def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Seque
             low = min([occ.first, *(o.first for o in chosen)])
             high = max([occ.last, *(o.last for o in chosen)])
             if high - low >= cue.within or \
-                    tokens[high].sentence - tokens[low].sentence > MAX_SENTENCES - 1:
+                    tokens[high].sentence - tokens[low].sentence > cue.sentences - 1:
                 continue
             chosen.append(occ)
             yield from walk(depth + 1)
@@ -404,3 +409,44 @@ def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
         out.append(Token(best[0], stem(best[0]), token.start, token.end, token.clause,
                          token.sentence))
     return out
+
+
+# --- antonyms: the opposite claim without a negator --------------------------------------
+
+_ANTONYM_PAIRS = (
+    ("before", "after"), ("inside", "outside"), ("within", "outside"), ("open", "closed"),
+    ("increase", "decrease"), ("raise", "lower"), ("more", "fewer"), ("more", "less"),
+    ("longer", "shorter"), ("above", "below"), ("higher", "lower"), ("first", "last"),
+    ("sync", "async"), ("synchronous", "asynchronous"), ("outer", "inner"),
+    ("outermost", "innermost"), ("larger", "smaller"), ("bigger", "smaller"),
+    ("same", "different"), ("early", "late"), ("earlier", "later"), ("safe", "unsafe"),
+    ("enable", "disable"), ("keep", "lose"), ("preserve", "break"), ("short", "long"),
+)
+ANTONYMS: dict[str, str] = {}
+for _left, _right in _ANTONYM_PAIRS:
+    ANTONYMS.setdefault(stem(_left), stem(_right))
+    ANTONYMS.setdefault(stem(_right), stem(_left))
+
+
+@lru_cache(maxsize=4096)
+def flipped(cue: Cue) -> tuple[tuple[Cue, str, str], ...]:
+    """Variants of `cue` with one word turned into its antonym ("commit > after > write" →
+    "commit > before > write"), each with the word it replaced and its replacement. Only
+    cues of two or more ideas: the rest of the claim must be there for the opposite to be
+    the same claim reversed."""
+    if len(cue.ideas) < 2:
+        return ()
+    out: list[tuple[Cue, str, str]] = []
+    for index, idea in enumerate(cue.ideas):
+        for phrase in idea.phrases:
+            for position, word in enumerate(phrase):
+                opposite = ANTONYMS.get(word.norm)
+                if opposite is None or word.prefix:
+                    continue
+                new_phrase = (*phrase[:position], Word(opposite, opposite, False),
+                              *phrase[position + 1:])
+                new_idea = Idea((new_phrase,), idea.source)
+                ideas = (*cue.ideas[:index], new_idea, *cue.ideas[index + 1:])
+                variant = Cue(ideas, cue.ordered, cue.source, cue.line, cue.within, 1)
+                out.append((variant, word.text, opposite))
+    return tuple(out)

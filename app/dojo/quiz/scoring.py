@@ -17,7 +17,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from dojo.content.cues import Token, criticised, match_cue, repair_typos, tokenize
+from dojo.content.cues import (
+    Token,
+    criticised,
+    flipped,
+    match_cue,
+    repair_typos,
+    tokenize,
+)
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
 from dojo.quiz.answer_shape import AnswerShape, answer_shape
@@ -203,7 +210,17 @@ def _judge(point: KeyPoint, answer: _Answer) -> PointResult:
             return PointResult(point, Verdict.MADE, (span,))
         if negated is None:
             negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
-    return negated or PointResult(point, Verdict.MISSED)
+    if negated is not None:
+        return negated
+    for cue in point.says:
+        for variant, word, opposite in flipped(cue):
+            match = match_cue(variant, answer.tokens)
+            if match is not None and not match.negated \
+                    and not criticised(answer.tokens, match):
+                spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+                return PointResult(point, Verdict.CONTRADICTED, spans,
+                                   f"“{opposite}” where the point says “{word}”")
+    return PointResult(point, Verdict.MISSED)
 
 
 def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
