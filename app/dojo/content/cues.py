@@ -60,7 +60,8 @@ _DROPPED = frozenset({"the", "a", "an"})
 # Said after a matched idea, in its clause: the idea is denied ("SKIP LOCKED is not needed").
 _DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecessari",),
             ("myth",), ("overkil",), ("pointless",), ("useless",), ("not", "matter"),
-            ("not", "help"), ("not", "work"))
+            ("not", "help"), ("not", "work"), ("irrelev",),
+            ("unimport",))
 # A sentence that criticises a claim does not make it (misconceptions only).
 _CRITIQUE = frozenset(_STEMMER.stemWord(word) for word in """
 mistake mistaken wrong bug buggy problem problems risk risky danger dangerous trap lose loses

@@ -7,8 +7,8 @@ card's misconceptions, makes it "said the opposite". The learner can then tick o
 points (`Score.confirmed`); the grade suggestion follows the confirmed checklist.
 
 Coverage: essentials count 1, bonus points `BONUS_WEIGHT` (total capped at 1). A keyword list
-keeps at most `KEYWORD_LIST_CAP`; a contradiction caps the answer at `CONTRADICTION_CAP`: an
-interviewer remembers the wrong claim, not the right ones around it.
+keeps at most `KEYWORD_LIST_CAP`; a contradicted essential caps the answer at
+`CONTRADICTION_CAP`: an interviewer remembers the wrong claim, not the right ones around it.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _coverage(results: Sequence[PointResult], shape: AnswerShape) -> tuple[float
     coverage = raw
     if shape.looks_like_keyword_list:
         coverage = min(coverage * KEYWORD_LIST_FACTOR, KEYWORD_LIST_CAP)
-    if any(r.contradicted for r in results):
+    if any(r.contradicted for r in essentials):  # a contradicted detail only loses itself
         coverage = min(coverage, CONTRADICTION_CAP)
     return raw, coverage
 
@@ -190,7 +190,7 @@ class _Answer:
         return count % 2 == 1
 
 
-def _judge(point: KeyPoint, answer: _Answer) -> PointResult:
+def _judge(point: KeyPoint, answer: _Answer, antonyms: bool = True) -> PointResult:
     negated: PointResult | None = None
     for cue in point.says:
         match = match_cue(cue, answer.tokens)
@@ -210,8 +210,8 @@ def _judge(point: KeyPoint, answer: _Answer) -> PointResult:
             return PointResult(point, Verdict.MADE, (span,))
         if negated is None:
             negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
-    if negated is not None:
-        return negated
+    if negated is not None or not antonyms:
+        return negated or PointResult(point, Verdict.MISSED)
     for cue in point.says:
         for variant, word, opposite in flipped(cue):
             match = match_cue(variant, answer.tokens)
@@ -238,7 +238,10 @@ def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | No
 def score_answer(card: Card, text: str) -> Score:
     """Score `text` against `card`. Deterministic: the same text always scores the same."""
     answer = _Answer(card, text)
-    results = {point.id: _judge(point, answer) for point in card.key_points}
+    # A spot-the-mistake answer restates the mistake ("the call is inside the transaction")
+    # before the fix, so the antonym of a fix is no sign of the opposite claim there.
+    antonyms = card.kind != "spot-the-mistake"
+    results = {point.id: _judge(point, answer, antonyms) for point in card.key_points}
     for mis in card.misconceptions:
         if mis.point not in results:
             continue
