@@ -27,7 +27,8 @@ TOLERANCE = 10
 LOW_KINDS = ("wrong-right-words", "negated", "keywords")
 CATALOG = load_catalog(content_root())
 
-# card id -> why the ordering fails today (measured on this set; negation that is not said with a negator is the main gap)
+# card id -> why the ordering fails today (measured on this set; the main gap: a negated
+# statement said without a negator word)
 KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-combine": "partial 67 < negated 83",
     "circuit-breaker-consumer": "partial 60 < negated 100",
