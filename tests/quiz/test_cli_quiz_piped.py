@@ -20,7 +20,7 @@ def test_a_round_shows_coverage_points_and_the_model_answer(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "What is a dead letter queue?" in out
-    assert "Coverage 40%  (2 of 5 key points)" in out
+    assert "Coverage 40%  (2 of 5 essentials)" in out
     assert "✓ It parks messages that cannot be processed" in out
     assert "✗ Permanent failures go to the DLQ at once" in out
     assert "Model answer" in out and "silent graveyard that" in out

@@ -59,6 +59,8 @@ def test_the_countdown_ticks_and_a_time_out_keeps_the_half_typed_line(tmp_path: 
         terminal.type("When the database is down we pause consumption")  # no Enter
         terminal.read_until("⏱ 1s")  # the timer line was redrawn as time passed
         terminal.read_until("Time is up.")
+        terminal.read_until("Enter keeps them: ")  # the checklist: keep the scorer's ticks
+        terminal.type("\r")
         terminal.read_until("[Enter = ")
         terminal.type("3")
         screen = terminal.read_until("1 answered")
@@ -74,6 +76,8 @@ def test_an_empty_line_sends_the_answer_and_backspace_edits_it(tmp_path: Path) -
     try:
         terminal.read_until("⏱ 60s")
         terminal.type("We retry with exponential backoffXX\x7f\x7f\r")
+        terminal.type("\r")
+        terminal.read_until("Enter keeps them: ")
         terminal.type("\r")
         screen = terminal.read_until("[Enter = ")
         terminal.type("\r")

@@ -42,7 +42,7 @@ async def test_answer_is_scored_graded_and_recorded(make_app: Callable[..., Dojo
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: quiz.phase == "scored", what="the score")
         score_text = str(quiz.query_one("#score-coverage").render())
-        assert "Coverage 60%" in score_text and "3 of 5 key points" in score_text
+        assert "Coverage 60%" in score_text and "3 of 5 essentials" in score_text
         made = " ".join(str(row.render()) for row in quiz.query(".-made .point-text"))
         missed = " ".join(str(row.render()) for row in quiz.query(".-missed .point-text"))
         assert "It parks messages" in made and "Every DLQ needs an alert" in missed
@@ -53,6 +53,10 @@ async def test_answer_is_scored_graded_and_recorded(make_app: Callable[..., Dojo
             assert answer.coverage == pytest.approx(0.6) and answer.mode == "drill"
             assert store.card_state(first.id) is None, "not graded yet"
         await pilot.press("3")
+        await wait_for(pilot, lambda: quiz.phase == "ready" and quiz.index == 1,
+                       what="the pause before the next card")
+        assert not quiz.query_one(CountdownClock).running, "the next clock waits for Enter"
+        await pilot.press("enter")
         await wait_for(pilot, lambda: quiz.phase == "answering" and quiz.index == 1,
                        what="the next card")
         with ProgressStore() as store:
@@ -95,8 +99,11 @@ async def test_enter_accepts_the_suggested_grade_and_the_round_ends_with_a_summa
         for _ in quiz.cards:
             await pilot.press("ctrl+s")  # an empty answer: suggested grade Again
             await wait_for(pilot, lambda: quiz.phase == "scored")
-            await pilot.press("enter")
-            await pilot.pause()
+            await pilot.press("enter")  # grade
+            await wait_for(pilot, lambda: quiz.phase in ("ready", "done"))
+            if quiz.phase == "ready":
+                await pilot.press("enter")  # start the next card
+                await wait_for(pilot, lambda: quiz.phase == "answering")
         await wait_for(pilot, lambda: quiz.phase == "done", what="the summary")
         summary = str(quiz.query_one("#quiz-done").render())
         assert f"{len(quiz.cards)} answered" in summary
@@ -123,3 +130,49 @@ async def test_continue_goes_back_to_the_card_that_was_on_screen(
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, QuizScreen))
         assert pilot.app.screen.card.id == second.id  # type: ignore[attr-defined]
+
+
+async def test_the_learner_ticks_and_unticks_points_and_the_suggestion_follows(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        quiz = await start_drill(pilot)
+        quiz.query_one(TextArea).insert(GOOD_ANSWER)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: quiz.phase == "scored")
+        assert quiz._suggested == 2  # 3 of 5: Hard
+        await pilot.press("d", "e")  # the learner says they covered the two missed points
+        await wait_for(pilot, lambda: quiz._suggested == 3, what="Good after two ticks")
+        head = str(quiz.query_one("#score-coverage").render())
+        assert "Coverage 100%" in head and "your checklist" in head
+        await pilot.press("a", "b", "c", "d")  # untick: one of five left
+        await wait_for(pilot, lambda: quiz._suggested == 1, what="Again after unticking")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: quiz.phase == "ready")
+        assert quiz.scores[0].percent == 20
+
+
+async def test_grade_buttons_show_when_the_card_comes_back(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        quiz = await start_drill(pilot)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: quiz.phase == "scored")
+        labels = [str(quiz.query_one(f"#grade-{value}").label) for value in (1, 2, 3, 4)]
+        assert all(" · " in label for label in labels), labels
+        assert labels[3].endswith("d"), "Easy on a new card schedules days ahead"
+
+
+async def test_aloud_nothing_is_typed_and_the_checklist_starts_empty(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        quiz = await start_drill(pilot)
+        await pilot.press("ctrl+l")
+        assert quiz.aloud and quiz.query_one(TextArea).read_only
+        assert quiz.query_one(CountdownClock).running, "the clock runs while they speak"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: quiz.phase == "scored")
+        assert quiz._score is not None and quiz._score.matched == ()
+        await pilot.press("a", "b", "c", "d")
+        await wait_for(pilot, lambda: quiz._suggested == 3)
+        with ProgressStore() as store:
+            assert store.answers() == [], "nothing typed, nothing stored as an answer"

@@ -9,6 +9,7 @@ clock): answers end at an empty line, each followed by a grade line.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
@@ -18,10 +19,14 @@ from pathlib import Path
 
 from dojo.cli.quiz_console import Console, StopQuiz
 from dojo.cli.quiz_render import (
+    Style,
+    evidence_block,
     mock_report_block,
     model_answer_block,
     question_block,
     score_block,
+    score_json,
+    use_colour,
 )
 from dojo.content import Card, Catalog, content_root, load_catalog
 from dojo.quiz.mock import build_mock_interview, mock_report
@@ -50,10 +55,62 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="time per answer on a terminal (default 60)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for picking mock interview questions")
+    parser.add_argument("--aloud", action="store_true",
+                        help="say the answer out loud while the clock runs (nothing typed), "
+                             "then tick the points you made")
     parser.set_defaults(handler=run_quiz)
+    actions = parser.add_subparsers(dest="quiz_action", metavar="[score|cards]")
+    p_score = actions.add_parser("score", help="score an answer read from stdin against a card")
+    p_score.add_argument("card_id", metavar="CARD_ID")
+    p_score.add_argument("--json", action="store_true", help="machine-readable output")
+    p_score.set_defaults(handler=run_score)
+    p_cards = actions.add_parser("cards", help="list the card ids")
+    p_cards.add_argument("--json", action="store_true", help="machine-readable output")
+    p_cards.add_argument("--lesson", metavar="ID", help="only this lesson's cards")
+    p_cards.set_defaults(handler=run_cards)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """`dojo quiz score CARD_ID [--json] < answer.txt`"""
+    catalog = load_catalog(content_root())
+    if not catalog.has_card(args.card_id):
+        print(f"error: no card {args.card_id!r}; `dojo quiz cards` lists them", file=sys.stderr)
+        return 2
+    card = catalog.card(args.card_id)
+    text = sys.stdin.read()
+    score = score_answer(card, text)
+    if args.json:
+        print(json.dumps(score_json(card, score), indent=2, ensure_ascii=False))
+    else:
+        style = Style(use_colour(sys.stdout))
+        print(score_block(score, style))
+        print()
+        print(evidence_block(score, style))
+    return 0
+
+
+def run_cards(args: argparse.Namespace) -> int:
+    """`dojo quiz cards [--json] [--lesson L]`"""
+    catalog = load_catalog(content_root())
+    if args.lesson and not catalog.has_lesson(args.lesson):
+        print(f"error: no lesson {args.lesson!r}", file=sys.stderr)
+        return 2
+    cards = catalog.lesson(args.lesson).cards if args.lesson else catalog.cards
+    if args.json:
+        rows = [{"id": card.id, "lesson": card.lesson_id, "kind": card.kind,
+                 "question": card.question, "essentials": len(card.essentials),
+                 "bonus": len(card.bonus_points), "format": 2 if card.has_cues else 1}
+                for card in cards]
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        for card in cards:
+            print(f"{card.id:<48} {card.lesson_id:<28} {card.kind}")
+    return 0
 
 
 def run_quiz(args: argparse.Namespace) -> int:
+    if getattr(args, "quiz_action", None):
+        return int(args.handler(args))
     root = content_root()
     catalog = load_catalog(root)
     console = Console()
@@ -109,7 +166,7 @@ def _drill(console: Console, catalog: Catalog, store: ProgressStore,
     try:
         for number, card in enumerate(cards, start=1):
             scores.append(_drill_round(console, catalog, store, scheduler, card, number,
-                                       len(cards), args.seconds))
+                                       len(cards), args.seconds, args.aloud))
     except StopQuiz:
         pass
     _summary(console, scores, scheduler, pool)
@@ -118,18 +175,28 @@ def _drill(console: Console, catalog: Catalog, store: ProgressStore,
 
 def _drill_round(console: Console, catalog: Catalog, store: ProgressStore,
                  scheduler: ReviewScheduler, card: Card, number: int, total: int,
-                 seconds: float) -> Score:
+                 seconds: float, aloud: bool = False) -> Score:
     style = console.style
     console.say(question_block(card, catalog.lesson_of(card), number, total, style))
     store.set_last_place("quiz", card.id, card.lesson_id)
-    answer = console.read_answer(seconds)
+    answer = console.read_answer(seconds, aloud=aloud)
     score = score_answer(card, answer.text)
-    store.record_answer(card.id, answer.text, coverage=score.coverage,
-                        raw_coverage=score.raw_coverage, matched_ids=score.matched_ids,
-                        keyword_list=score.keyword_list, mode="drill",
-                        seconds_used=answer.seconds_used if console.interactive else None)
-    console.say(score_block(score, style))
-    console.say(model_answer_block(card, style))
+    if not aloud:
+        store.record_answer(card.id, answer.text, coverage=score.coverage,
+                            raw_coverage=score.raw_coverage, matched_ids=score.matched_ids,
+                            keyword_list=score.keyword_list, mode="drill",
+                            seconds_used=answer.seconds_used if console.interactive else None)
+    if aloud:
+        console.say(model_answer_block(card, style))
+    console.say(score_block(score, style, aloud=aloud))
+    if not aloud and answer.text.strip():
+        console.say(evidence_block(score, style))
+    if not aloud:
+        console.say(model_answer_block(card, style))
+    confirmed = console.read_checklist(score, aloud=aloud)
+    if aloud or confirmed.matched_ids != score.matched_ids:
+        console.say(score_block(confirmed, style))
+    score = confirmed
     grade = console.read_grade(suggested_grade(score))
     duration = round(answer.seconds_used * 1000) if console.interactive else None
     scheduled = scheduler.review(card.id, grade, duration_ms=duration)

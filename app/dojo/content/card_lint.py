@@ -6,8 +6,9 @@ import re
 from collections.abc import Iterator
 from difflib import SequenceMatcher
 
+from dojo.content.cues import cue_is_single_word
 from dojo.content.matching import fold, key_point_matches
-from dojo.content.models import Lesson, Pattern
+from dojo.content.models import Card, Lesson, Pattern
 from dojo.content.problems import Problem
 from dojo.content.text_measures import content_words, plain, words
 
@@ -43,6 +44,9 @@ def lint_cards(lesson: Lesson, cards_parsed: bool) -> Iterator[Problem]:
         yield from _headline(lesson, headlines[0].question, headlines[0].answer,
                              headlines[0].line)
     for card in cards:
+        if card.has_cues:
+            yield from _cue_card(card)
+            continue
         folded = fold(plain(card.answer))
         for point in card.key_points:
             for pattern in point.patterns:
@@ -73,3 +77,26 @@ def _is_bare_word(pattern: Pattern) -> bool:
     if len(pattern.regexes) != 1:
         return False
     return _SEPARATOR.search(pattern.regexes[0]) is None
+
+
+def _cue_card(card: Card) -> Iterator[Problem]:
+    """Format 2: single-word cues prove a term only; the model answer must make every
+    essential, contradict no point and trigger no misconception."""
+    from dojo.quiz.scoring import score_answer
+
+    path = card.path
+    for point in card.key_points:
+        for cue in point.says:
+            if cue_is_single_word(cue):
+                yield Problem(path, cue.line, f"cue {cue.source!r} can match a single word; "
+                                              "recognise the relation (\"retry + backoff\")")
+    score = score_answer(card, plain(card.answer))
+    for result in score.results:
+        if result.contradicted:
+            yield Problem(path, result.point.line,
+                          f"card {card.id!r}'s own answer contradicts point {result.point.id!r} "
+                          f"({result.because}): fix the cues or misconceptions")
+        elif not result.made and not result.point.bonus:
+            yield Problem(path, result.point.line,
+                          f"essential {result.point.id!r} is not recognised in card "
+                          f"{card.id!r}'s own answer: fix the cues or say it in the answer")

@@ -12,12 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dojo.content.models import CARD_KINDS, DEFAULT_WINDOW, Card, KeyPoint, Pattern
+from dojo.content.cues import DEFAULT_WITHIN, Cue, CueError, parse_cue
+from dojo.content.models import (
+    CARD_KINDS,
+    DEFAULT_WINDOW,
+    Card,
+    KeyPoint,
+    Misconception,
+    Pattern,
+)
 from dojo.content.problems import Problem
 from dojo.content.yaml_lines import YamlDoc, YamlPath, YamlSyntaxError, parse_yaml
 
-CARD_KEYS = ("id", "kind", "question", "answer", "measuring", "key_points")
-KEY_POINT_KEYS = ("id", "text", "patterns")
+CARD_KEYS = ("id", "kind", "question", "answer", "measuring", "key_points", "essentials",
+             "bonus", "misconceptions", "terms")
+KEY_POINT_KEYS = ("id", "text", "patterns", "says", "within")
+MISCONCEPTION_KEYS = ("point", "text", "says", "patterns")
+ESSENTIALS = (4, 6)
+MAX_BONUS = 4
 SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
@@ -55,6 +67,8 @@ class _CardsReader:
         self.path = doc.path
         self.lesson_id = lesson_id
         self.problems: list[Problem] = []
+        self.lesson_terms: dict[str, tuple[str, ...]] = {}
+        self.card_terms: dict[str, tuple[str, ...]] = {}
 
     def problem(self, message: str, *keys: str | int) -> None:
         self.problems.append(Problem(self.path, self.doc.line(*keys), message))
@@ -67,9 +81,10 @@ class _CardsReader:
             self.problem("cards.yaml must be a mapping with `lesson` and `cards`")
             return ()
         for key in data:
-            if key not in ("lesson", "cards"):
-                self.problem(f"unknown key `{key}` (cards.yaml has `lesson` and `cards`)",
-                             str(key))
+            if key not in ("lesson", "cards", "terms"):
+                self.problem(f"unknown key `{key}` (cards.yaml has `lesson`, `terms` and "
+                             "`cards`)", str(key))
+        self.lesson_terms = self.terms(data.get("terms"), ())
         lesson = data.get("lesson")
         if lesson != self.lesson_id:
             self.problem(f"`lesson` is {lesson!r}; it must be this lesson's id "
@@ -111,11 +126,144 @@ class _CardsReader:
         question = self.text(raw, "question", where)
         answer = self.text(raw, "answer", where)
         measuring = self.text(raw, "measuring", where, required=kind == "headline")
-        key_points = self.key_points(raw.get("key_points"), where)
+        self.card_terms = {**self.lesson_terms, **self.terms(raw.get("terms"), (*where,))}
+        misconceptions: tuple[Misconception, ...] = ()
+        if "essentials" in raw or "key_points" not in raw:
+            if "key_points" in raw:
+                self.problem("a card has `essentials` (+ `bonus`) or the old `key_points`, "
+                             "not both", *where, "key_points")
+            essentials = self.points(raw.get("essentials"), (*where, "essentials"),
+                                     bonus=False, sizes=ESSENTIALS)
+            bonus = self.points(raw.get("bonus", []), (*where, "bonus"), bonus=True,
+                                sizes=(0, MAX_BONUS))
+            key_points = essentials + bonus
+            self.unique_ids(key_points, where)
+            misconceptions = self.misconceptions(raw.get("misconceptions"), where,
+                                                 {point.id for point in key_points})
+        else:
+            key_points = self.key_points(raw.get("key_points"), where)
         if not card_id or not question or kind not in CARD_KINDS:
             return None
         return Card(card_id, kind, question, answer, measuring, key_points, self.lesson_id,
-                    self.path, self.doc.line(*where))
+                    self.path, self.doc.line(*where), misconceptions)
+
+    def terms(self, raw: Any, where: YamlPath) -> dict[str, tuple[str, ...]]:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            self.problem("`terms` maps a name to a list of phrases", *where, "terms")
+            return {}
+        out: dict[str, tuple[str, ...]] = {}
+        for name, phrases in raw.items():
+            if isinstance(phrases, list):  # 503 in a flow list is a number to YAML
+                phrases = [str(item) if isinstance(item, int | float) and not
+                           isinstance(item, bool) else item for item in phrases]
+            if not isinstance(phrases, list) or not phrases or not all(
+                    isinstance(item, str) and item.strip() for item in phrases):
+                self.problem(f"term `{name}` must be a list of phrases", *where, "terms",
+                             str(name))
+                continue
+            out[str(name)] = tuple(phrases)
+        return out
+
+    def points(self, raw: Any, where: YamlPath, *, bonus: bool,
+               sizes: tuple[int, int]) -> tuple[KeyPoint, ...]:
+        key = where[-1]
+        low, high = sizes
+        if raw is None:
+            self.problem(f"card is missing `{key}` ({low} to {high})", *where[:-1])
+            return ()
+        if not isinstance(raw, list):
+            self.problem(f"`{key}` must be a list", *where)
+            return ()
+        if not low <= len(raw) <= high:
+            self.problem(f"a card has {low} to {high} {key}, this one has {len(raw)}", *where)
+        points: list[KeyPoint] = []
+        for index, item in enumerate(raw):
+            point_where: YamlPath = (*where, index)
+            if not isinstance(item, dict):
+                self.problem("each point must be a mapping (id, text, says)", *point_where)
+                continue
+            for item_key in item:
+                if item_key not in KEY_POINT_KEYS:
+                    self.problem(f"unknown point key `{item_key}` "
+                                 f"(known: {', '.join(KEY_POINT_KEYS)})", *point_where,
+                                 str(item_key))
+            point_id = self.text(item, "id", point_where)
+            text = self.text(item, "text", point_where)
+            within = item.get("within", DEFAULT_WITHIN)
+            if isinstance(within, bool) or not isinstance(within, int) or within < 2:
+                self.problem(f"`within` must be a number of words, not {within!r}",
+                             *point_where, "within")
+                within = DEFAULT_WITHIN
+            says = self.cues(item.get("says"), point_where, within)
+            patterns = self.patterns(item["patterns"], point_where) if "patterns" in item \
+                else ()
+            if not says and not patterns:
+                self.problem("a point needs `says` (cues) or `patterns`", *point_where)
+            if point_id and text:
+                points.append(KeyPoint(point_id, text, patterns, self.doc.line(*point_where),
+                                       says, bonus))
+        return tuple(points)
+
+    def unique_ids(self, points: tuple[KeyPoint, ...], where: YamlPath) -> None:
+        seen: set[str] = set()
+        for point in points:
+            if point.id in seen:
+                self.problems.append(Problem(self.path, point.line, f"point id {point.id!r} "
+                                             "appears twice in this card"))
+            seen.add(point.id)
+
+    def cues(self, raw: Any, where: YamlPath, within: int = DEFAULT_WITHIN,
+             sentences: int | None = None) -> tuple[Cue, ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            self.problem("`says` must be a list of cue strings", *where, "says")
+            return ()
+        out: list[Cue] = []
+        for index, source in enumerate(raw):
+            line = self.doc.line(*where, "says", index)
+            try:
+                out.append(parse_cue(source, self.card_terms, line, within) if sentences is None
+                           else parse_cue(source, self.card_terms, line, within, sentences))
+            except CueError as exc:
+                self.problems.append(Problem(self.path, line, f"cue {source!r}: {exc}"))
+        return tuple(out)
+
+    def misconceptions(self, raw: Any, where: YamlPath,
+                       point_ids: set[str]) -> tuple[Misconception, ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list):
+            self.problem("`misconceptions` must be a list", *where, "misconceptions")
+            return ()
+        out: list[Misconception] = []
+        for index, item in enumerate(raw):
+            item_where: YamlPath = (*where, "misconceptions", index)
+            if not isinstance(item, dict):
+                self.problem("each misconception is a mapping (point, text, says)", *item_where)
+                continue
+            for key in item:
+                if key not in MISCONCEPTION_KEYS:
+                    self.problem(f"unknown misconception key `{key}` "
+                                 f"(known: {', '.join(MISCONCEPTION_KEYS)})", *item_where,
+                                 str(key))
+            point = self.text(item, "point", item_where)
+            if point and point not in point_ids:
+                self.problem(f"misconception names point {point!r}, which this card does not "
+                             "have", *item_where, "point")
+            text = self.text(item, "text", item_where)
+            # A wrong claim is made in one sentence; across two, it is usually a contrast.
+            says = self.cues(item.get("says"), item_where, sentences=1)
+            patterns = self.patterns(item["patterns"], item_where) if "patterns" in item \
+                else ()
+            if not says and not patterns:
+                self.problem("a misconception needs `says` (cues) or `patterns`", *item_where)
+            if point and text:
+                out.append(Misconception(point, text, says, patterns,
+                                         self.doc.line(*item_where)))
+        return tuple(out)
 
     def key_points(self, raw: Any, where: YamlPath) -> tuple[KeyPoint, ...]:
         if raw is None:

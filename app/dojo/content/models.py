@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from dojo.content.cues import Cue, vocabulary
 from dojo.content.problems import Problem
 
 TRACKS = ("interview", "next", "craft")
@@ -44,10 +45,25 @@ class Pattern:
 
 @dataclass(frozen=True)
 class KeyPoint:
-    """One thing a good answer says, and the patterns that recognise it in a typed answer."""
+    """One thing a good answer says, and what recognises it in a typed answer: `says` cues
+    (ideas, see dojo.content.cues) and/or regex `patterns`. `bonus` points are details that
+    add a little; the others are the card's essentials."""
 
     id: str
     text: str
+    patterns: tuple[Pattern, ...]
+    line: int
+    says: tuple[Cue, ...] = ()
+    bonus: bool = False
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """A claim that is the opposite of key point `point`; saying it zeroes that point."""
+
+    point: str
+    text: str
+    says: tuple[Cue, ...]
     patterns: tuple[Pattern, ...]
     line: int
 
@@ -65,10 +81,32 @@ class Card:
     lesson_id: str
     path: Path
     line: int
+    misconceptions: tuple[Misconception, ...] = ()
 
     @property
     def is_headline(self) -> bool:
         return self.kind == "headline"
+
+    @property
+    def essentials(self) -> tuple[KeyPoint, ...]:
+        return tuple(point for point in self.key_points if not point.bonus)
+
+    @property
+    def bonus_points(self) -> tuple[KeyPoint, ...]:
+        return tuple(point for point in self.key_points if point.bonus)
+
+    @property
+    def has_cues(self) -> bool:
+        """Format 2 (essentials/bonus/misconceptions) rather than regex-only key points."""
+        return any(point.says for point in self.key_points) or bool(self.misconceptions)
+
+    @cached_property
+    def vocabulary(self) -> frozenset[str]:
+        """The words this card uses, which a typo in an answer is repaired towards."""
+        cues = [cue for point in self.key_points for cue in point.says]
+        cues += [cue for mis in self.misconceptions for cue in mis.says]
+        texts = [self.answer, *(point.text for point in self.key_points)]
+        return vocabulary(cues, texts)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ what is due, what is new, how well is a lesson known.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import IntEnum
@@ -96,6 +97,20 @@ class ReviewScheduler:
         self.store.record_review(card_id, card, log)
         self._all_states()[card_id] = card
         return card
+
+    def preview(self, card_id: str, at: datetime | None = None) -> dict[SelfGrade, datetime]:
+        """When the card would come back after each grade (as Anki shows on its buttons);
+        nothing is stored."""
+        at = at or _now()
+        state = self.state(card_id) or fsrs.Card(card_id=stable_id(card_id, FSRS_ID_LOW,
+                                                                   FSRS_ID_HIGH), due=at)
+        out: dict[SelfGrade, datetime] = {}
+        exact = copy.copy(self.fsrs)  # without the random fuzz, as Anki shows its buttons
+        exact.enable_fuzzing = False
+        for grade in SelfGrade:
+            card, _ = exact.review_card(copy.deepcopy(state), grade.rating, at)
+            out[grade] = card.due
+        return out
 
     def due(self, cards: Iterable[Card], now: datetime | None = None) -> list[Card]:
         """Cards reviewed before whose next review has come, most overdue first."""

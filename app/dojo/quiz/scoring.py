@@ -1,16 +1,65 @@
-"""`score_answer(card, text)`: which key points a typed answer makes, and how much it covers."""
+"""`score_answer(card, text)`: which points a typed answer makes, which it contradicts, and
+where in the answer the evidence is.
+
+Per point (dojo.content.cues): a `says` cue or a regex pattern recognising it in the answer
+makes it ✓ with the span that did; a recognised claim governed by a negator, or one of the
+card's misconceptions, makes it "said the opposite". The learner can then tick or untick
+points (`Score.confirmed`); the grade suggestion follows the confirmed checklist.
+
+Coverage: essentials count 1, bonus points `BONUS_WEIGHT` (total capped at 1). A keyword list
+keeps at most `KEYWORD_LIST_CAP`; a contradicted essential caps the answer at
+`CONTRADICTION_CAP`: an interviewer remembers the wrong claim, not the right ones around it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
 
-from dojo.content.matching import fold, key_point_matches
-from dojo.content.models import Card, KeyPoint
+from dojo.content.cues import (
+    Token,
+    criticised,
+    flipped,
+    match_cue,
+    repair_typos,
+    tokenize,
+)
+from dojo.content.matching import fold_with_map
+from dojo.content.models import Card, KeyPoint, Misconception, Pattern
 from dojo.quiz.answer_shape import AnswerShape, answer_shape
 
-# A keyword list shows recall, not understanding: it keeps at most this share of the score.
 KEYWORD_LIST_FACTOR = 0.5
-KEYWORD_LIST_CAP = 0.25
+KEYWORD_LIST_CAP = 0.2
+CONTRADICTION_CAP = 0.2
+BONUS_WEIGHT = 0.25
+
+Span = tuple[int, int]
+
+
+class Verdict(Enum):
+    MADE = "made"
+    MISSED = "missed"
+    CONTRADICTED = "contradicted"
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One point's verdict, with the answer's characters that earned it."""
+
+    point: KeyPoint
+    verdict: Verdict
+    spans: tuple[Span, ...] = ()
+    because: str = ""  # for a contradiction: the misconception, or "negated"
+    by_learner: bool = False  # the learner changed the machine's verdict
+
+    @property
+    def made(self) -> bool:
+        return self.verdict is Verdict.MADE
+
+    @property
+    def contradicted(self) -> bool:
+        return self.verdict is Verdict.CONTRADICTED
 
 
 @dataclass(frozen=True)
@@ -18,11 +67,32 @@ class Score:
     """The result of scoring one answer against one card."""
 
     card_id: str
-    matched: tuple[KeyPoint, ...]
-    missed: tuple[KeyPoint, ...]
-    raw_coverage: float  # matched / all key points
-    coverage: float  # what counts: raw coverage, reduced for a keyword list (0–1)
+    results: tuple[PointResult, ...]  # essentials first, then bonus points, card order
+    raw_coverage: float  # before the keyword-list and contradiction caps (0–1)
+    coverage: float  # what counts (0–1)
     shape: AnswerShape
+    text: str = ""
+    confirmed: bool = False  # the learner has reviewed the checklist
+
+    @property
+    def matched(self) -> tuple[KeyPoint, ...]:
+        return tuple(r.point for r in self.results if r.made)
+
+    @property
+    def missed(self) -> tuple[KeyPoint, ...]:
+        return tuple(r.point for r in self.results if not r.made)
+
+    @property
+    def contradicted(self) -> tuple[PointResult, ...]:
+        return tuple(r for r in self.results if r.contradicted)
+
+    @property
+    def essentials(self) -> tuple[PointResult, ...]:
+        return tuple(r for r in self.results if not r.point.bonus)
+
+    @property
+    def bonus(self) -> tuple[PointResult, ...]:
+        return tuple(r for r in self.results if r.point.bonus)
 
     @property
     def matched_ids(self) -> tuple[str, ...]:
@@ -41,15 +111,146 @@ class Score:
     def percent(self) -> int:
         return round(self.coverage * 100)
 
+    def result(self, point_id: str) -> PointResult:
+        return next(r for r in self.results if r.point.id == point_id)
+
+    def with_checklist(self, made: Iterable[str]) -> Score:
+        """The score after the learner's review: exactly the points in `made` are covered.
+        Ticking a contradicted point dismisses the contradiction; unticking a ✓ makes it
+        missed. Coverage is recomputed the same way."""
+        wanted = set(made)
+        results = []
+        for r in self.results:
+            if r.point.id in wanted and not r.made:
+                results.append(replace(r, verdict=Verdict.MADE, by_learner=True))
+            elif r.point.id not in wanted and r.made:
+                results.append(replace(r, verdict=Verdict.MISSED, by_learner=True))
+            else:
+                results.append(r)
+        raw, coverage = _coverage(results, self.shape)
+        return replace(self, results=tuple(results), raw_coverage=raw, coverage=coverage,
+                       confirmed=True)
+
+    def toggled(self, point_id: str) -> Score:
+        """The checklist with one point flipped (made ↔ not made)."""
+        made = set(self.matched_ids) ^ {point_id}
+        return self.with_checklist(made)
+
+
+def _coverage(results: Sequence[PointResult], shape: AnswerShape) -> tuple[float, float]:
+    essentials = [r for r in results if not r.point.bonus]
+    if not essentials:
+        return 0.0, 0.0
+    credit = sum(1.0 for r in essentials if r.made)
+    credit += BONUS_WEIGHT * sum(1 for r in results if r.point.bonus and r.made)
+    raw = min(1.0, credit / len(essentials))
+    coverage = raw
+    if shape.looks_like_keyword_list:
+        coverage = min(coverage * KEYWORD_LIST_FACTOR, KEYWORD_LIST_CAP)
+    if any(r.contradicted for r in essentials):  # a contradicted detail only loses itself
+        coverage = min(coverage, CONTRADICTION_CAP)
+    return raw, coverage
+
+
+class _Answer:
+    """An answer prepared once for all of a card's points."""
+
+    def __init__(self, card: Card, text: str) -> None:
+        self.text = text
+        self.tokens: list[Token] = repair_typos(tokenize(text), card.vocabulary)
+        self.folded, self.offsets = fold_with_map(text)
+
+    def span(self, first: int, last: int) -> Span:
+        return self.tokens[first].start, self.tokens[last].end
+
+    def pattern_span(self, pattern: Pattern) -> Span | None:
+        """Where a regex pattern matches, in the answer's own characters (None if nowhere)."""
+        from dojo.content.matching import pattern_match_span
+
+        found = pattern_match_span(pattern, self.folded)
+        if found is None:
+            return None
+        start, end = found
+        return self.offsets[start], self.offsets[max(start, end - 1)] + 1
+
+    def negated_span(self, span: Span) -> bool:
+        """A regex match is negated like a cue: an odd number of negators before it in its
+        clause that it does not contain itself."""
+        from dojo.content.cues import NEGATION_SCOPE, NOT
+
+        inside = [i for i, t in enumerate(self.tokens) if t.start >= span[0] and t.end <= span[1]]
+        if not inside:
+            return False
+        first = inside[0]
+        count = 0
+        for index in range(first - 1, max(-1, first - NEGATION_SCOPE - 1), -1):
+            if self.tokens[index].clause != self.tokens[first].clause:
+                break
+            count += self.tokens[index].norm == NOT
+        return count % 2 == 1
+
+
+def _judge(point: KeyPoint, answer: _Answer, antonyms: bool = True) -> PointResult:
+    negated: PointResult | None = None
+    for cue in point.says:
+        match = match_cue(cue, answer.tokens)
+        if match is None:
+            continue
+        spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+        if not match.negated:
+            return PointResult(point, Verdict.MADE, spans)
+        if negated is None:
+            spans += tuple(answer.span(i, i) for i in match.negators)
+            negated = PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
+    for pattern in point.patterns:
+        span = answer.pattern_span(pattern)
+        if span is None:
+            continue
+        if not answer.negated_span(span):
+            return PointResult(point, Verdict.MADE, (span,))
+        if negated is None:
+            negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
+    if negated is not None or not antonyms:
+        return negated or PointResult(point, Verdict.MISSED)
+    for cue in point.says:
+        for variant, word, opposite in flipped(cue):
+            match = match_cue(variant, answer.tokens)
+            if match is not None and not match.negated \
+                    and not criticised(answer.tokens, match):
+                spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+                return PointResult(point, Verdict.CONTRADICTED, spans,
+                                   f"“{opposite}” where the point says “{word}”")
+    return PointResult(point, Verdict.MISSED)
+
+
+def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
+    for cue in mis.says:
+        match = match_cue(cue, answer.tokens)
+        if match is not None and not match.negated and not criticised(answer.tokens, match):
+            return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+    for pattern in mis.patterns:
+        span = answer.pattern_span(pattern)
+        if span is not None and not answer.negated_span(span):
+            return (span,)
+    return None
+
 
 def score_answer(card: Card, text: str) -> Score:
-    """Score `text` against `card`'s key points. Deterministic: the same text always scores
-    the same. Case is ignored and runs of whitespace count as one space."""
-    folded = fold(text)
-    matched = tuple(point for point in card.key_points if key_point_matches(point, folded))
-    missed = tuple(point for point in card.key_points if point not in matched)
-    raw = len(matched) / len(card.key_points) if card.key_points else 0.0
+    """Score `text` against `card`. Deterministic: the same text always scores the same."""
+    answer = _Answer(card, text)
+    # A spot-the-mistake answer restates the mistake ("the call is inside the transaction")
+    # before the fix, so the antonym of a fix is no sign of the opposite claim there.
+    antonyms = card.kind != "spot-the-mistake"
+    results = {point.id: _judge(point, answer, antonyms) for point in card.key_points}
+    for mis in card.misconceptions:
+        if mis.point not in results:
+            continue
+        spans = _misconception(mis, answer)
+        if spans is not None:
+            results[mis.point] = PointResult(results[mis.point].point, Verdict.CONTRADICTED,
+                                             spans, mis.text)
+    ordered = [results[p.id] for p in card.essentials] + [results[p.id] for p in
+                                                          card.bonus_points]
     shape = answer_shape(text)
-    coverage = min(raw * KEYWORD_LIST_FACTOR, KEYWORD_LIST_CAP) if shape.looks_like_keyword_list \
-        else raw
-    return Score(card.id, matched, missed, raw, coverage, shape)
+    raw, coverage = _coverage(ordered, shape)
+    return Score(card.id, tuple(ordered), raw, coverage, shape, text)

@@ -17,7 +17,8 @@ from dojo.tui.navigation import OpenLab, OpenLesson, StartDrill
 from dojo.tui.widgets._meter import fit, meter
 
 if TYPE_CHECKING:
-    from dojo.quiz import MockReport, QuestionResult
+    from dojo.content import Card
+    from dojo.quiz import MockReport, QuestionResult, Score
     from dojo.tui.session import Session
 
 
@@ -62,7 +63,39 @@ def report_content(report: MockReport) -> Content:
     if report.review_next:
         parts += ["\n", ("Review next: ", "bold $text-primary"),
                   f"{len(report.review_next)} card(s) — the first action below drills them."]
+    parts += ["\n\n", ("Question by question", "bold $text-primary"), "\n"]
+    for number, result in enumerate(report.results, start=1):
+        for card, score in ((result.question.headline, result.headline),
+                            (result.question.follow_up, result.follow_up)):
+            if card is not None:
+                parts += ["\n", *_answer_section(number, card, score)]
     return Content.assemble(*parts)
+
+
+def _answer_section(number: int, card: Card,
+                    score: Score | None) -> list[Content | str | tuple[str, str]]:
+    """One card of the interview: the question, what the learner said (the spans that
+    earned points highlighted), the points, the model answer."""
+    from dojo.tui.widgets._score_card import highlighted_answer
+
+    kind = "follow-up" if card.kind == "followup" else "question"
+    parts: list[Content | str | tuple[str, str]] = [
+        (f"{number}. {kind}: ", "bold"), (card.question.strip(), "bold"), "\n"]
+    if score is None:
+        return [*parts, ("  not answered", "$text-muted"), "\n"]
+    said = highlighted_answer(score) if score.text.strip() else Content.styled(
+        "(nothing typed)", "$text-muted")
+    parts += [("Your answer ", "$text-muted"), (f"{score.percent}%", f"bold "
+              f"{_style(score.coverage)}"), "\n", said, "\n"]
+    for result in score.results:
+        mark, style = ("✓", "$text-success") if result.made else \
+            ("⊘", "$text-error") if result.contradicted else ("✗", "$text-error")
+        parts += [(f"  {mark} ", f"bold {style}"), (result.point.text, style)]
+        if result.contradicted:
+            parts.append((" — you said the opposite", "$text-error"))
+        parts.append("\n")
+    parts += [("Model answer", "$text-muted"), "\n", card.answer.strip(), "\n"]
+    return parts
 
 
 class MockReportScreen(Screen[None]):

@@ -13,6 +13,8 @@ from textual.widgets import ContentSwitcher, Footer, Header, Static
 
 from dojo.tui.overview import when
 from dojo.tui.widgets import AnswerPanel, GradeBar, ScoreCard
+from dojo.tui.widgets._grade_bar import short_interval
+from dojo.tui.widgets._score_card import POINT_KEYS
 
 if TYPE_CHECKING:
     from dojo.content import Card
@@ -30,12 +32,19 @@ class QuizScreen(Screen[None]):
         Binding("3", "grade(3)", "Good"),
         Binding("4", "grade(4)", "Easy"),
         Binding("enter", "accept", "Accept", show=False),
+        Binding("ctrl+l", "aloud", "Aloud"),
+        Binding("a", "tick(0)", "Tick/untick"),
+        *(Binding(key, f"tick({index})", show=False)
+          for index, key in enumerate(POINT_KEYS) if index),
         Binding("j,down", "scroll_score(1)", "Scroll down", show=False),
         Binding("k,up", "scroll_score(-1)", "Scroll up", show=False),
     ]
 
-    def __init__(self, session: Session, cards: list[Card], *, title: str = "Drill") -> None:
+    def __init__(self, session: Session, cards: list[Card], *, title: str = "Drill",
+                 aloud: bool = False) -> None:
         super().__init__()
+        self.aloud = aloud
+        self._timed_out = False
         self.session = session
         self.cards = cards
         self.round_title = title
@@ -57,6 +66,7 @@ class QuizScreen(Screen[None]):
                 yield Static("", id="quiz-scored-question", classes="quiz-head")
                 yield ScoreCard(id="quiz-score")
                 yield GradeBar(id="quiz-grades")
+            yield Static("", id="quiz-ready")
             yield Static("", id="quiz-done")
         yield Footer()
 
@@ -66,8 +76,10 @@ class QuizScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Grade keys only once the answer is scored (the footer shows what works now)."""
-        if action in ("grade", "scroll_score"):
+        if action in ("grade", "scroll_score", "tick"):
             return self.phase == "scored"
+        if action == "aloud":
+            return self.phase == "answering"
         return True
 
     def _set_phase(self, phase: str) -> None:
@@ -92,28 +104,78 @@ class QuizScreen(Screen[None]):
                                 (f"   last card: {self._last_grade}" if self._last_grade
                                  else "", "$text-muted"))
         self.query_one(ContentSwitcher).current = "quiz-answering"
-        self.query_one(AnswerPanel).ask(card, meta, Countdown(self.session.quiz_seconds,
-                                                               self.session.clock))
+        panel = self.query_one(AnswerPanel)
+        panel.ask(card, meta, Countdown(self.session.quiz_seconds, self.session.clock))
+        panel.set_aloud(self.aloud)
         self.session.store.set_last_place("quiz", card.id, card.lesson_id)
+
+    def _ready(self) -> None:
+        """Between cards: the next clock starts only when the learner asks for it."""
+        self._set_phase("ready")
+        card = self.card
+        self.sub_title = f"card {self.index + 1} of {len(self.cards)}"
+        self.session.store.set_last_place("quiz", card.id, card.lesson_id)
+        lesson = self.session.catalog.lesson_of(card)
+        self.query_one("#quiz-ready", Static).update(Content.assemble(
+            ("Last card: ", "bold"), self._last_grade, "\n\n",
+            (f"Next: card {self.index + 1} of {len(self.cards)}", "bold"),
+            (f" · {lesson.title}", "$text-muted"), "\n\n",
+            ("Enter", "bold $text-accent"), " shows the question and starts the clock",
+            (" (aloud)" if self.aloud else "", "$text-muted"), " · ",
+            ("Esc", "bold $text-accent"), " leaves"))
+        self.query_one(ContentSwitcher).current = "quiz-ready"
+        self.set_focus(None)
+
+    def action_aloud(self) -> None:
+        """Switch this round to saying answers aloud (or back to typing)."""
+        if self.phase != "answering":
+            return
+        self.aloud = not self.aloud
+        self.query_one(AnswerPanel).set_aloud(self.aloud)
+        self.notify("Say it out loud; ctrl+s when you are done." if self.aloud
+                    else "Type your answer.", timeout=3)
+
+    def action_tick(self, index: int) -> None:
+        """The learner's word: tick a point the scorer missed, untick a false match."""
+        if self.phase != "scored" or self._score is None or index >= len(self._score.results):
+            return
+        from dojo.quiz import suggested_grade
+
+        self._score = self._score.toggled(self._score.results[index].point.id)
+        if self.scores:
+            self.scores[-1] = self._score
+        self.query_one(ScoreCard).update_points(self._score, self._timed_out,
+                                                aloud=self.aloud)
+        self._suggested = int(suggested_grade(self._score))
+        self.query_one(GradeBar).suggest(self._suggested)
 
     def on_answer_panel_answered(self, message: AnswerPanel.Answered) -> None:
         from dojo.quiz import score_answer, suggested_grade
 
         card = message.card
-        score = score_answer(card, message.text)
-        self.session.store.record_answer(
-            card.id, message.text, coverage=score.coverage, raw_coverage=score.raw_coverage,
-            matched_ids=score.matched_ids, keyword_list=score.keyword_list, mode="drill",
-            seconds_used=message.seconds_used)
+        text = "" if self.aloud else message.text
+        score = score_answer(card, text)
+        if self.aloud:
+            score = score.with_checklist(())
+        else:
+            self.session.store.record_answer(
+                card.id, text, coverage=score.coverage, raw_coverage=score.raw_coverage,
+                matched_ids=score.matched_ids, keyword_list=score.keyword_list, mode="drill",
+                seconds_used=message.seconds_used)
+        self._timed_out = message.timed_out
         self._score, self._seconds_used = score, message.seconds_used
         self.scores.append(score)
         self._set_phase("scored")
         self.query_one("#quiz-scored-question", Static).update(
             Content.assemble(("Q ", "bold $text-primary"), card.question))
-        self.query_one(ScoreCard).show(card, score, message.timed_out)
+        self.query_one(ScoreCard).show(card, score, message.timed_out, aloud=self.aloud)
         self.query_one(ContentSwitcher).current = "quiz-scored"
         self._suggested = int(suggested_grade(score))
-        self.query_one(GradeBar).suggest(self._suggested)
+        bar = self.query_one(GradeBar)
+        now = self.session.now()
+        bar.intervals({int(grade): short_interval((due - now).total_seconds())
+                       for grade, due in self.session.scheduler.preview(card.id, now).items()})
+        bar.suggest(self._suggested)
 
     def on_grade_bar_graded(self, message: GradeBar.Graded) -> None:
         self.action_grade(message.value)
@@ -121,6 +183,8 @@ class QuizScreen(Screen[None]):
     def action_accept(self) -> None:
         if self.phase == "scored":
             self.action_grade(self._suggested)
+        elif self.phase == "ready":
+            self._ask()
         elif self.phase == "done":
             self.dismiss()
 
@@ -142,7 +206,7 @@ class QuizScreen(Screen[None]):
         self._set_phase("graded")
         if self.index + 1 < len(self.cards):
             self.index += 1
-            self._ask()
+            self._ready()
         else:
             self._finish()
 

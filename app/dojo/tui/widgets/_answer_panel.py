@@ -94,6 +94,16 @@ class AnswerPanel(Vertical):
         area.focus()
         self.query_one(CountdownClock).start(countdown)
 
+    def set_aloud(self, aloud: bool) -> None:
+        """Aloud: nothing is typed; the clock runs while the learner speaks, and Ctrl+S (or
+        the end of the clock) brings the checklist."""
+        area = self.query_one(TextArea)
+        area.read_only = aloud
+        area.border_title = ("Say it out loud now — ctrl+s when you are done" if aloud
+                             else "Your answer — say it as you would out loud")
+        if aloud:
+            area.text = ""
+
     def stop(self) -> None:
         """Stop the clock without answering (the round ends early)."""
         self.query_one(CountdownClock).stop()

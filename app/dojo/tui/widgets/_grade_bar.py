@@ -42,6 +42,13 @@ class GradeBar(Horizontal):
             yield Button(f"{value} {label}", id=f"grade-{value}", compact=True,
                          variant="error" if value == 1 else "default")
 
+    def intervals(self, labels: dict[int, str]) -> None:
+        """Show when the card comes back after each grade, as Anki does: `3 Good · 3d`."""
+        for value, label in GRADES:
+            after = labels.get(value)
+            self.query_one(f"#grade-{value}", Button).label = \
+                f"{value} {label} · {after}" if after else f"{value} {label}"
+
     def suggest(self, value: int) -> None:
         """Mark and focus the suggested grade (Enter accepts it)."""
         for button in self.query(Button):
@@ -53,3 +60,15 @@ class GradeBar(Horizontal):
         event.stop()
         if event.button.id and event.button.id.startswith("grade-"):
             self.post_message(self.Graded(self, int(event.button.id.removeprefix("grade-"))))
+
+
+def short_interval(seconds: float) -> str:
+    """`10m`, `5h`, `3d`, `2mo`: the gap until the next review, in a button's width."""
+    minutes = max(1, round(seconds / 60))
+    if minutes < 60:
+        return f"{minutes}m"
+    hours = round(seconds / 3600)
+    if hours < 24:
+        return f"{hours}h"
+    days = round(seconds / 86400)
+    return f"{days}d" if days < 60 else f"{round(days / 30)}mo"
