@@ -41,8 +41,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "dlq-rabbit-sqs": ("held out: strong 20 < negated 80; partial 60 < negated 80; "
                        "strong 20 < partial 60"),
     "dlq-retry-or-dead-letter": "partial 20 < negated 100",
-    "dlq-spot-catch-log": "partial 60 < negated 80",
-    "dlq-spot-graveyard": "partial 20 < negated 60",
     "dlq-spot-outage": "partial 40 < negated 85",
     "dlq-what": "partial 20 < negated 45",
     "dlq-what-next": "partial 20 < negated 80",
