@@ -8,12 +8,14 @@ import threading
 import time
 from pathlib import Path
 
-from dojo.content.labs import Lab, load_lab
+from dojo.content.labs import Lab, load_lab, load_mutant
 from dojo.runner.execute import CheckRun, RunOptions
+from dojo.runner.mutants import materialised
 from dojo.runner.results import CheckResult, CheckStarted
 from tests.runner.conftest import FIXTURES, HANG_SECONDS, IMPLS, by_check, run
 
 SOLUTION = FIXTURES / "solutions" / "tally"
+MUTANTS = FIXTURES / "labs" / "tally" / "mutants"  # overlays: materialised on the solution
 
 
 def _copy_lab(content: Path) -> Lab:
@@ -53,8 +55,8 @@ def test_stage_and_check_filters_run_only_what_was_asked(tally: Lab) -> None:
 
 
 def test_stop_at_failing_stage_runs_no_later_stage(tally: Lab) -> None:
-    mutant = FIXTURES / "labs" / "tally" / "mutants" / "case-sensitive"
-    summary = run(tally, mutant, stop_at_failing_stage=True)
+    with materialised(tally, load_mutant(MUTANTS / "case-sensitive")) as mutant:
+        summary = run(tally, mutant, stop_at_failing_stage=True)
     assert {r.stage for r in summary.results} == {"count"}
     assert [s.status for s in summary.stages()] == ["fail", "not-run", "not-run"]
 
@@ -142,8 +144,8 @@ def test_an_exception_in_learner_code_names_the_learner_line(content: Path,
 
 
 def test_an_assertion_message_arrives_without_pytest_introspection(tally: Lab) -> None:
-    mutant = FIXTURES / "labs" / "tally" / "mutants" / "case-sensitive"
-    result = by_check(run(tally, mutant, checks=("ignores_case",)))["ignores_case"]
+    with materialised(tally, load_mutant(MUTANTS / "case-sensitive")) as mutant:
+        result = by_check(run(tally, mutant, checks=("ignores_case",)))["ignores_case"]
     assert result.message == (
         "'Kafka', 'kafka' and 'KAFKA' are one word: counting must be case-insensitive.\n"
         "  expected {'kafka': 3}\n  got      {'Kafka': 1, 'kafka': 1, 'KAFKA': 1}")
