@@ -111,7 +111,11 @@ def test_an_exception_at_import_names_the_module_and_line(tally: Lab) -> None:
 
 
 def test_a_flood_of_output_neither_blocks_nor_pollutes_results(tally: Lab) -> None:
-    summary, seconds = _outcome(tally, IMPLS / "noisy")
+    # The lab's own check limit, not the 2 s hang limit: printing 15 MB takes 2-4 s on a
+    # 2-core machine, and what is tested here is that it neither blocks nor leaks.
+    started = time.monotonic()
+    summary = run(tally, IMPLS / "noisy")
+    seconds = time.monotonic() - started
     assert by_check(summary)["counts_each_word"].status == "pass"
     assert all(len(r.message) < 500 for r in summary.results), "output leaked into messages"
     assert seconds < 30, f"15 MB of prints should not take {seconds:.0f} s"
