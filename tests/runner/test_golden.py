@@ -52,3 +52,23 @@ def test_a_message_for_another_mistake_does_not_match() -> None:
 def test_a_number_both_runs_began_alike_is_not_kept_half() -> None:
     assert merge("  actual:   p50 110.4 ms-ish\n", "  actual:   p50 110.9 ms-ish\n") == (
         "  actual:   p50 <…> ms-ish\n")
+
+
+def test_counts_in_the_headline_and_actual_line_are_observations() -> None:
+    run_a = ("12 transfers deadlocked (round 1 of 2).\n  expected: no deadlock among 12\n"
+             "  actual:   13 records dead-lettered\n  fix: lock ids in order, 2 at a time\n")
+    run_b = run_a.replace("round 1", "round 2").replace("13 records", "9 records")
+    assert normalise(run_a) == normalise(run_b) == (
+        "<n> transfers deadlocked (round <n> of <n>).\n  expected: no deadlock among 12\n"
+        "  actual:   <n> records dead-lettered\n  fix: lock ids in order, 2 at a time\n")
+
+
+def test_numbers_inside_words_and_names_are_kept() -> None:
+    assert normalise("  actual:   committed {p0: 3, p1: 1} in v2 of acc-42, sum -300.00") == (
+        "  actual:   committed {p0: <n>, p1: <n>} in v2 of acc-42, sum <n>\n")
+
+
+def test_a_golden_recorded_before_a_rule_still_matches() -> None:
+    old = "Outage.\n  expected: nothing\n  actual:   13 records dead-lettered\n"
+    assert matches(old, normalise(old.replace("13", "9")))
+    assert not matches(old, normalise(old.replace("dead-lettered", "retried")))

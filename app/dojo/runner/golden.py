@@ -8,8 +8,11 @@ headline, `expected:`, `actual:`, `fix:` and `read:` lines are — those are wha
 learner which mistake they made and what to do, and a check that answers one mistake with the
 fix for another is caught here.
 
-Some parts of an `actual:` line can still differ between runs (how many of 12 racing transfers
-deadlocked). `<…>` in expected.txt matches any text within a line; a line holding only `<…>`
+Counts are observations too: how many of 12 racing transfers deadlocked, in which round a race
+showed, how many records an outage dead-lettered before the breaker opened. So every number in
+the headline and the `actual:` lines becomes `<n>`; the words around it still name the mistake.
+Numbers in `expected:` and `fix:` lines are the contract and the remedy, so they are kept.
+`<…>` in expected.txt matches any text within a line; a line holding only `<…>`
 matches any number of lines. `dojo dev golden` records each mutant more than once and puts
 `<…>` where the runs disagreed, and `--merge` folds a run on another broker into the file.
 """
@@ -46,6 +49,12 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b", "<hex>"),
     ))
 _EVIDENCE = re.compile(r"^ *evidence:\s*$")
+# a number that stands alone (a sign included): not inside a word or a name ("p0", "UTF-8",
+# "acc-42", "N+1"), a placeholder ("<n>"), an address or a version ("127.0.0.1", "4.1.1")
+_NUMBER = re.compile(r"(?<![\w<.+-])[-+]?\d+(?:[.,]\d+)?(?![\w>]|[.,]\d)")
+_FIELD = re.compile(r"^ *(expected|actual|evidence|fix|read|hint):")
+# lines whose numbers are the contract or the remedy, not an observation
+_KEEP_NUMBERS = frozenset({"expected", "fix", "read", "hint"})
 
 
 def _indent(line: str) -> int:
@@ -57,6 +66,7 @@ def normalise(message: str) -> str:
     The evidence block is the `evidence:` line and every line indented deeper than it."""
     lines: list[str] = []
     evidence_indent: int | None = None
+    field = ""  # the field the line belongs to; "" for the headline
     for line in message.replace("\r\n", "\n").split("\n"):
         if evidence_indent is not None:
             if not line.strip() or _indent(line) > evidence_indent:
@@ -66,8 +76,13 @@ def normalise(message: str) -> str:
             evidence_indent = _indent(line)
             lines.append(" " * evidence_indent + EVIDENCE_ELIDED)
             continue
+        starts = _FIELD.match(line)
+        if starts:
+            field = starts.group(1)
         for pattern, replacement in _NORMALISE:
             line = pattern.sub(replacement, line)
+        if field not in _KEEP_NUMBERS:
+            line = _NUMBER.sub("<n>", line)
         lines.append(line.rstrip())
     return "\n".join(lines).strip("\n") + "\n"
 
@@ -139,7 +154,9 @@ def _line_pattern(line: str) -> re.Pattern[str]:
 
 def matches(golden: str, actual: str) -> bool:
     """Whether the normalised `actual` fits `golden` (`<…>` within a line; a `<…>` line
-    for any number of lines)."""
+    for any number of lines). `golden` is normalised again first, so a file recorded before
+    a normalisation rule existed still compares like a new one."""
+    golden = normalise(golden)
     want = golden.rstrip("\n").split("\n")
     got = actual.rstrip("\n").split("\n")
     memo: dict[tuple[int, int], bool] = {}

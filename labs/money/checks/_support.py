@@ -384,10 +384,10 @@ def exchange_anomalies(kit: ExchangeKit, source: int, target: int, funded_with: 
         evidence.append({"exchange": ex["id"][:8], "status": ex["status"],
                          "provider": provider_says})
         if ex["status"] == "FAILED" and order:
-            anomalies.append(f"double money: exchange {ex['id'][:8]} was refunded, but the "
+            anomalies.append(f"double money: exchange {ex['id']} was refunded, but the "
                              f"provider converted it ({fmt(order.bought_amount)} EUR bought)")
         if ex["status"] == "COMPLETED" and not order:
-            anomalies.append(f"money from nowhere: exchange {ex['id'][:8]} was credited, but "
+            anomalies.append(f"money from nowhere: exchange {ex['id']} was credited, but "
                              "the provider never converted it")
     refunded_or_open = sum((Decimal(ex["sell_amount"]) for ex in exchanges
                             if ex["status"] != "FAILED"), Decimal(0))

@@ -100,7 +100,7 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
         f"After reconcile(), {len(still)} of {len(old)} exchanges older than 30 s are still "
         "not COMPLETED, although the provider FILLED every one of them.",
         expected="each COMPLETED, and its EUR credited once",
-        actual=", ".join(f"{i[:8]} {statuses.get(i)}" for i in still),
+        actual=", ".join(f"{i} {statuses.get(i)}" for i in still),
         state="the provider's log (did reconcile ask it?):\n" + kit.provider.history(16),
         fix="select the PENDING exchanges older than older_than_seconds (by clock()), ask "
             "fx.get_order(str(exchange_id)) for each, complete the FILLED ones with the "
@@ -108,7 +108,7 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
     asked = {c.key for c in kit.provider.requests("GET") if c.key}
     assert statuses.get(fresh[0]) == "PENDING" and fresh[0] not in asked, explain(
         "reconcile(older_than_seconds=30) settled an exchange created a moment ago.",
-        expected=f"exchange {fresh[0][:8]} (0 s old by the clock) left PENDING, its provider "
+        expected=f"exchange {fresh[0]} (0 s old by the clock) left PENDING, its provider "
                  "order not asked about: its own call may still be in flight",
         actual=f"status {statuses.get(fresh[0])}", state=kit.provider.history(16),
         fix="WHERE status = 'PENDING' AND created_at <= :now - older_than_seconds, with "
