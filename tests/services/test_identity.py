@@ -4,6 +4,7 @@ PostgreSQL runs without root's groups."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,8 +73,7 @@ def test_embedded_postgres_runs_without_root_groups(tmp_path: Path) -> None:
     try:
         up = _dojo(state, "services", "up")
         assert up.returncode == 0, up.stderr
-        url = next(line.split("=", 1)[1] for line in up.stdout.splitlines()
-                   if line.startswith("DOJO_DATABASE_URL="))
+        url = json.loads((state / "services.json").read_text())["postgres"]["url"]
         from dojo.services.postgres import libpq_url
 
         with psycopg.connect(libpq_url(url), autocommit=True) as conn:

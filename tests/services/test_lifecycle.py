@@ -23,7 +23,7 @@ def test_up_starts_postgres_and_tansu_and_status_reports_them_up(private_state):
     rows = _status(private_state)
     assert rows["postgres"]["state"] == "up" and rows["postgres"]["backend"] == "embedded"
     assert rows["kafka"]["state"] == "up" and rows["kafka"]["backend"] == "tansu"
-    assert str(rows["postgres"]["url"]).startswith("postgresql+psycopg://postgres@127.0.0.1:")
+    assert str(rows["postgres"]["url"]).startswith("postgresql+psycopg://postgres:***@127.0.0.1:")
 
 
 def test_up_twice_is_harmless_and_keeps_the_same_processes(private_state):

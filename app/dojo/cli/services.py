@@ -51,7 +51,7 @@ def _up(args: argparse.Namespace) -> int:
     swept = sweep_dead_runs(log=_say)
     if swept:
         _say(f"dropped {len(swept)} database(s)/topic(s) left by killed runs: {', '.join(swept)}")
-    _say(f"DOJO_DATABASE_URL={endpoints.database_url}")
+    _say(f"DOJO_DATABASE_URL={manager.redact(endpoints.database_url)}")
     _say(f"DOJO_KAFKA_BOOTSTRAP={endpoints.kafka_bootstrap}  ({endpoints.kafka_backend})")
     return 0
 

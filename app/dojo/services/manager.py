@@ -142,7 +142,7 @@ def up(kafka_backend: str | None = None, *, postgres_wanted: bool = True,
         if external_db:
             postgres.check_reachable(external_db, f"DOJO_DATABASE_URL={external_db}")
             db_url, db_source = postgres.sqlalchemy_url(external_db), "external"
-            log(f"postgres  external  {_redact(external_db)}")
+            log(f"postgres  external  {redact(external_db)}")
         elif postgres_wanted or "postgres" in records:
             rec = records.get("postgres")
             if rec and rec.is_alive():
@@ -257,10 +257,10 @@ def status() -> list[ServiceStatus]:
     if external_db:
         try:
             postgres.check_reachable(external_db, "DOJO_DATABASE_URL", timeout=3)
-            out.append(ServiceStatus("postgres", "external", "external", _redact(external_db)))
+            out.append(ServiceStatus("postgres", "external", "external", redact(external_db)))
         except ServiceError as exc:
             out.append(ServiceStatus("postgres", "external", "unreachable",
-                                     _redact(external_db), detail=str(exc)))
+                                     redact(external_db), detail=str(exc)))
     else:
         out.append(_record_status("postgres", records.get("postgres"), "embedded"))
     external_kafka = os.environ.get("DOJO_KAFKA_BOOTSTRAP")
@@ -281,10 +281,15 @@ def _record_status(name: str, rec: ServiceRecord | None, default_backend: str) -
         return ServiceStatus(name, default_backend, "stopped",
                              detail="start it with `dojo services up`")
     if not rec.is_alive():
-        return ServiceStatus(name, rec.backend, "dead", rec.url, rec.pid,
+        return ServiceStatus(name, rec.backend, "dead", _shown(rec), rec.pid,
                              detail=f"pid {rec.pid} is gone; see {rec.log}; "
                                     "`dojo services up` starts it again")
-    return ServiceStatus(name, rec.backend, "up", rec.url, rec.pid)
+    return ServiceStatus(name, rec.backend, "up", _shown(rec), rec.pid)
+
+
+def _shown(rec: ServiceRecord) -> str:
+    """The record's URL as dojo prints it: PostgreSQL's password masked."""
+    return redact(rec.url) if rec.name == "postgres" else rec.url
 
 
 def resolve(*, start: bool = True) -> Endpoints:
@@ -300,7 +305,8 @@ def resolve(*, start: bool = True) -> Endpoints:
     return up(kafka.backend if kafka else None)
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
+    """A database URL with its password masked, for what dojo prints."""
     from sqlalchemy.engine import make_url
 
     try:

@@ -3,11 +3,18 @@
 The embedded server keeps its cluster under the state dir and listens on TCP 127.0.0.1 only,
 on a free port (or DOJO_PG_PORT). As root it runs as the unprivileged user `embedded_postgres`,
 because PostgreSQL refuses to run as root.
+
+Nobody gets in without a password: the cluster authenticates with SCRAM-SHA-256, and the
+superuser's password is generated at the first start and kept in `<state dir>/pg-password`
+(mode 0600). A cluster an older dojo created with trust authentication is switched over at its
+next start.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -134,6 +141,77 @@ def data_dir() -> Path:
     return state_dir() / "pgdata"
 
 
+def password_file() -> Path:
+    return state_dir() / "pg-password"
+
+
+def _password() -> str:
+    """The superuser's password: generated once, kept readable by its owner only."""
+    path = password_file()
+    try:
+        existing = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        existing = ""
+    if existing:
+        return existing
+    password = secrets.token_urlsafe(24)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(password + "\n")
+    return password
+
+
+def _initdb(pgdata: Path, password: str) -> None:
+    """Create the cluster with SCRAM authentication for every connection."""
+    pwfile = pgdata.parent / f".pg-initdb-{secrets.token_hex(4)}"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(password + "\n")
+        user = _run_as()
+        if user is not None:  # initdb runs as the server's user and must read the file
+            import pwd
+
+            entry = pwd.getpwnam(user)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        result = _pg(
+            ["initdb", "-D", str(pgdata), "-U", PG_USER, "--auth=scram-sha-256",
+             f"--pwfile={pwfile}", "--encoding=UTF8", "--no-instructions"],
+            timeout=120,
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if result.returncode != 0:
+        raise ServiceError(f"initdb failed for {pgdata}:\n{result.stderr.strip()}")
+
+
+_TRUST = re.compile(r"^(\s*(?:local|host\w*)\s.*?)\btrust\b", re.MULTILINE)
+
+
+def _trusting(pgdata: Path) -> bool:
+    try:
+        hba = (pgdata / "pg_hba.conf").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return _TRUST.search(hba) is not None
+
+
+def _leave_trust(pgdata: Path, port: int, password: str) -> None:
+    """A cluster from before passwords: give the superuser the password, then require it."""
+    import psycopg
+    from psycopg import sql
+
+    url = f"postgresql://{PG_USER}@{HOST}:{port}/postgres"
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            sql.Identifier(PG_USER), sql.Literal(password)))
+        hba_path = pgdata / "pg_hba.conf"
+        hba = hba_path.read_text(encoding="utf-8")
+        hba_path.write_text(_TRUST.sub(r"\1scram-sha-256", hba), encoding="utf-8")
+        conn.execute("SELECT pg_reload_conf()")
+
+
 def _read_pid(pgdata: Path) -> int | None:
     pidfile = pgdata / "postmaster.pid"
     try:
@@ -148,14 +226,9 @@ def start_embedded(recorded_port: int | None = None) -> ServiceRecord:
     pgdata.mkdir(parents=True, exist_ok=True)
     log = state_dir() / "postgres.log"
     _prepare_permissions(pgdata)
+    password = _password()
     if not (pgdata / "PG_VERSION").exists():
-        result = _pg(
-            ["initdb", "-D", str(pgdata), "-U", PG_USER, "--auth=trust", "--encoding=UTF8",
-             "--no-instructions"],
-            timeout=120,
-        )
-        if result.returncode != 0:
-            raise ServiceError(f"initdb failed for {pgdata}:\n{result.stderr.strip()}")
+        _initdb(pgdata, password)
     port = choose_port(os.environ.get("DOJO_PG_PORT"), recorded_port, "PostgreSQL", "DOJO_PG_PORT")
     if _run_as():
         log.touch()
@@ -183,7 +256,9 @@ def start_embedded(recorded_port: int | None = None) -> ServiceRecord:
     pid = _read_pid(pgdata)
     if pid is None:
         raise ServiceError(f"PostgreSQL started but wrote no pid to {pgdata}/postmaster.pid")
-    url = f"postgresql+psycopg://{PG_USER}@{HOST}:{port}/postgres"
+    if _trusting(pgdata):
+        _leave_trust(pgdata, port, password)
+    url = f"postgresql+psycopg://{PG_USER}:{password}@{HOST}:{port}/postgres"
     _ensure_marker(url)
     return ServiceRecord(
         name="postgres",

@@ -92,7 +92,10 @@ def _check_types(name: str, record: ServiceRecord) -> None:
 def save_records(records: dict[str, ServiceRecord]) -> None:
     path = state_file()
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({k: asdict(v) for k, v in records.items()}, indent=2))
+    # the PostgreSQL URL carries the superuser's password: owner-only, like pg-password
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({k: asdict(v) for k, v in records.items()}, indent=2))
     os.replace(tmp, path)
 
 
