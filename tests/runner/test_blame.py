@@ -20,8 +20,8 @@ def _services(*args: str) -> None:
 
 
 def test_postgres_dying_mid_check_is_infra_naming_the_fix(
-        tally: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOJO_STATE_DIR", str(tmp_path / "state"))
+        tally: Lab, service_state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOJO_STATE_DIR", str(service_state))
     monkeypatch.delenv("DOJO_DATABASE_URL", raising=False)
     _services("up")
     try:

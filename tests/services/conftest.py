@@ -15,9 +15,9 @@ SERVICE_VARS = ("DOJO_DATABASE_URL", "DOJO_KAFKA_BOOTSTRAP", "DOJO_KAFKA_BACKEND
 
 
 @pytest.fixture
-def private_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def private_state(service_state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A state dir of this test's own; whatever the test started is stopped afterwards."""
-    state = tmp_path / "state"
+    state = service_state
     monkeypatch.setenv("DOJO_STATE_DIR", str(state))
     for var in SERVICE_VARS:
         monkeypatch.delenv(var, raising=False)

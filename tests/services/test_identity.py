@@ -43,8 +43,8 @@ def _marked(state: Path) -> list[int]:
     return out
 
 
-def test_down_force_stops_only_what_dojo_started(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def test_down_force_stops_only_what_dojo_started(service_state: Path) -> None:
+    state = service_state
     # names the state dir on its command line, and is not dojo's
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", str(state)])
     try:
@@ -66,10 +66,10 @@ def test_down_force_stops_only_what_dojo_started(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the privilege drop only happens as root")
-def test_embedded_postgres_runs_without_root_groups(tmp_path: Path) -> None:
+def test_embedded_postgres_runs_without_root_groups(service_state: Path) -> None:
     import psycopg
 
-    state = tmp_path / "state"
+    state = service_state
     try:
         up = _dojo(state, "services", "up")
         assert up.returncode == 0, up.stderr

@@ -71,6 +71,7 @@ class LabScreen(Screen[None]):
         self._live: dict[str, list[CheckResult]] = {}
         self._current_stage = ""
         self._rerun = False
+        self._awaiting_done = False
         self._solution_asked_at = 0.0
 
     # --- layout --------------------------------------------------------------------------
@@ -98,7 +99,9 @@ class LabScreen(Screen[None]):
 
     @property
     def checking(self) -> bool:
-        return self.runner.busy
+        """A run is going, or its end is not on screen yet: the runner is free as soon as it
+        posts Done, but the stages settle only when this screen has handled it."""
+        return self.runner.busy or self._awaiting_done
 
     def on_mount(self) -> None:
         self.title = f"Lab · {self.lab.id}"
@@ -207,7 +210,7 @@ class LabScreen(Screen[None]):
         started = self.session.now().astimezone()
         log.note(f"{started:%H:%M:%S} · workspace/{self.lab.id} · {label}")
         self.query_one(TabbedContent).active = "lab-results"
-        self.runner.run(options)
+        self._awaiting_done = self.runner.run(options)
 
     def on_check_runner_progress(self, message: CheckRunner.Progress) -> None:
         self.query_one(CheckLog).note(" ".join(message.line.split()))
@@ -244,6 +247,7 @@ class LabScreen(Screen[None]):
             stage_id, StageState(status, sum(r.passed for r in results), len(results)))
 
     def on_check_runner_done(self, message: CheckRunner.Done) -> None:
+        self._awaiting_done = False
         log = self.query_one(CheckLog)
         stages = self.query_one(StageList)
         if message.cancelled:
