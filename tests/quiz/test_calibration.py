@@ -28,7 +28,9 @@ LOW_KINDS = ("wrong-right-words", "negated", "keywords")
 CATALOG = load_catalog(content_root())
 
 # card id -> why the ordering fails today (measured on this set; the main gap: a negated
-# statement said without a negator word)
+# statement said without a negator word). Lessons 02-08 were converted to format 2 with
+# these gaps open: their negated answers state an opposite claim that no misconception of
+# the card anticipates, while the card's cues still recognise the point.
 KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-combine": "partial 67 < negated 83",
     "circuit-breaker-consumer": "partial 60 < negated 100",
@@ -44,6 +46,33 @@ KNOWN_MISORDERED: dict[str, str] = {
     "dlq-spot-outage": "partial 40 < negated 85",
     "dlq-what": "partial 20 < negated 45",
     "dlq-what-next": "partial 20 < negated 80",
+    "component-scan-component-vs-bean": "strong 70 < negated 90; partial 40 < negated 90",
+    "component-scan-definition-to-object": "partial 67 < negated 83",
+    "component-scan-how": "held out: strong 58 < negated 71; partial 33 < negated 71",
+    "component-scan-naming": "partial 67 < negated 100",
+    "component-scan-spot-the-mistake": "partial 80 < negated 100",
+    "distributed-logging-async": "partial 50 < negated 67",
+    "distributed-logging-complaint": ("held out: partial 50 < wrong-right-words 62; "
+                                      "partial 50 < negated 88"),
+    "distributed-logging-spot-own-id": "partial 40 < negated 100",
+    "distributed-logging-trace-id": "partial 67 < negated 92",
+    "distributed-logging-traceparent": "partial 67 < negated 83",
+    "money-service-idempotency": "partial 50 < negated 71",
+    "money-service-lock-order": "partial 60 < negated 100",
+    "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
+    "reflection-inaccessible-object": "strong 20 < partial 38",
+    "reflection-scanning-reads-bytes": "partial 60 < negated 90",
+    "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
+    "reflection-what": "partial 54 < negated 100",
+    "spring-context-bfpp-vs-bpp": "partial 50 < negated 100",
+    "spring-context-events": "partial 67 < negated 100",
+    "spring-context-spot-the-mistake": "held out: strong 71 < negated 88; partial 33 < negated 88",
+    "spring-context-test-caching": "partial 83 < negated 100",
+    "spring-context-what": "held out: partial 25 < negated 100",
+    "where-to-look-first-incident-story": "strong 81 < negated 100; partial 75 < negated 100",
+    "where-to-look-first-method": "partial 60 < negated 100",
+    "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
+    "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
 }
 
 
