@@ -73,6 +73,29 @@ KNOWN_MISORDERED: dict[str, str] = {
     "where-to-look-first-method": "partial 60 < negated 100",
     "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
     "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
+    "idem-external-effect": "strong 85 < negated 100; partial 60 < negated 100",
+    "idem-key": "strong 80 < negated 100; partial 40 < negated 100",
+    "idem-natural": "partial 17 < negated 67; partial 17 < keywords 67",
+    "idem-race": "strong 71 < partial 83",
+    "idem-retention": "held out: strong 54 < negated 71; partial 50 < negated 71",
+    "idem-spot-catch-duplicate": "partial 40 < negated 100",
+    "idem-spot-exists": "partial 88 < negated 100",
+    "idem-spot-separate-tx": "partial 65 < negated 80",
+    "kafka-ordering-producer-retries": "partial 20 < wrong-right-words 40",
+    "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
+                               "partial 40 < negated 85"),
+    "kafka-ordering-spot-acks": "strong 80 < negated 100; partial 60 < negated 100",
+    "kafka-ordering-spot-executor": "partial 60 < negated 100",
+    "outbox-polling-or-debezium": "held out: partial 54 < negated 71",
+    "outbox-spot-after-commit": "partial 50 < negated 75",
+    "outbox-spot-ai-payload": "partial 75 < negated 100",
+    "outbox-spot-mark-first": ("held out: strong 20 < negated 100; partial 80 < negated 100; "
+                               "strong 20 < partial 80"),
+    "outbox-spot-relay-transaction": "partial 50 < negated 67",
+    "transactional-readonly-isolation": "partial 40 < negated 90",
+    "transactional-remote-call": "partial 17 < negated 54",
+    "transactional-requires-new": "held out: strong 80 < negated 100; partial 60 < negated 100",
+    "transactional-self-invocation": "strong 70 < negated 85",
 }
 
 
