@@ -203,7 +203,7 @@ question: "What is {topic}, and when would you use it?"
 seconds: 60
 related: []
 sources:
-  - "Name where each fact comes from: a seed document by file, a book or page by name"
+  - "Where each fact comes from, findable by a reader: official docs, a KIP, a release note"
 ---
 
 ## The 60-second answer
