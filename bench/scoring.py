@@ -109,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--converted", action="store_true",
                         help="only cards in format 2 (essentials, cues, misconceptions)")
     parser.add_argument("--dir", type=Path, default=CALIBRATION)
+    parser.add_argument("--cards-rev", metavar="REV",
+                        help="score with the cards of this git revision (e.g. a branch that "
+                             "converts more lessons) and this checkout's scorer")
     args = parser.parse_args(argv)
 
-    catalog = load_catalog(ROOT)
+    catalog = old_catalog(args.cards_rev) if args.cards_rev else load_catalog(ROOT)
     old = old_catalog()
     held = held_out_ids(list(catalog.cards))
     answers = [a for a in load_answers(args.dir) if catalog.has_card(a.card_id)]

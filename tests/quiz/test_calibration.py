@@ -30,20 +30,16 @@ CATALOG = load_catalog(content_root())
 # card id -> why the ordering fails today (measured on this set; the main gap: a negated
 # statement said without a negator word)
 KNOWN_MISORDERED: dict[str, str] = {
-    "circuit-breaker-combine": "partial 67 < negated 83",
     "circuit-breaker-consumer": "partial 60 < negated 100",
     "circuit-breaker-spot-exchange": "partial 40 < negated 100",
-    "circuit-breaker-tuning": "partial 40 < negated 85",
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",
     "dlq-ordering": "partial 40 < negated 80",
     "dlq-rabbit-sqs": ("held out: strong 20 < negated 80; partial 60 < negated 80; "
                        "strong 20 < partial 60"),
-    "dlq-retry-or-dead-letter": "partial 20 < negated 100",
     "dlq-spot-outage": "partial 40 < negated 85",
     "dlq-what": "partial 20 < negated 45",
-    "dlq-what-next": "partial 20 < negated 80",
 }
 
 
