@@ -31,7 +31,6 @@ CATALOG = load_catalog(content_root())
 # statement said without a negator word)
 KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-consumer": "partial 60 < negated 100",
-    "circuit-breaker-spot-exchange": "partial 40 < negated 100",
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",

@@ -101,6 +101,23 @@ def test_a_swap_of_a_word_the_statement_does_not_say_is_no_swap() -> None:
         is Verdict.MADE
 
 
+def test_on_a_spot_card_a_fix_point_is_contradicted_only_in_the_fix() -> None:
+    def spot(answer: str) -> Verdict:
+        point = KeyPoint("p", "Fix: pass the provider's idempotency key on every retry", (), 1,
+                         (parse_cue("idempotency key + @retry | provider", {}),))
+        mistake = KeyPoint("m", "The retry repeats the call without an idempotency key", (),
+                           2, (parse_cue("@retry + without idempotency key", {}),))
+        card_ = Card("t", "spot-the-mistake", "q?", "a", "", (point, mistake), "lesson",
+                     Path("cards.yaml"), 1)
+        return score_answer(card_, answer).result("p").verdict
+
+    mistake = "The provider call is retried without an idempotency key. "
+    assert spot(mistake + "The fix: send the provider an idempotency key.") is Verdict.MADE
+    assert spot(mistake + "Better: call the provider once more, without an idempotency key, "
+                          "and send the key on a later retry to the provider.") \
+        is Verdict.CONTRADICTED
+
+
 def test_spot_the_mistake_answers_restate_the_mistake_without_contradicting() -> None:
     spot = card("Replay into an idempotent consumer", "replay + idempotent",
                 "replay + already processed", kind="spot-the-mistake")
@@ -133,3 +150,29 @@ def test_a_form_of_a_card_word_is_no_typo_of_another() -> None:
     tokens = repair_typos(tokenize("dead-letter instead of pausing"), words)
     assert [t.word for t in tokens][-1] == "pausing"
     assert [t.word for t in repair_typos(tokenize("a parsng error"), words)][-2] == "parsing"
+
+
+def test_a_wrapped_line_does_not_end_a_sentence_but_a_blank_line_does() -> None:
+    tokens = tokenize("the deposit is processed before\nthe withdrawal.\n\nNext one")
+    assert [t.word for t in tokens][3:6] == ["before", "withdrawal", "next"]
+    assert {t.sentence for t in tokens[:5]} == {0} and tokens[5].sentence > 0
+    assert tokens[4].clause > tokens[3].clause
+
+
+def test_no_reason_to_and_not_a_good_idea_to_deny_directly() -> None:
+    pause = card("Pause the consumer while the circuit is open", "open + pause | stop")
+    made = "We pause the consumer while the circuit is open. "
+    assert verdict(pause, made + "The circuit is open, but that is no reason to pause.") \
+        is Verdict.CONTRADICTED
+
+
+def test_equal_cards_loaded_twice_score_the_same() -> None:
+    """The antonym variants are cached by value: a second, equal copy of a card (the catalog
+    loaded again) must find the swapped idea by value, not by identity."""
+    def slow() -> Card:
+        return card("The slow-call threshold goes just below the client's read timeout",
+                    "slow + below | under + timeout")
+
+    answer = ("Slow calls are what I watch most closely in production: the threshold sits "
+              "above my timeout.")
+    assert [verdict(slow(), answer) for _ in range(2)] == [Verdict.CONTRADICTED] * 2

@@ -68,7 +68,8 @@ _DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecess
 LINK_WORDS = frozenset("""
 be is are was were been being do does did need needs needed to have has had get gets got
 really even actually necessarily ever at all must should will would can could may might it
-that this they them there its their our your we you i also strictly any
+that this they them there its their our your we you i also strictly any as reason point
+good idea worth supposed
 """.split())
 # "X, but it is optional": the denial reaches across "but" + a pronoun.
 _PRONOUNS = frozenset("it this that they these those which".split())
@@ -80,7 +81,7 @@ incorrectly
 """.split())
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
-_SENTENCE_END = frozenset(".!?\n")
+_SENTENCE_END = frozenset(".!?")
 
 
 @lru_cache(maxsize=50_000)
@@ -112,7 +113,10 @@ def tokenize(text: str) -> list[Token]:
         piece = match.group()
         if not piece[0].isalnum():
             clause += 1
-            if piece.strip() in _SENTENCE_END or piece == "\n":
+            # A line break inside a sentence (a wrapped model answer) only ends a clause; a
+            # blank line ends the sentence.
+            if piece.strip() in _SENTENCE_END and piece.strip() \
+                    or piece == "\n" and lowered[match.end():match.end() + 1] == "\n":
                 sentence += 1
             continue
         piece = piece.replace("’", "'")

@@ -162,12 +162,14 @@ def _phrase_of(idea: Idea, occ: Occurrence, tokens: Sequence[Token]) -> Idea:
 
 
 def denied(cues: Sequence[Cue], tokens: Sequence[Token],
-           statement: Sequence[Token]) -> CueMatch | None:
+           statement: Sequence[Token], start: int = 0) -> CueMatch | None:
     """The first direct denial of one of `cues` stated as a claim, of an idea the point's
-    `statement` affirms, in a sentence where the same cue does not also match affirmed."""
+    `statement` affirms, in a sentence where the same cue does not also match affirmed (and
+    from token `start` on)."""
     for cue in cues:
         for match, idea in denials(cue, tokens):
-            if affirms(idea, statement) and states_it(tokens, match, match.negators[0]) \
+            if match.first >= start and affirms(idea, statement) \
+                    and states_it(tokens, match, match.negators[0]) \
                     and not affirmed_in((cue,), sentence_of(tokens, match)):
                 return match
     return None
@@ -256,7 +258,7 @@ def affirmed_matches(cue: Cue, tokens: Sequence[Token]) -> Iterator[CueMatch]:
 
 
 def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
-            statement: Sequence[Token]) -> tuple[CueMatch, str, str] | None:
+            statement: Sequence[Token], start: int = 0) -> tuple[CueMatch, str, str] | None:
     """The first variant (see `flipped`) of one of `cues` that turns round something the
     point's `statement` says, stated as a claim, next to the rest of the claim, in a sentence
     that neither uses the word it replaced nor matches the cue affirmed: with the cue's word
@@ -266,6 +268,8 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
             if not _statement_says(statement, variant, cue):
                 continue
             for match in affirmed_matches(variant, tokens):
+                if match.first < start:
+                    continue
                 at = _swap_is_a_claim(tokens, match, variant, cue)
                 if at is None or not states_it(tokens, match, at):
                     continue
@@ -282,7 +286,7 @@ def _statement_says(statement: Sequence[Token], variant: Cue, cue: Cue) -> bool:
     """Whether the point's own sentence says the idea a variant turns round (in any of its
     alternatives: "just below the timeout" for a learner's "higher than the timeout")."""
     changed = next(i for i, (a, b) in enumerate(zip(variant.ideas, cue.ideas, strict=True))
-                   if a is not b)
+                   if a != b)
     return affirms(cue.ideas[changed], statement)
 
 
@@ -297,7 +301,7 @@ def _swap_is_a_claim(tokens: Sequence[Token], match: CueMatch, variant: Cue,
     "attempts … must fit inside the caller's timeout"), and is not asked about ("how long it
     takes")."""
     changed = next(i for i, (a, b) in enumerate(zip(variant.ideas, cue.ideas, strict=True))
-                   if a is not b)
+                   if a != b)
     occ = match.occurrences[changed]
     index = occ.first
     if index > 0 and tokens[index - 1].word == "how":
@@ -308,4 +312,27 @@ def _swap_is_a_claim(tokens: Sequence[Token], match: CueMatch, variant: Cue,
     if any(abs(i - j) <= SWAP_REACH and tokens[i].clause == clause
            for i in near for j in occ.used):
         return index
+    return None
+
+
+# --- spot-the-mistake answers: the mistake first, then the fix ---------------------------
+
+_FIX_MARKERS = frozenset(stem(word) for word in
+                         "fix fixes instead better solution should would remedy".split())
+
+
+def is_fix(statement_text: str) -> bool:
+    """A spot-the-mistake point about the fix: its statement starts with "Fix:"."""
+    return statement_text.lstrip().lower().startswith("fix")
+
+
+def fix_part(tokens: Sequence[Token]) -> int | None:
+    """Where a spot-the-mistake answer starts saying the fix: the first token of the first
+    sentence with a fix word ("The fix is …", "Better: …", "Instead, …", "I would …"), or
+    None. Before it the answer restates the mistake, so a denial of the fix there ("the call
+    runs without an idempotency key") is the mistake described, not claimed."""
+    for token in tokens:
+        if token.norm in _FIX_MARKERS:
+            return next(index for index, other in enumerate(tokens)
+                        if other.sentence == token.sentence)
     return None

@@ -27,7 +27,7 @@ from dojo.content.cues import (
 )
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
-from dojo.content.polarity import denied, negates_statement, swapped
+from dojo.content.polarity import denied, fix_part, is_fix, negates_statement, swapped
 from dojo.quiz.answer_shape import AnswerShape, answer_shape
 
 KEYWORD_LIST_FACTOR = 0.5
@@ -197,7 +197,9 @@ def _statement(text: str) -> tuple[Token, ...]:
     return tuple(tokenize(text))
 
 
-def _judge(point: KeyPoint, answer: _Answer, polarity: bool = True) -> PointResult:
+def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointResult:
+    """The point's verdict. `polarity`: from which answer token on a denial or an antonym
+    swap of the point contradicts it (None: nowhere)."""
     made: PointResult | None = None
     negated: PointResult | None = None
     for cue in point.says:
@@ -224,15 +226,15 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: bool = True) -> PointResu
                 negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
     if made is None and negated is not None:
         return negated
-    if polarity:
+    if polarity is not None:
         # Said the other way round somewhere: it wins over a match elsewhere.
         statement = _statement(point.text)
-        denial = denied(point.says, answer.tokens, statement)
+        denial = denied(point.says, answer.tokens, statement, polarity)
         if denial is not None:
             spans = tuple(answer.span(occ.first, occ.last) for occ in denial.occurrences)
             spans += tuple(answer.span(i, i) for i in denial.negators)
             return PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
-        swap = swapped(point.says, answer.tokens, statement)
+        swap = swapped(point.says, answer.tokens, statement, polarity)
         if swap is not None:
             match, word, opposite = swap
             spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
@@ -253,14 +255,21 @@ def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | No
     return None
 
 
+def _polarity_from(card: Card, point: KeyPoint, answer: _Answer) -> int | None:
+    """From which token a denial or antonym swap of `point` contradicts it. A
+    spot-the-mistake answer restates the mistake ("the call is inside the transaction",
+    "there is no retry") before the fix, so there only a "Fix: …" point can be said the
+    other way round, and only once the answer turns to the fix."""
+    if card.kind != "spot-the-mistake":
+        return 0
+    return fix_part(answer.tokens) if is_fix(point.text) else None
+
+
 def score_answer(card: Card, text: str) -> Score:
     """Score `text` against `card`. Deterministic: the same text always scores the same."""
     answer = _Answer(card, text)
-    # A spot-the-mistake answer restates the mistake ("the call is inside the transaction",
-    # "there is no retry") before the fix, so a denial or an antonym of a point is no sign of
-    # the opposite claim there.
-    polarity = card.kind != "spot-the-mistake"
-    results = {point.id: _judge(point, answer, polarity) for point in card.key_points}
+    results = {point.id: _judge(point, answer, _polarity_from(card, point, answer))
+               for point in card.key_points}
     for mis in card.misconceptions:
         if mis.point not in results:
             continue
