@@ -437,10 +437,11 @@ def combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Sequen
     yield from walk(0)
 
 
-def criticised(tokens: Sequence[Token], match: CueMatch) -> bool:
-    """Whether the sentence of `match` criticises what it says (see _CRITIQUE)."""
+def criticised(tokens: Sequence[Token], match: CueMatch, strict: bool = False) -> bool:
+    """Whether the sentence of `match` criticises what it says (see _CRITIQUE). `strict`: a
+    denied critique word ("that is not a message problem") does not count."""
     sentences = {tokens[match.first].sentence, tokens[match.last].sentence}
-    return any(token.norm in _CRITIQUE and not _negated_critique(tokens, index)
+    return any(token.norm in _CRITIQUE and not (strict and _negated_critique(tokens, index))
                for index, token in enumerate(tokens) if token.sentence in sentences)
 
 

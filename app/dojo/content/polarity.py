@@ -55,14 +55,28 @@ def conditional(tokens: Sequence[Token], index: int) -> bool:
     return tokens[first].word in _CONDITIONS
 
 
+# Negators that reject a step outright, and words that make a plain "not" say a step is
+# unneeded ("does not need to be", "no reason to"). A plain "not X" or "no X" is too often a
+# fact about something else ("over Kafka there are no HTTP headers", "the module does not
+# open the package", "so no proxy") to overrule a point made elsewhere.
+_REJECTING = frozenset({"instead of", "rather than", "as opposed", "in place of", "without",
+                        "never", "avoid", "avoids", "avoided", "avoiding"})
+_UNNEEDED = frozenset(stem(word) for word in
+                      "need needs needed have has must necessarily reason point idea worth "
+                      "supposed".split())
+
+
 def _direct_negator(tokens: Sequence[Token], occ: Occurrence, used: frozenset[int]) -> int | None:
-    """A negator directly before `occ` (only link words between), or a denial directly after
-    it; None if there is none."""
+    """A negator directly before `occ` (only link words between) that rejects it or calls it
+    unneeded, or a denial directly after it; None if there is none."""
     index = occ.first - 1
     while index >= 0 and tokens[index].clause == tokens[occ.first].clause:
         token = tokens[index]
         if token.norm == NOT and index not in used:
-            return index
+            between = tokens[index + 1:occ.first]
+            if token.word in _REJECTING or any(t.norm in _UNNEEDED for t in between):
+                return index
+            return None
         if token.word not in LINK_WORDS:
             break
         index -= 1
@@ -129,7 +143,7 @@ def sentence_of(tokens: Sequence[Token], match: CueMatch) -> list[Token]:
 def states_it(tokens: Sequence[Token], match: CueMatch, at: int) -> bool:
     """Whether the sentence of `match` states it as a claim: it does not criticise it, and
     the word that turns it round (at `at`) is not inside a condition."""
-    return not criticised(tokens, match) and not conditional(tokens, at)
+    return not criticised(tokens, match, strict=True) and not conditional(tokens, at)
 
 
 def affirmed_in(cues: Sequence[Cue], tokens: Sequence[Token]) -> bool:
@@ -180,9 +194,10 @@ def denied(cues: Sequence[Cue], tokens: Sequence[Token],
 _ANTONYM_SETS = (
     ("before", "after"), ("inside|within", "outside"), ("open", "closed"),
     ("increase|raise", "decrease|lower|reduce"), ("more", "fewer|less"),
-    ("longer", "shorter|short"), ("long", "short"), ("above|over", "below|under"),
-    ("higher|greater|larger|bigger", "lower|smaller|less"), ("high", "low"),
-    ("first", "last"), ("sync|synchronous|synchronously", "async|asynchronous|asynchronously"),
+    ("longer", "shorter|short"), ("long", "short"),
+    ("above|over|higher|greater|larger|bigger", "below|under|lower|smaller|less"),
+    ("high", "low"),
+    ("sync|synchronous|synchronously", "async|asynchronous|asynchronously"),
     ("outer|outermost", "inner|innermost"), ("same", "different|random|another"),
     ("early", "late"), ("earlier", "later"), ("safe", "unsafe|dangerous"),
     ("enable|enabled", "disable|disabled"), ("keep|keeps|preserve|maintain", "break|lose"),
@@ -264,8 +279,8 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
     that neither uses the word it replaced nor matches the cue affirmed: with the cue's word
     and the learner's word that turned it round."""
     for cue in cues:
-        for variant, word, _opposite in flipped(cue):
-            if not _statement_says(statement, variant, cue):
+        for variant, word, opposite in flipped(cue):
+            if not _statement_says(statement, opposite):
                 continue
             for match in affirmed_matches(variant, tokens):
                 if match.first < start:
@@ -282,12 +297,12 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
     return None
 
 
-def _statement_says(statement: Sequence[Token], variant: Cue, cue: Cue) -> bool:
-    """Whether the point's own sentence says the idea a variant turns round (in any of its
-    alternatives: "just below the timeout" for a learner's "higher than the timeout")."""
-    changed = next(i for i, (a, b) in enumerate(zip(variant.ideas, cue.ideas, strict=True))
-                   if a != b)
-    return affirms(cue.ideas[changed], statement)
+def _statement_says(statement: Sequence[Token], opposite: str) -> bool:
+    """Whether the point's own sentence uses a word that `opposite` is the antonym of ("just
+    below the timeout" for a learner's "higher than the timeout"; not "give one an explicit
+    name" for a learner's "the same name", which turns round "different", a word of the cue
+    the statement does not use)."""
+    return any(opposite in ANTONYMS.get(token.norm, ()) for token in statement)
 
 
 SWAP_REACH = 4  # words between the swapped word and another idea of the cue, at most
@@ -318,7 +333,8 @@ def _swap_is_a_claim(tokens: Sequence[Token], match: CueMatch, variant: Cue,
 # --- spot-the-mistake answers: the mistake first, then the fix ---------------------------
 
 _FIX_MARKERS = frozenset(stem(word) for word in
-                         "fix fixes instead better solution should would remedy".split())
+                         "fix fixes instead better solution remedy".split())
+FIX_MARKER_REACH = 3  # the fix word opens its sentence ("The fix is", "A better way:")
 
 
 def is_fix(statement_text: str) -> bool:
@@ -328,11 +344,12 @@ def is_fix(statement_text: str) -> bool:
 
 def fix_part(tokens: Sequence[Token]) -> int | None:
     """Where a spot-the-mistake answer starts saying the fix: the first token of the first
-    sentence with a fix word ("The fix is …", "Better: …", "Instead, …", "I would …"), or
+    sentence that opens with a fix word ("The fix is …", "Better: …", "Instead, …"), or
     None. Before it the answer restates the mistake, so a denial of the fix there ("the call
     runs without an idempotency key") is the mistake described, not claimed."""
-    for token in tokens:
-        if token.norm in _FIX_MARKERS:
-            return next(index for index, other in enumerate(tokens)
-                        if other.sentence == token.sentence)
+    starts: dict[int, int] = {}
+    for index, token in enumerate(tokens):
+        first = starts.setdefault(token.sentence, index)
+        if token.norm in _FIX_MARKERS and index - first < FIX_MARKER_REACH:
+            return first
     return None
