@@ -200,7 +200,7 @@ _ANTONYM_SETS = (
     ("sync|synchronous|synchronously", "async|asynchronous|asynchronously"),
     ("outer|outermost", "inner|innermost"), ("same", "different|random|another"),
     ("early", "late"), ("earlier", "later"), ("safe", "unsafe|dangerous"),
-    ("enable|enabled", "disable|disabled"), ("keep|keeps|preserve|maintain", "break|lose"),
+    ("enable|enabled", "disable|disabled"), ("keep|keeps|kept|preserve|maintain|retain", "break|lose|lost"),
     ("transient|temporary", "permanent"), ("bounded|limited", "unbounded|unlimited|infinite"),
     ("required|mandatory", "optional"), ("explicit|explicitly", "implicit|implicitly"),
     ("accept", "reject"), ("stop|halt", "continue"),
@@ -253,11 +253,12 @@ def flipped(cue: Cue) -> tuple[tuple[Cue, str, str], ...]:
 
 
 def _relational(idea: Idea) -> bool:
-    """Whether an idea is a relation (below | under | less than …): at least half of its
-    alternatives hold a word with an antonym. A one-word alternative is only turned round
+    """Whether an idea is a relation (below | under | less than …; lose | not | without):
+    at least half of its alternatives hold a word with an antonym or a negator. A one-word alternative is only turned round
     in such an idea: "before" among "deposit | credit | before | depend" is no relation of
     its own."""
-    with_antonym = sum(any(word.norm in ANTONYMS for word in phrase) for phrase in idea.phrases)
+    with_antonym = sum(any(word.norm in ANTONYMS or word.norm == NOT for word in phrase)
+                       for phrase in idea.phrases)
     return 2 * with_antonym >= len(idea.phrases)
 
 
