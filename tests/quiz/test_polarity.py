@@ -178,3 +178,18 @@ def test_equal_cards_loaded_twice_score_the_same() -> None:
     answer = ("Slow calls are what I watch most closely in production: the threshold sits "
               "above my timeout.")
     assert [verdict(slow(), answer) for _ in range(2)] == [Verdict.CONTRADICTED] * 2
+
+
+def test_a_denial_under_an_earlier_negator_or_narrowed_to_a_case_is_no_denial() -> None:
+    drain = card("More partitions is a planned change: drain first", "partition* + drain*",
+                 "add* partitions + plan* | migrat*")
+    made = "Adding partitions is a planned migration. "
+    assert verdict(drain, made + "Never resize it in place, or add partitions without "
+                                 "draining.") is Verdict.MADE
+    assert verdict(drain, made + "Then you add partitions without draining.") \
+        is Verdict.CONTRADICTED
+    session = card("The idempotent producer only removes duplicates within one session",
+                   "idempotent producer + session | retries | duplicates")
+    assert verdict(session, "The idempotent producer removes duplicates from its retries; "
+                            "the idempotent producer does not help across sessions.") \
+        is Verdict.MADE

@@ -74,7 +74,8 @@ def _direct_negator(tokens: Sequence[Token], occ: Occurrence, used: frozenset[in
         token = tokens[index]
         if token.norm == NOT and index not in used:
             between = tokens[index + 1:occ.first]
-            if token.word in _REJECTING or any(t.norm in _UNNEEDED for t in between):
+            if (token.word in _REJECTING or any(t.norm in _UNNEEDED for t in between)) \
+                    and not _negated_earlier(tokens, index):
                 return index
             return None
         if token.word not in LINK_WORDS:
@@ -82,12 +83,51 @@ def _direct_negator(tokens: Sequence[Token], occ: Occurrence, used: frozenset[in
         index -= 1
     index = occ.last + 1
     while index < len(tokens) and _same_claim(tokens, occ.last, index):
-        if index not in used and denial_at(tokens, index):
+        if index not in used and denial_at(tokens, index) \
+                and not _narrowed(tokens, index) and not _negated_earlier(tokens, occ.first):
             return index
         if tokens[index].word not in LINK_WORDS and tokens[index].word not in _BUT_IT:
             break
         index += 1
     return None
+
+
+# After a denial, these narrow it to a case ("does not help across sessions").
+_NARROWING = frozenset("""
+across beyond outside between after before for with without in on once when if unless except
+during within past
+""".split())
+
+
+def _narrowed(tokens: Sequence[Token], index: int) -> bool:
+    """Whether the denial starting at `index` is limited to a case by what follows it."""
+    end = index + 1
+    while end < len(tokens) and tokens[end].clause == tokens[index].clause \
+            and (tokens[end].norm == NOT or tokens[end].norm in _UNNEEDED
+                 or tokens[end].word in ("necessary", "necessarily", "required", "important",
+                                         "critical", "essential", "matter", "help", "work")):
+        end += 1
+    return end < len(tokens) and tokens[end].clause == tokens[index].clause \
+        and tokens[end].word in _NARROWING
+
+
+def _negated_earlier(tokens: Sequence[Token], index: int) -> bool:
+    """Whether a negator earlier in the clause, or in the clause an "or"/"nor" clause goes on
+    from ("never change the count, or add partitions without draining"), already governs
+    `index`: two denials make a requirement."""
+    clause = tokens[index].clause
+    position = index - 1
+    while position >= 0:
+        token = tokens[position]
+        if token.clause != clause:
+            following = tokens[position + 1]
+            if following.word not in ("or", "nor") or token.sentence != tokens[index].sentence:
+                return False
+            clause = token.clause
+        if token.norm == NOT:
+            return True
+        position -= 1
+    return False
 
 
 def denials(cue: Cue, tokens: Sequence[Token]) -> Iterator[tuple[CueMatch, Idea]]:
@@ -200,7 +240,8 @@ _ANTONYM_SETS = (
     ("sync|synchronous|synchronously", "async|asynchronous|asynchronously"),
     ("outer|outermost", "inner|innermost"), ("same", "different|random|another"),
     ("early", "late"), ("earlier", "later"), ("safe", "unsafe|dangerous"),
-    ("enable|enabled", "disable|disabled"), ("keep|keeps|kept|preserve|maintain|retain", "break|lose|lost"),
+    ("enable|enabled", "disable|disabled"),
+    ("keep|keeps|kept|preserve|maintain|retain", "break|lose|lost"),
     ("transient|temporary", "permanent"), ("bounded|limited", "unbounded|unlimited|infinite"),
     ("required|mandatory", "optional"), ("explicit|explicitly", "implicit|implicitly"),
     ("accept", "reject"), ("stop|halt", "continue"),
@@ -254,9 +295,9 @@ def flipped(cue: Cue) -> tuple[tuple[Cue, str, str], ...]:
 
 def _relational(idea: Idea) -> bool:
     """Whether an idea is a relation (below | under | less than …; lose | not | without):
-    at least half of its alternatives hold a word with an antonym or a negator. A one-word alternative is only turned round
-    in such an idea: "before" among "deposit | credit | before | depend" is no relation of
-    its own."""
+    at least half of its alternatives hold a word with an antonym or a negator. A one-word
+    alternative is only turned round in such an idea: "before" among "deposit | credit |
+    before | depend" is no relation of its own."""
     with_antonym = sum(any(word.norm in ANTONYMS or word.norm == NOT for word in phrase)
                        for phrase in idea.phrases)
     return 2 * with_antonym >= len(idea.phrases)
