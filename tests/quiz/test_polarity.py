@@ -190,6 +190,9 @@ def test_a_denial_under_an_earlier_negator_or_narrowed_to_a_case_is_no_denial() 
         is Verdict.CONTRADICTED
     session = card("The idempotent producer only removes duplicates within one session",
                    "idempotent producer + session | retries | duplicates")
-    assert verdict(session, "The idempotent producer removes duplicates from its retries; "
-                            "the idempotent producer does not help across sessions.") \
+    assert verdict(session, "The idempotent producer removes duplicates from its retries. "
+                            "The idempotent producer does not help across sessions.") \
         is Verdict.MADE
+    assert verdict(session, "The idempotent producer removes duplicates from its retries. "
+                            "In one session, the idempotent producer does not help.") \
+        is Verdict.CONTRADICTED
