@@ -154,11 +154,16 @@ def test_a_form_of_a_card_word_is_no_typo_of_another() -> None:
     assert [t.word for t in repair_typos(tokenize("a parsng error"), words)][-2] == "parsing"
 
 
-def test_a_wrapped_line_does_not_end_a_sentence_but_a_blank_line_does() -> None:
-    tokens = tokenize("the deposit is processed before\nthe withdrawal.\n\nNext one")
-    assert [t.word for t in tokens][3:6] == ["before", "withdrawal", "next"]
-    assert {t.sentence for t in tokens[:5]} == {0} and tokens[5].sentence > 0
-    assert tokens[4].clause > tokens[3].clause
+def test_a_contrast_elsewhere_or_a_counterfactual_is_no_contradiction() -> None:
+    inside = card("A plain listener runs inside the publisher's transaction",
+                  "inside | within + transaction + listener", "plain listener + same thread")
+    both = ("A plain listener runs inside the publisher's transaction. Putting @Async on the "
+            "listener moves it to an executor, outside the transaction.")
+    assert verdict(inside, both) is Verdict.MADE
+    assert verdict(inside, "A plain listener uses the same thread. It runs outside the "
+                           "transaction of the listener's caller.") is Verdict.CONTRADICTED
+    assert verdict(REPLAY, "We replay into an idempotent consumer. Without idempotency a "
+                           "replay would pay twice.") is Verdict.MADE
 
 
 def test_no_reason_to_and_not_a_good_idea_to_deny_directly() -> None:

@@ -81,7 +81,7 @@ incorrectly
 """.split())
 
 _TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
-_SENTENCE_END = frozenset(".!?")
+_SENTENCE_END = frozenset(".!?\n")
 
 
 @lru_cache(maxsize=50_000)
@@ -113,10 +113,7 @@ def tokenize(text: str) -> list[Token]:
         piece = match.group()
         if not piece[0].isalnum():
             clause += 1
-            # A line break inside a sentence (a wrapped model answer) only ends a clause; a
-            # blank line ends the sentence.
-            if piece.strip() in _SENTENCE_END and piece.strip() \
-                    or piece == "\n" and lowered[match.end():match.end() + 1] == "\n":
+            if piece.strip() in _SENTENCE_END or piece == "\n":
                 sentence += 1
             continue
         piece = piece.replace("’", "'")

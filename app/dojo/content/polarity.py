@@ -224,9 +224,23 @@ def denied(cues: Sequence[Cue], tokens: Sequence[Token],
         for match, idea in denials(cue, tokens):
             if match.first >= start and affirms(idea, statement) \
                     and states_it(tokens, match, match.negators[0]) \
+                    and not _counterfactual(tokens, match.negators[0]) \
                     and not affirmed_in((cue,), sentence_of(tokens, match)):
                 return match
     return None
+
+
+_HYPOTHETICAL = frozenset("would could might".split())
+
+
+def _counterfactual(tokens: Sequence[Token], negator: int) -> bool:
+    """"Without a proxy, Spring would fail at startup": a "without" followed in its sentence
+    by would / could / might imagines the case; it does not claim it."""
+    if tokens[negator].word != "without":
+        return False
+    sentence = tokens[negator].sentence
+    return any(token.word in _HYPOTHETICAL for token in tokens[negator + 1:]
+               if token.sentence == sentence)
 
 
 # --- antonyms: the opposite claim without a negator --------------------------------------
@@ -318,9 +332,12 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
             statement: Sequence[Token], start: int = 0) -> tuple[CueMatch, str, str] | None:
     """The first variant (see `flipped`) of one of `cues` that turns round something the
     point's `statement` says, stated as a claim, next to the rest of the claim, in a sentence
-    that neither uses the word it replaced nor matches the cue affirmed: with the cue's word
-    and the learner's word that turned it round."""
+    that does not use the word it replaced, by a cue the answer does not also match affirmed
+    (a plain listener runs "inside" the transaction, "@Async … outside" it is a contrast, not
+    a contradiction): with the cue's word and the learner's word that turned it round."""
     for cue in cues:
+        if affirmed_in((cue,), tokens):
+            continue
         for variant, word, opposite in flipped(cue):
             if not _statement_says(statement, opposite):
                 continue
@@ -332,8 +349,6 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
                     continue
                 sentence = sentence_of(tokens, match)
                 if any(token.norm == stem(word) or token.word == word for token in sentence):
-                    continue
-                if affirmed_in((cue,), sentence):
                     continue
                 return match, word, tokens[at].word
     return None
