@@ -32,20 +32,15 @@ CATALOG = load_catalog(content_root())
 # these gaps open: their negated answers state an opposite claim that no misconception of
 # the card anticipates, while the card's cues still recognise the point.
 KNOWN_MISORDERED: dict[str, str] = {
-    "circuit-breaker-combine": "partial 67 < negated 83",
     "circuit-breaker-consumer": "partial 60 < negated 100",
-    "circuit-breaker-spot-exchange": "partial 40 < negated 100",
-    "circuit-breaker-tuning": "partial 40 < negated 85",
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",
     "dlq-ordering": "partial 40 < negated 80",
     "dlq-rabbit-sqs": ("held out: strong 20 < negated 80; partial 60 < negated 80; "
                        "strong 20 < partial 60"),
-    "dlq-retry-or-dead-letter": "partial 20 < negated 100",
     "dlq-spot-outage": "partial 40 < negated 85",
     "dlq-what": "partial 20 < negated 45",
-    "dlq-what-next": "partial 20 < negated 80",
     "component-scan-component-vs-bean": "strong 70 < negated 90; partial 40 < negated 90",
     "component-scan-definition-to-object": "partial 67 < negated 83",
     "component-scan-how": "held out: strong 58 < negated 71; partial 33 < negated 71",
