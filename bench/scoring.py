@@ -1,6 +1,7 @@
 """Calibration table: the previous scorer and the current one on independent answers.
 
     .venv/bin/python bench/scoring.py [--lesson ID] [--held-out | --tuned] [--per-card]
+                                      [--converted] [--cards-rev REV]
 
 The answers in tests/quiz/calibration/*.yaml were written by someone who saw only the
 questions. Kinds: strong, partial, wrong-right-words, negated, keywords, typos. The previous
@@ -8,7 +9,9 @@ scorer is the regex key points of the cards as they were at OLD_REV (before form
 the way it did then (matched / all, keyword lists ×0.5 capped at 25 %, no negation).
 
 Every 5th card (in catalog order) is held out: never looked at while tuning cues or the
-mechanism; `--held-out` shows only those, `--tuned` only the others.
+mechanism; `--held-out` shows only those, `--tuned` only the others. `--cards-rev` scores the
+cards of another revision (a branch converting more lessons) with this checkout's scorer: cards
+whose cues were written without this scorer are the fairest test of a change to the engine.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,9 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--converted", action="store_true",
                         help="only cards in format 2 (essentials, cues, misconceptions)")
     parser.add_argument("--dir", type=Path, default=CALIBRATION)
+    parser.add_argument("--cards-rev", metavar="REV",
+                        help="score with the cards of this git revision (e.g. a branch that "
+                             "converts more lessons) and this checkout's scorer")
     args = parser.parse_args(argv)
 
-    catalog = load_catalog(ROOT)
+    catalog = old_catalog(args.cards_rev) if args.cards_rev else load_catalog(ROOT)
     old = old_catalog()
     held = held_out_ids(list(catalog.cards))
     answers = [a for a in load_answers(args.dir) if catalog.has_card(a.card_id)]
@@ -130,9 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     old_rows: dict[str, list[int]] = defaultdict(list)
     new_by: dict[tuple[str, str], list[int]] = defaultdict(list)
     old_by: dict[tuple[str, str], list[int]] = defaultdict(list)
+    timings: list[float] = []
     for answer in answers:
         card = catalog.card(answer.card_id)
+        started = time.perf_counter()
         new = score_answer(card, answer.text).percent
+        timings.append(time.perf_counter() - started)
         before = old_percent(old.card(answer.card_id), answer.text) \
             if old.has_card(answer.card_id) else 0
         new_rows[answer.kind].append(new)
@@ -148,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     new_text = table(new_rows, "current scorer").split("\n")
     for left, right in zip(old_text, new_text, strict=True):
         print(f"{left:<52}{right}")
+    timings.sort()
+    print(f"\ncurrent scorer: {1000 * statistics.mean(timings):.1f} ms per answer on average, "
+          f"p95 {1000 * timings[int(0.95 * (len(timings) - 1))]:.1f} ms, "
+          f"max {1000 * timings[-1]:.1f} ms (cue engine only: no model is bundled, see "
+          "docs/answer-scoring.md)")
     for name, by in (("previous", old_by), ("current", new_by)):
         gaps = typo_gaps(by)
         if gaps:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import snowballstemmer
@@ -61,7 +61,18 @@ _DROPPED = frozenset({"the", "a", "an"})
 _DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecessari",),
             ("myth",), ("overkil",), ("pointless",), ("useless",), ("not", "matter"),
             ("not", "help"), ("not", "work"), ("irrelev",),
-            ("unimport",))
+            ("unimport",), ("=optional",), ("not", "import"), ("not", "critic"),
+            ("not", "essenti"))
+# Between a negator and what it denies, or between an idea and its denial, only these words
+# keep the denial *direct* ("is not needed", "does not need to be idempotent").
+LINK_WORDS = frozenset("""
+be is are was were been being do does did need needs needed to have has had get gets got
+really even actually necessarily ever at all must should will would can could may might it
+that this they them there its their our your we you i also strictly any as reason point
+good idea worth supposed
+""".split())
+# "X, but it is optional": the denial reaches across "but" + a pronoun.
+_PRONOUNS = frozenset("it this that they these those which".split())
 # A sentence that criticises a claim does not make it (misconceptions only).
 _CRITIQUE = frozenset(_STEMMER.stemWord(word) for word in """
 mistake mistaken wrong bug buggy problem problems risk risky danger dangerous trap lose loses
@@ -86,6 +97,10 @@ class Token:
     end: int
     clause: int
     sentence: int
+    # "stop" before a gerund ("stop blocking"): a cue's `not` matches it, but it does not
+    # govern other ideas the way a negator does ("stop consuming" is not "not consuming" of
+    # every idea after it).
+    stops: bool = False
 
 
 def tokenize(text: str) -> list[Token]:
@@ -119,7 +134,19 @@ def tokenize(text: str) -> list[Token]:
             norm = NOT if word == "n't" or word in _NEGATOR_WORDS else stem(word)
             tokens.append(Token(word, norm, w_start, w_end, clause, sentence))
         raw.clear()
-    return _merge_negator_phrases(tokens)
+    return _mark_stops(_merge_negator_phrases(tokens))
+
+
+_STOP_WORDS = frozenset("stop stops stopped stopping cease ceases ceased quit quits".split())
+
+
+def _mark_stops(tokens: list[Token]) -> list[Token]:
+    for index, token in enumerate(tokens[:-1]):
+        following = tokens[index + 1]
+        if token.word in _STOP_WORDS and following.word.endswith("ing") \
+                and following.clause == token.clause:
+            tokens[index] = replace(token, stops=True)
+    return tokens
 
 
 def _merge_negator_phrases(tokens: list[Token]) -> list[Token]:
@@ -151,7 +178,7 @@ class Word:
 
     def matches(self, token: Token) -> bool:
         if self.norm == NOT:
-            return token.norm == NOT
+            return token.norm == NOT or token.stops
         if self.prefix:
             return token.word.startswith(self.text) or token.norm.startswith(self.norm)
         return token.norm == self.norm or token.word == self.text
@@ -302,19 +329,58 @@ def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
                 break
             if token.norm == NOT and index not in used:
                 found.add(index)
-        tail = tokens[occ.last]
         index = occ.last + 1
-        while index < len(tokens) and tokens[index].clause == tail.clause \
+        while index < len(tokens) and _same_claim(tokens, occ.last, index) \
                 and index - occ.last <= NEGATION_SCOPE:
-            for denial in _DENIALS:
-                window = tokens[index:index + len(denial)]
-                if len(window) == len(denial) and index not in used and all(
-                        token.norm.startswith(part) if part != NOT else token.norm == NOT
-                        for token, part in zip(window, denial, strict=True)):
-                    found.add(index)
+            if index not in used and denial_at(tokens, index):
+                found.add(index)
             index += 1
     # A negator that only governs another negator's denial is counted once.
     return sorted(found)
+
+
+def denial_at(tokens: Sequence[Token], index: int) -> bool:
+    """Whether a denial ("not needed", "unnecessary", "optional") starts at `index`. A
+    one-word denial after a negator is no denial ("not optional")."""
+    for denial in _DENIALS:
+        window = tokens[index:index + len(denial)]
+        if len(window) != len(denial) or not all(
+                _denial_part(token, part) for token, part in zip(window, denial, strict=True)):
+            continue
+        if denial[0] != NOT and _negated_before(tokens, index):
+            continue
+        return True
+    return False
+
+
+def _denial_part(token: Token, part: str) -> bool:
+    if part == NOT:
+        return token.norm == NOT
+    if part.startswith("="):
+        return token.word == part[1:]
+    return token.norm.startswith(part)
+
+
+def _negated_before(tokens: Sequence[Token], index: int) -> bool:
+    before = index - 1
+    while before >= 0 and tokens[before].word in LINK_WORDS \
+            and tokens[before].clause == tokens[index].clause:
+        before -= 1
+    return before >= 0 and tokens[before].norm == NOT \
+        and tokens[before].clause == tokens[index].clause
+
+
+def _same_claim(tokens: Sequence[Token], last: int, index: int) -> bool:
+    """Whether `index` is still in the clause of `last`, or in a "but it …" clause right
+    after it that goes on about the same thing."""
+    clause = tokens[last].clause
+    if tokens[index].clause == clause:
+        return True
+    if tokens[index].sentence != tokens[last].sentence:
+        return False
+    first = next(i for i in range(last + 1, index + 1) if tokens[i].clause != clause)
+    return tokens[index].clause == tokens[first].clause and tokens[first].word == "but" \
+        and first + 1 < len(tokens) and tokens[first + 1].word in _PRONOUNS
 
 
 def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
@@ -324,7 +390,7 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
     if any(not found for found in lists):
         return None
     negated: CueMatch | None = None
-    for chosen in _combinations(lists, cue, tokens):
+    for chosen in combinations(lists, cue, tokens):
         # Each idea on its own: "never X … not Y" negates both, it does not cancel out.
         used = frozenset().union(*(occ.used for occ in chosen))
         per_idea = [governing_negators([occ], tokens, used) for occ in chosen]
@@ -338,7 +404,7 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
     return negated
 
 
-def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Sequence[Token],
+def combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Sequence[Token],
                   limit: int = 4000) -> Iterator[list[Occurrence]]:
     """One occurrence per idea, all inside the window, in order where `>` asks for it."""
     chosen: list[Occurrence] = []
@@ -368,10 +434,20 @@ def _combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Seque
     yield from walk(0)
 
 
-def criticised(tokens: Sequence[Token], match: CueMatch) -> bool:
-    """Whether the sentence of `match` criticises what it says (see _CRITIQUE)."""
+def criticised(tokens: Sequence[Token], match: CueMatch, strict: bool = False) -> bool:
+    """Whether the sentence of `match` criticises what it says (see _CRITIQUE). `strict`: a
+    denied critique word ("that is not a message problem") does not count."""
     sentences = {tokens[match.first].sentence, tokens[match.last].sentence}
-    return any(token.norm in _CRITIQUE for token in tokens if token.sentence in sentences)
+    return any(token.norm in _CRITIQUE and not (strict and _negated_critique(tokens, index))
+               for index, token in enumerate(tokens) if token.sentence in sentences)
+
+
+def _negated_critique(tokens: Sequence[Token], index: int) -> bool:
+    """"not a problem", "no risk", "isn't a real mistake": a critique word denied right
+    before it (at most two words between) is no critique."""
+    clause = tokens[index].clause
+    return any(tokens[before].norm == NOT and tokens[before].clause == clause
+               for before in range(max(0, index - 3), index))
 
 
 # --- typos --------------------------------------------------------------------------------
@@ -388,18 +464,27 @@ def vocabulary(cues: Sequence[Cue], texts: Sequence[str] = ()) -> frozenset[str]
     return frozenset(word for word in words if word.isalpha())
 
 
+@lru_cache(maxsize=512)
+def _stems_of(words: frozenset[str]) -> frozenset[str]:
+    return frozenset(stem(word) for word in words)
+
+
 def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
-    """Each unknown word within one edit (two for 9+ letters, a swap counts as one) of a word
-    the card uses becomes that word. Known words are never changed."""
+    """Each unknown word (not a form of a word the card uses) within one edit (two for 9+
+    letters, a swap counts as one) of a word the card uses becomes that word. Known words
+    are never changed."""
     from rapidfuzz.distance import OSA
     from rapidfuzz.process import extractOne
 
     choices = sorted(words)
+    stems = _stems_of(words)
     out: list[Token] = []
     for token in tokens:
         word = token.word
+        # A form of a word the card uses ("pausing" for "pause") is no typo of another one
+        # ("parsing").
         if token.norm == NOT or len(word) < MIN_TYPO_LENGTH or word in words \
-                or not word.isalpha():
+                or token.norm in stems or not word.isalpha():
             out.append(token)
             continue
         limit = 2 if len(word) >= 9 else 1
@@ -410,44 +495,3 @@ def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
         out.append(Token(best[0], stem(best[0]), token.start, token.end, token.clause,
                          token.sentence))
     return out
-
-
-# --- antonyms: the opposite claim without a negator --------------------------------------
-
-_ANTONYM_PAIRS = (
-    ("before", "after"), ("inside", "outside"), ("within", "outside"), ("open", "closed"),
-    ("increase", "decrease"), ("raise", "lower"), ("more", "fewer"), ("more", "less"),
-    ("longer", "shorter"), ("above", "below"), ("higher", "lower"), ("first", "last"),
-    ("sync", "async"), ("synchronous", "asynchronous"), ("outer", "inner"),
-    ("outermost", "innermost"), ("larger", "smaller"), ("bigger", "smaller"),
-    ("same", "different"), ("early", "late"), ("earlier", "later"), ("safe", "unsafe"),
-    ("enable", "disable"), ("keep", "lose"), ("preserve", "break"), ("short", "long"),
-)
-ANTONYMS: dict[str, str] = {}
-for _left, _right in _ANTONYM_PAIRS:
-    ANTONYMS.setdefault(stem(_left), stem(_right))
-    ANTONYMS.setdefault(stem(_right), stem(_left))
-
-
-@lru_cache(maxsize=4096)
-def flipped(cue: Cue) -> tuple[tuple[Cue, str, str], ...]:
-    """Variants of `cue` with one word turned into its antonym ("commit > after > write" →
-    "commit > before > write"), each with the word it replaced and its replacement. Only
-    cues of two or more ideas: the rest of the claim must be there for the opposite to be
-    the same claim reversed."""
-    if len(cue.ideas) < 2:
-        return ()
-    out: list[tuple[Cue, str, str]] = []
-    for index, idea in enumerate(cue.ideas):
-        for phrase in idea.phrases:
-            for position, word in enumerate(phrase):
-                opposite = ANTONYMS.get(word.norm)
-                if opposite is None or word.prefix:
-                    continue
-                new_phrase = (*phrase[:position], Word(opposite, opposite, False),
-                              *phrase[position + 1:])
-                new_idea = Idea((new_phrase,), idea.source)
-                ideas = (*cue.ideas[:index], new_idea, *cue.ideas[index + 1:])
-                variant = Cue(ideas, cue.ordered, cue.source, cue.line, cue.within, 1)
-                out.append((variant, word.text, opposite))
-    return tuple(out)

@@ -16,17 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from functools import lru_cache
 
 from dojo.content.cues import (
     Token,
     criticised,
-    flipped,
     match_cue,
     repair_typos,
     tokenize,
 )
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
+from dojo.content.polarity import denied, fix_part, is_fix, negates_statement, swapped
 from dojo.quiz.answer_shape import AnswerShape, answer_shape
 
 KEYWORD_LIST_FACTOR = 0.5
@@ -190,7 +191,16 @@ class _Answer:
         return count % 2 == 1
 
 
-def _judge(point: KeyPoint, answer: _Answer, antonyms: bool = True) -> PointResult:
+@lru_cache(maxsize=2048)
+def _statement(text: str) -> tuple[Token, ...]:
+    """A point's own sentence, as cues see it: what it affirms is what a denial contradicts."""
+    return tuple(tokenize(text))
+
+
+def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointResult:
+    """The point's verdict. `polarity`: from which answer token on a denial or an antonym
+    swap of the point contradicts it (None: nowhere)."""
+    made: PointResult | None = None
     negated: PointResult | None = None
     for cue in point.says:
         match = match_cue(cue, answer.tokens)
@@ -198,29 +208,39 @@ def _judge(point: KeyPoint, answer: _Answer, antonyms: bool = True) -> PointResu
             continue
         spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
         if not match.negated:
-            return PointResult(point, Verdict.MADE, spans)
-        if negated is None:
+            made = PointResult(point, Verdict.MADE, spans)
+            break
+        if negated is None and negates_statement(cue, match, answer.tokens,
+                                                 _statement(point.text)):
             spans += tuple(answer.span(i, i) for i in match.negators)
             negated = PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
-    for pattern in point.patterns:
-        span = answer.pattern_span(pattern)
-        if span is None:
-            continue
-        if not answer.negated_span(span):
-            return PointResult(point, Verdict.MADE, (span,))
-        if negated is None:
-            negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
-    if negated is not None or not antonyms:
-        return negated or PointResult(point, Verdict.MISSED)
-    for cue in point.says:
-        for variant, word, opposite in flipped(cue):
-            match = match_cue(variant, answer.tokens)
-            if match is not None and not match.negated \
-                    and not criticised(answer.tokens, match):
-                spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
-                return PointResult(point, Verdict.CONTRADICTED, spans,
-                                   f"“{opposite}” where the point says “{word}”")
-    return PointResult(point, Verdict.MISSED)
+    if made is None:
+        for pattern in point.patterns:
+            span = answer.pattern_span(pattern)
+            if span is None:
+                continue
+            if not answer.negated_span(span):
+                made = PointResult(point, Verdict.MADE, (span,))
+                break
+            if negated is None:
+                negated = PointResult(point, Verdict.CONTRADICTED, (span,), "negated")
+    if made is None and negated is not None:
+        return negated
+    if polarity is not None:
+        # Said the other way round somewhere: it wins over a match elsewhere.
+        statement = _statement(point.text)
+        denial = denied(point.says, answer.tokens, statement, polarity)
+        if denial is not None:
+            spans = tuple(answer.span(occ.first, occ.last) for occ in denial.occurrences)
+            spans += tuple(answer.span(i, i) for i in denial.negators)
+            return PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
+        swap = swapped(point.says, answer.tokens, statement, polarity)
+        if swap is not None:
+            match, word, opposite = swap
+            spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+            return PointResult(point, Verdict.CONTRADICTED, spans,
+                               f"“{opposite}” where the point says “{word}”")
+    return made or PointResult(point, Verdict.MISSED)
 
 
 def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
@@ -235,13 +255,21 @@ def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | No
     return None
 
 
+def _polarity_from(card: Card, point: KeyPoint, answer: _Answer) -> int | None:
+    """From which token a denial or antonym swap of `point` contradicts it. A
+    spot-the-mistake answer restates the mistake ("the call is inside the transaction",
+    "there is no retry") before the fix, so there only a "Fix: …" point can be said the
+    other way round, and only once the answer turns to the fix."""
+    if card.kind != "spot-the-mistake":
+        return 0
+    return fix_part(answer.tokens) if is_fix(point.text) else None
+
+
 def score_answer(card: Card, text: str) -> Score:
     """Score `text` against `card`. Deterministic: the same text always scores the same."""
     answer = _Answer(card, text)
-    # A spot-the-mistake answer restates the mistake ("the call is inside the transaction")
-    # before the fix, so the antonym of a fix is no sign of the opposite claim there.
-    antonyms = card.kind != "spot-the-mistake"
-    results = {point.id: _judge(point, answer, antonyms) for point in card.key_points}
+    results = {point.id: _judge(point, answer, _polarity_from(card, point, answer))
+               for point in card.key_points}
     for mis in card.misconceptions:
         if mis.point not in results:
             continue
