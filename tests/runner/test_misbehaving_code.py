@@ -158,4 +158,6 @@ def test_the_untouched_starter_fails_with_not_implemented(tally: Lab) -> None:
     summary = run(tally, FIXTURES / "labs" / "tally" / "starter", stages=("count",))
     result = by_check(summary)["counts_each_word"]
     assert result.status == "fail"
-    assert result.message == "not implemented yet: count_words (tally.py line 10)"
+    assert result.message.startswith("tally.count_words() is not written yet.\n")
+    assert result.failure is not None
+    assert result.failure.actual.startswith("it raises NotImplementedError at tally.py line 10")
