@@ -24,7 +24,7 @@ docs/lab-contract.md lists the whole API; docs/add-a-lab.md walks through a new 
 from dojo.checks.clock import InstantClock
 from dojo.checks.database import apply_schema, require_tables, rows, scalar, sqlstate
 from dojo.checks.failure import CheckFailure, FailureReport
-from dojo.checks.learner import NotWritten, call, in_thread, raised
+from dojo.checks.learner import NotWritten, Running, call, in_thread, raised
 from dojo.checks.report import first_line, fmt, indent, short, table
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "FailureReport",
     "InstantClock",
     "NotWritten",
+    "Running",
     "apply_schema",
     "call",
     "first_line",
