@@ -1,4 +1,4 @@
-"""Fixtures for the DLQ checks (on top of dojo.runner's database, kafka and learner)."""
+"""Fixtures for the DLQ checks (on top of the kit's database, kafka and learner)."""
 
 from __future__ import annotations
 

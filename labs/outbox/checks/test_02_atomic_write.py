@@ -102,7 +102,7 @@ def assert_nothing_left(engine: Engine, where: str, raised: BaseException | None
                      "(nothing committed)",
             actual=f"orders rows {orders_now}, outbox_event rows {outbox_now}",
             evidence=state(engine) + "\n  Fix: do both writes on one connection inside one "
-                  "`with engine.begin() as conn:` block.",
+                     "`with engine.begin() as conn:` block.",
             lesson=MISTAKES)
 
 

@@ -75,7 +75,7 @@ def test_kill_after_ack_before_mark_sends_again(outbox, database, learner, kafka
             expected="the child dies of SIGKILL after the first acknowledgement",
             actual=result.describe(),
             evidence="If relay_once returned normally, it did not wait for any acknowledgement "
-                  "(flush() or delivery callbacks).", lesson=SEE)
+                     "(flush() or delivery callbacks).", lesson=SEE)
     after_crash = outbox_rows(outbox)
     history = recover(outbox, learner, relay_producer, topic)
     lost, records = lost_events(outbox, kafka, topic, ids)
@@ -89,9 +89,9 @@ def test_kill_after_ack_before_mark_sends_again(outbox, database, learner, kafka
             expected=f"all {len(ids)} events in the topic (some twice) and every row published",
             actual=f"LOST {len(lost)} event(s) {lost}; {len(unpublished)} row(s) never published",
             evidence="rows right after the crash:\n" + table(after_crash, ROW_COLUMNS) +
-                  "\nthen: " + ("; ".join(history) or "no relay_once published anything") +
-                  "\nrows now:\n" + table(outbox_rows(outbox), ROW_COLUMNS) +
-                  "\ntopic:\n" + records_table(records), lesson=SEE)
+                     "\nthen: " + ("; ".join(history) or "no relay_once published anything") +
+                     "\nrows now:\n" + table(outbox_rows(outbox), ROW_COLUMNS) +
+                     "\ntopic:\n" + records_table(records), lesson=SEE)
 
 
 def test_kill_before_send_loses_nothing(outbox, database, learner, kafka, relay_producer):
@@ -118,8 +118,8 @@ def test_kill_before_send_loses_nothing(outbox, database, learner, kafka, relay_
             actual=f"LOST {len(lost)} event(s); {len(marked_early)} row(s) were marked published "
                    "before the send",
             evidence="rows right after the crash:\n" + table(after_crash, ROW_COLUMNS) +
-                  "\nthen: " + ("; ".join(history) or "no relay_once published anything") +
-                  "\ntopic:\n" + records_table(records), lesson=MISTAKES)
+                     "\nthen: " + ("; ".join(history) or "no relay_once published anything") +
+                     "\ntopic:\n" + records_table(records), lesson=MISTAKES)
 
 
 def test_unreachable_broker_marks_nothing(outbox, learner, kafka):

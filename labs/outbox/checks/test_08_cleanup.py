@@ -59,7 +59,7 @@ def test_deletes_only_old_published_rows(outbox, learner):
                      "(retention 7 days)",
             actual=f"{len(late_gone)} of them deleted (did the filter compare created_at?)",
             evidence="deleted ids (created 10 days ago, published 1 hour ago):\n" +
-                  "\n".join(late_gone), lesson=SEE)
+                     "\n".join(late_gone), lesson=SEE)
     old_left = outbox_rows(outbox, "published_at < clock_timestamp() - interval '7 days'")
     recent = [r for r in left if r["published_at"] is not None]
     if not (deleted == 250 and len(left) == 28 and len(recent) == 23):
