@@ -64,7 +64,7 @@ def short(value: Any, width: int = 40) -> str:
 
 
 def table(rows: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]], columns: Sequence[str],
-          limit: int = 12, width: int = 40, empty: str = "(no rows)") -> str:
+          limit: int = 12, width: int = 60, empty: str = "(no rows)") -> str:
     """Rows as a small fixed-width table: a header line, then one line per row.
 
     Args:

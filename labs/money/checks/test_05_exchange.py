@@ -87,7 +87,7 @@ def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
                      "moving; compare expires_at with the clock you are given (clock()), not with "
                      "the database's now() or time.time(): the check moves that clock",
             lesson=READ["exchange"])
-    if not (not kit.provider.order_requests() and balance_of(kit.engine, source) == 500):
+    if kit.provider.order_requests() or balance_of(kit.engine, source) != 500:
         raise CheckFailure("A refused exchange still acted.", expected="no order, source 500.00",
                            actual=_money(kit, source, target), evidence=kit.provider.history(),
                            lesson=READ["exchange"])
@@ -173,7 +173,7 @@ def test_provider_is_called_outside_any_transaction(kit: ExchangeKit) -> None:
     finally:
         kit.provider.release()
         job.join(15)
-    if not (not holding and not locked_rows):
+    if holding or locked_rows:
         raise CheckFailure(
             "While the provider was stalled, your code held a database transaction and its "
             "locks.",
