@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tests
+	$(BIN)/ruff check app tests labs
 	$(BIN)/mypy
 	$(BIN)/dojo lint
 

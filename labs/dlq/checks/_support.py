@@ -358,8 +358,10 @@ def applied_ids(engine: Engine) -> dict[str, list[int]]:
 
 
 def balances(engine: Engine) -> dict[str, int]:
+    """{account: balance in cents}, in account order (a message prints it the same every run)."""
     with engine.connect() as conn:
-        return dict(conn.execute(text("SELECT account, balance_cents FROM balances")).all())
+        return dict(conn.execute(text("SELECT account, balance_cents FROM balances "
+                                      "ORDER BY account")).all())
 
 
 # -- what a run left behind, as the learner should read it -----------------------------------
