@@ -271,7 +271,7 @@ class DLQLab:
             ProducerTap(producer or self.dlt_producer(), clock, hold_acks=hold_acks)
         probe = CommitProbe(self.kafka, settings.group_id, topics.source,
                             topics.partitions)
-        state = {"outcome": "returned", "done_at": None}
+        state: dict[str, Any] = {"outcome": "returned", "done_at": None}
         started = time.monotonic()
         virtual_started = clock.monotonic()
 
@@ -431,7 +431,7 @@ def timeline(run: RunResult, downstream: Any, inputs: Sequence[Input], limit: in
     return "\n".join(lines)
 
 
-def retries_of(downstream: Any, event_id: str) -> list[float]:
+def retries_of(downstream: Any, event_id: str | None) -> list[float]:
     """Gaps (clock seconds) between the successive authorize() calls for one event."""
     times = [c.at for c in downstream.authorizations(event_id)]
     return [b - a for a, b in zip(times, times[1:], strict=False)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +103,8 @@ class ScriptedDownstream:
     with DownstreamUnavailable, ping() included: an outage for everyone.
     """
 
-    def __init__(self, payments: Any, clock: Any, scripts: dict[str, list[str]] | None = None,
+    def __init__(self, payments: Any, clock: Any,
+                 scripts: Mapping[str | None, list[str]] | None = None,
                  *, down_while: Callable[[], bool] | None = None,
                  on_call: Callable[[Call], None] | None = None) -> None:
         self.payments = payments
@@ -112,7 +113,7 @@ class ScriptedDownstream:
         self.down_while = down_while or (lambda: False)
         self.on_call = on_call
         self.calls: list[Call] = []
-        self._seen: dict[str, int] = {}
+        self._seen: dict[str | None, int] = {}
         self._lock = threading.Lock()
 
     def _record(self, call: Call) -> None:
@@ -160,5 +161,5 @@ class ScriptedDownstream:
             raise self.payments.DownstreamUnavailable("gateway health check: 503")
 
     # what the checks ask afterwards
-    def authorizations(self, event_id: str) -> list[Call]:
+    def authorizations(self, event_id: str | None) -> list[Call]:
         return [c for c in self.calls if c.what == "authorize" and c.event_id == event_id]

@@ -107,7 +107,7 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
 
     applied = applied_ids(ledger_db)
     calls = {f.event_id: len(downstream.authorizations(f.event_id)) for f in flaky}
-    unbooked = [f for f in flaky if len(applied.get(f.event_id, [])) != 1]
+    unbooked = [f for f in flaky if len(applied.get(f.event_id or "", [])) != 1]
     if unbooked or not all(n == 4 for n in calls.values()):
         raise CheckFailure(
             "Each of these events failed transiently three times (timeout, 503, timeout) and "

@@ -5,6 +5,7 @@ encodings a Java tool reads; the DLT is named explicitly and has the source's pa
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pytest
 from _support import (
@@ -148,7 +149,7 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                     "declined": ("PaymentDeclined", "PaymentDeclined"),
                     "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError")}
     attempts = settings.retry.max_attempts
-    problems: list[tuple[object, object, list[str]]] = []
+    problems: list[tuple[Any, Any, list[str]]] = []
     for i, r in pairs:
         wrong = []
         cls, cause = expect_class[i.label]

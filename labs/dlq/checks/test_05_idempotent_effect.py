@@ -40,11 +40,11 @@ def test_redelivered_and_replayed_events_are_booked_once(lab, ledger_db, clock):
     run = lab.run(ledger_db, topics, settings, downstream, clock)
     require_done(run, inputs, downstream, read=SEE)
     booked = applied_ids(ledger_db)
-    rows = [(e.event_id[:8], e.account,
+    rows = [((e.event_id or "")[:8], e.account,
              sum(1 for i in inputs if i.item.event_id == e.event_id),
-             len(booked.get(e.event_id, []))) for e in events]
+             len(booked.get(e.event_id or "", []))) for e in events]
     wrong = [r for r in rows if r[3] != 1]
-    expected = {}
+    expected: dict[str | None, int] = {}
     for e in events:
         expected[e.account] = expected.get(e.account, 0) + e.cents
     if wrong or balances(ledger_db) != expected:

@@ -30,7 +30,7 @@ SEE = READ["visibility"]
 
 
 def simple(counts):
-    out = {}
+    out: dict[str, int] = {}
     for name, n in (counts or {}).items():
         short = str(name).rsplit(".", 1)[-1]
         out[short] = out.get(short, 0) + n

@@ -92,7 +92,7 @@ def test_a_second_run_sends_nothing_twice(lab, clock):
                                   topics.partitions)
     second = replay(lab, topics, group, clock)
     after = lab.read(topics.source, topics.partitions, expect=len(first))
-    ends = {}
+    ends: dict[int, int] = {}
     for c in dead:
         ends[c.partition] = max(ends.get(c.partition, 0), c.offset + 1)
     if not (len(after) == len(first) == len(dead)):
@@ -125,7 +125,7 @@ def test_replay_parks_what_keeps_coming_back(lab, clock):
         where = ("source" if c.item.value in back else "") + \
             ("parking lot" if c.item.value in parked_by_value else "")
         want = "parking lot" if over else "source"
-        rows.append((c.item.key.decode(), c.replays if c.replays is not None else "none",
+        rows.append(((c.item.key or b"").decode(), c.replays if c.replays is not None else "none",
                      want, where or "nowhere"))
         if where != want:
             wrong.append(c)
@@ -164,7 +164,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     for c in old + new:
         want = c.exception == "DownstreamUnavailable" and c.timestamp_ms / 1000 >= since
         got = c.item.value in back
-        rows.append((c.item.key.decode(), c.exception,
+        rows.append(((c.item.key or b"").decode(), c.exception,
                      "10 min ago" if c in old else "just now", "yes" if want else "no",
                      "yes" if got else "no"))
         if want != got:

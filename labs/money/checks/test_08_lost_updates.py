@@ -60,7 +60,7 @@ class StallingRule:
             self.go.wait(10)
         if self.pause:
             time.sleep(self.pause)  # a pricing call
-        return self.compute(balance)  # type: ignore[no-any-return]
+        return self.compute(balance)
 
 
 def start_interest(accounts: ModuleType, bank: Engine, account_id: int,

@@ -128,9 +128,11 @@ def test_racing_consumers_apply_once(outbox, learner, kafka):
         customer = str(uuid.uuid4())
         [message] = deliver(kafka, [(str(uuid.uuid4()), PLACED, placed(customer, 500))])
         # Two consumers got the same event (a rebalance handed it over mid-processing).
+        def handle(_: int, message: Any = message) -> Any:
+            return call(consumer.handle_record, outbox, message)
+
         with slow_sql(outbox, 0.05):
-            outcomes = run_concurrently(
-                lambda i, m=message: call(consumer.handle_record, outbox, m), 2, timeout=20)
+            outcomes = run_concurrently(handle, 2, timeout=20)
         errors = [o.error for o in outcomes if o.error is not None]
         values = [o.value for o in outcomes if o.error is None]
         if errors:

@@ -4,6 +4,7 @@ its own transaction; an unpublished row is never deleted, however old."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from _support import (
@@ -80,8 +81,9 @@ def test_deletes_in_bounded_batches(outbox, learner):
         deleted = call(cleanup.delete_published, outbox, retention_seconds=WEEK, batch_size=100)
     deletes = [s for s in log if re.search(r"\bdelete\s+from\s+(public\.)?\"?outbox_event\b",
                                            s.sql, re.IGNORECASE) and s.rowcount > 0]
-    rows = [{"statement": i + 1, "rows deleted": s.rowcount, "transaction": s.xid}
-            for i, s in enumerate(deletes)]
+    rows: list[dict[str, Any]] = [
+        {"statement": i + 1, "rows deleted": s.rowcount, "transaction": s.xid}
+        for i, s in enumerate(deletes)]
     too_big = [r for r in rows if r["rows deleted"] > 100]
     same_tx = len({r["transaction"] for r in rows}) < len(rows)
     if not (deleted == 350 and len(deletes) >= 4 and not too_big and not same_tx):
