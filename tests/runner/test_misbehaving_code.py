@@ -43,6 +43,7 @@ def test_the_solution_passes_and_needs_backend_is_reported_not_passed(tally: Lab
         assert waiting.status == "pass"
     else:
         assert waiting.status == "needs-backend"
+        assert waiting.needs == ("transactions",), "what the broker lacks travels as data"
         assert "needs Apache Kafka" in waiting.message
         assert "dojo services up --kafka apache" in waiting.message
         assert not summary.passed, "a needs-backend check must keep the run from passing"
