@@ -21,11 +21,39 @@
 docs/lab-contract.md lists the whole API; docs/add-a-lab.md walks through a new lab.
 """
 
-from dojo.checks.clock import InstantClock
-from dojo.checks.database import apply_schema, require_tables, rows, scalar, sqlstate
-from dojo.checks.failure import CheckFailure, FailureReport
-from dojo.checks.learner import NotWritten, Running, call, in_thread, raised
-from dojo.checks.report import first_line, fmt, indent, short, table
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dojo.checks.clock import InstantClock
+    from dojo.checks.database import apply_schema, require_tables, rows, scalar, sqlstate
+    from dojo.checks.failure import CheckFailure, FailureReport
+    from dojo.checks.learner import NotWritten, Running, call, in_thread, raised
+    from dojo.checks.report import first_line, fmt, indent, short, table
+
+# Imported on first use: `dojo.checks.failure` (which the results protocol, the CLI and the
+# TUI import) must not pull SQLAlchemy in with the database helpers.
+_HOME = {
+    "InstantClock": "clock",
+    "apply_schema": "database", "require_tables": "database", "rows": "database",
+    "scalar": "database", "sqlstate": "database",
+    "CheckFailure": "failure", "FailureReport": "failure",
+    "NotWritten": "learner", "Running": "learner", "call": "learner", "in_thread": "learner",
+    "raised": "learner",
+    "first_line": "report", "fmt": "report", "indent": "report", "short": "report",
+    "table": "report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dojo.checks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dojo.checks.{home}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "CheckFailure",

@@ -32,7 +32,8 @@ def sessions(engine: Engine, tables: Sequence[str] = ()) -> list[dict[str, Any]]
         transaction, …), `xact_open_s` (seconds its transaction has been open, None outside
         one), `backend_xid` (its transaction id once it wrote), `backend_xmin` (the snapshot
         horizon it holds back), `waiting_on` (wait event type), `blocked_by` (pids, from
-        pg_blocking_pids), `locks` (granted relation locks as `table:Mode`, comma-separated)
+        pg_blocking_pids), `locks` (granted locks on those tables as `table:Mode`, a row
+        lock a waiter queues with as `table:Mode (tuple)`, comma-separated)
         and `last_query` (its latest statement, 70 characters).
     """
     return rows(engine, """
@@ -41,7 +42,9 @@ def sessions(engine: Engine, tables: Sequence[str] = ()) -> list[dict[str, Any]]
                    AS xact_open_s,
                a.backend_xid::text AS backend_xid, a.backend_xmin::text AS backend_xmin,
                a.wait_event_type AS waiting_on, pg_blocking_pids(a.pid) AS blocked_by,
-               (SELECT string_agg(c.relname || ':' || l.mode, ', '
+               (SELECT string_agg(c.relname || ':' || l.mode
+                                  || CASE WHEN l.locktype = 'relation' THEN ''
+                                          ELSE ' (' || l.locktype || ')' END, ', '
                                   ORDER BY c.relname, l.mode)
                   FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
                  WHERE l.pid = a.pid AND l.granted AND c.relkind IN ('r', 'p')
