@@ -20,8 +20,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tests
+	$(BIN)/ruff check app tests labs
 	$(BIN)/mypy
+	@# each lab's checks on their own: every lab has its own _support, conftest, test_01_…
+	@for checks in labs/*/checks; do echo "$(BIN)/mypy $$checks"; \
+	  MYPYPATH=$$checks $(BIN)/mypy --explicit-package-bases $$checks || exit 1; done
 	$(BIN)/dojo lint
 
 services-up: $(STAMP)

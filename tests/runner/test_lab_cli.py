@@ -17,7 +17,8 @@ import pytest
 
 from tests.runner.conftest import FIXTURES, cli_env, kafka_has, run_dojo
 
-SCHEMA_KEYS = {"stage", "check", "status", "message", "hint", "lesson", "duration", "nodeid"}
+SCHEMA_KEYS = {"event", "version", "stage", "check", "status", "message", "hint", "lesson",
+               "duration", "nodeid", "failure", "needs"}
 
 
 def _started(content: Path) -> Path:
@@ -44,7 +45,8 @@ def test_check_on_the_untouched_starter_exits_1_with_a_summary(content: Path) ->
     _started(content)
     result = run_dojo("lab", "check", "tally", root=content)
     assert result.returncode == 1
-    assert "not implemented yet: count_words (tally.py line 10)" in result.stdout
+    assert "tally.count_words() is not written yet." in result.stdout
+    assert "NotImplementedError at tally.py line 10" in result.stdout
     assert "hint: Split on whitespace and lower-case each word." in result.stdout
     assert "summary" in result.stdout and "0 of 3 stages passed." in result.stdout
     assert "\033[" not in result.stdout, "no colour codes when stdout is not a terminal"
@@ -223,7 +225,7 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
     os.close(follower)
     try:
         first = _read_until(leader, "save a file to check again", 60)
-        assert "not implemented yet" in first and "stage 2" not in first, (
+        assert "is not written yet" in first and "stage 2" not in first, (
             "watch stops at the first stage that does not pass")
         _solve(workspace)
         second = _read_until(leader, "save a file to check again", 60)

@@ -11,7 +11,7 @@ from pathlib import Path
 from dojo.content.labs import Lab, load_lab, load_mutant
 from dojo.runner.execute import CheckRun, RunOptions
 from dojo.runner.mutants import materialised
-from dojo.runner.results import CheckResult, CheckStarted
+from dojo.runner.results import CheckResult, CheckStarted, ServicesReady, ServicesStarting
 from tests.runner.conftest import FIXTURES, HANG_SECONDS, IMPLS, by_check, run
 
 SOLUTION = FIXTURES / "solutions" / "tally"
@@ -41,8 +41,8 @@ def test_results_follow_the_stage_order_of_lab_yaml(content: Path) -> None:
 def test_a_started_event_precedes_each_result(tally: Lab) -> None:
     events = list(CheckRun(tally, SOLUTION, RunOptions(stages=("count",))))
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["CheckStarted", "CheckResult"] * 2, kinds
-    started, result = events[0], events[1]
+    assert kinds == ["ServicesReady"] + ["CheckStarted", "CheckResult"] * 2, kinds
+    started, result = events[1], events[2]
     assert isinstance(started, CheckStarted) and isinstance(result, CheckResult)
     assert started.check == result.check
 
@@ -170,3 +170,42 @@ def test_checks_that_cannot_start_give_one_error_in_pytests_words(content: Path)
     assert [(r.check, r.status) for r in summary.results] == [("(startup)", "error")]
     assert summary.results[0].message.startswith("the checks could not start: ")
     assert "checks" in summary.results[0].message
+
+
+def test_the_services_are_resolved_once_in_the_parent_and_handed_to_the_child(
+        content: Path) -> None:
+    lab = _copy_lab(content)
+    _add_check(lab, "test_04_endpoints.py", '''
+import os
+import pytest
+from dojo.services.manager import Endpoints
+
+pytestmark = pytest.mark.stage("count")
+
+
+def test_the_child_uses_the_endpoints_it_was_handed(services):
+    handed = os.environ.get("DOJO_ENDPOINTS")
+    assert handed, "the runner did not hand its endpoints to the child"
+    assert services == Endpoints.from_json(handed)
+''')
+    run = CheckRun(lab, SOLUTION,
+                   RunOptions(checks=("the_child_uses_the_endpoints_it_was_handed",)))
+    events = list(run)
+    assert run.endpoints is not None
+    results = [e for e in events if isinstance(e, CheckResult)]
+    assert [r.status for r in results] == ["pass"], results
+
+
+def test_services_that_are_down_are_announced_before_they_start(
+        tally: Lab, monkeypatch) -> None:
+    from dojo.services import manager
+
+    real = manager.status()
+    stopped = [manager.ServiceStatus(s.name, s.backend, "stopped") if s.name == "kafka" else s
+               for s in real]
+    monkeypatch.setattr(manager, "status", lambda: stopped)
+    events = list(CheckRun(tally, SOLUTION, RunOptions(stages=("count",))))
+    starting, ready = events[0], events[1]
+    assert isinstance(starting, ServicesStarting) and starting.services == ("kafka",)
+    assert isinstance(ready, ServicesReady) and ready.started == ("kafka",)
+    assert ready.seconds >= 0 and ready.backend

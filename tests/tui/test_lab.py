@@ -71,7 +71,8 @@ async def test_a_failing_stage_shows_its_message_in_full_and_a_hint(
         assert stages.state("count").status in ("fail", "error")
         assert stages.state("dedupe").status == "", "the run stops at the first failing stage"
         text = log_text(lab)
-        assert "not implemented yet: count_words (wordcount.py line 8)" in text
+        assert "wordcount.count_words() is not written yet." in text
+        assert "NotImplementedError at wordcount.py line 8" in text
         assert text.count("hint Split on whitespace") == 1, "one hint per stage, not per check"
         assert "Stage count does not pass yet" in text
         with ProgressStore() as store:

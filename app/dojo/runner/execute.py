@@ -3,10 +3,14 @@
 Usage, from the CLI or a TUI worker thread:
 
     run = CheckRun(lab, impl_dir, RunOptions(stop_at_failing_stage=True))
-    for event in run:            # CheckStarted, then CheckResult, per check, in stage order
-        ...
+    for event in run:            # ServicesStarting/ServicesReady first, then CheckStarted
+        ...                      # and CheckResult per check, in stage order
     run.summary                  # RunSummary of every result so far
     run.cancel()                 # from any thread: the child is killed, iteration ends
+
+The services are resolved once per run, here in the parent (started if they are down, with
+`ServicesStarting` / `ServicesReady` around the wait), and handed to every child in
+DOJO_ENDPOINTS: a child never resolves them again.
 
 One child process runs the whole selection. When a check hangs past its limit, or the child
 dies under it, that check is reported as an error and a new child runs the checks that
@@ -27,7 +31,17 @@ from dojo.content.labs import Lab
 from dojo.runner.child_process import ChildProcess, describe_exit
 from dojo.runner.ledger import drop_recorded, new_ledger
 from dojo.runner.limits import Limits, lab_limits
-from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    Collected,
+    RunEvent,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+    decode_event,
+)
+from dojo.services.manager import Endpoints
 
 POLL_SECONDS = 0.2  # how soon cancel() takes effect
 STARTUP_SECONDS = 60.0  # interpreter + pytest + collection, before the first check starts
@@ -94,6 +108,7 @@ class CheckRun:
         self._done: set[str] = set()
         self.check_seconds = self.options.check_seconds or self.lab.time_limits.check_seconds
         self.run_seconds = self.options.run_seconds or self.lab.time_limits.run_seconds
+        self.endpoints: Endpoints | None = None  # resolved once, handed to every child
 
     def cancel(self) -> None:
         """Stop the run from any thread: the child is killed and iteration ends."""
@@ -129,10 +144,17 @@ class CheckRun:
 
     def __iter__(self) -> Iterator[RunEvent]:
         if self.options.start_services and self.lab.services:
-            failure = _prepare_services()
-            if failure:
+            down = _services_down()
+            if down:
+                yield ServicesStarting(down)
+            started = time.monotonic()
+            endpoints, failure = _prepare_services()
+            if endpoints is None:
                 yield self._result(CheckResult("", "services", "error", failure))
                 return
+            self.endpoints = endpoints
+            yield ServicesReady(round(time.monotonic() - started, 3), down,
+                                endpoints.kafka_backend)
         deadline = time.monotonic() + self.run_seconds  # a slow service start is not the run's
         scratch = Path(tempfile.mkdtemp(prefix="dojo-run-"))
         ledger = new_ledger()
@@ -142,7 +164,7 @@ class CheckRun:
             while not self.cancelled:
                 serial += 1
                 self._child = ChildProcess.spawn(self._child_args(nodeids), scratch, serial,
-                                                 _limits_of(self.lab), ledger)
+                                                 _limits_of(self.lab), ledger, self.endpoints)
                 ending = yield from self._follow(self._child, deadline)
                 self._child.close()
                 drop_recorded(ledger)  # what a killed or crashed child could not drop
@@ -233,29 +255,29 @@ class CheckRun:
                                         or describe_exit(child.exit_code))
                 return _ChildEnding("done", progressed=progressed, detail=_exit_detail(child))
             timeout = min(POLL_SECONDS, limit_at - now, run_deadline - now)
-            for event in child.read_events(timeout):
+            for raw in child.read_events(timeout):
                 last_event = time.monotonic()
-                kind = event.get("event")
-                if kind == "collected":
+                try:
+                    event = decode_event(raw)
+                except ValueError:
+                    continue  # not ours (a learner's print cannot reach this pipe, but still)
+                if isinstance(event, Collected):
                     collected = True
                     if self._plan is None:
-                        self._plan = [_Planned(str(c["nodeid"]), str(c["stage"]),
-                                               str(c["check"])) for c in event["checks"]]
+                        self._plan = [_Planned(c.nodeid, c.stage, c.check)
+                                      for c in event.checks]
                         if self.options.checks:  # only the stages those checks belong to
                             stages_planned = {p.stage for p in self._plan}
                             self.summary.stage_order = tuple(
                                 s for s in self.summary.stage_order if s in stages_planned)
-                elif kind == "started":
-                    planned = _Planned(str(event["nodeid"]), str(event["stage"]),
-                                       str(event["check"]))
-                    limit = float(event.get("limit") or self.check_seconds)
-                    in_flight = _InFlight(planned, last_event, limit)
-                    yield CheckStarted(planned.stage, planned.check, planned.nodeid)
-                elif kind == "result":
-                    fields = {k: v for k, v in event.items() if k != "event"}
+                elif isinstance(event, CheckStarted):
+                    planned = _Planned(event.nodeid, event.stage, event.check)
+                    in_flight = _InFlight(planned, last_event, event.limit or self.check_seconds)
+                    yield event
+                elif isinstance(event, CheckResult):
                     progressed = True
                     in_flight = None
-                    yield self._result(CheckResult.from_dict(fields))
+                    yield self._result(event)
 
     def _not_run(self, reason: str) -> Iterator[CheckResult]:
         """Every planned check still without a result gets one that says why."""
@@ -286,17 +308,28 @@ def _startup_failure(detail: str) -> str:
     return f"the checks could not start: {detail or 'the test process ended at once'}"
 
 
-def _prepare_services() -> str:
-    """Start PostgreSQL and Kafka now, so their start-up time never counts against a check.
-    Returns what went wrong, or "" when they are up."""
+def _services_down() -> tuple[str, ...]:
+    """The services that are neither external nor running (what resolve() will start)."""
+    from dojo.services.errors import ServiceError
+    from dojo.services.manager import status
+
+    try:
+        return tuple(s.name for s in status() if s.state not in ("up", "external"))
+    except ServiceError:
+        return ("postgres", "kafka")  # a broken state file: resolve() says what is wrong
+
+
+def _prepare_services() -> tuple[Endpoints | None, str]:
+    """Resolve (and start, if need be) PostgreSQL and Kafka now, once for the whole run, so
+    their start-up time never counts against a check. Returns (the endpoints, "") or
+    (None, what went wrong)."""
     from dojo.services.errors import ServiceError
     from dojo.services.manager import resolve
 
     try:
-        resolve(start=True)
+        return resolve(start=True), ""
     except ServiceError as exc:
-        return f"the services this lab needs could not start: {exc}"
-    return ""
+        return None, f"the services this lab needs could not start: {exc}"
 
 
 def _limits_of(lab: Lab) -> Limits:

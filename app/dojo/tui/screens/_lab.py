@@ -21,7 +21,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
 from dojo.runner import workspace
-from dojo.runner.results import CheckResult, CheckStarted, RunSummary, StageSummary
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+    StageSummary,
+)
 from dojo.tui.pages import diff_page, files_page, lab_overview_page, lab_stage_page, read_lab_readme
 from dojo.tui.widgets import CheckLog, CheckRunner, DocumentView, ServicesPanel, StageList
 from dojo.tui.widgets._stage_list import OVERVIEW, StageState
@@ -212,13 +219,16 @@ class LabScreen(Screen[None]):
         self.query_one(TabbedContent).active = "lab-results"
         self._awaiting_done = self.runner.run(options)
 
-    def on_check_runner_progress(self, message: CheckRunner.Progress) -> None:
-        self.query_one(CheckLog).note(" ".join(message.line.split()))
-        self.query_one(ServicesPanel).check()
-
     def on_check_runner_event(self, message: CheckRunner.Event) -> None:
         event = message.event
         log = self.query_one(CheckLog)
+        if isinstance(event, ServicesStarting):
+            log.services_starting(event)
+            return
+        if isinstance(event, ServicesReady):
+            log.services_ready(event)
+            self.query_one(ServicesPanel).check()
+            return
         stages = self.query_one(StageList)
         if event.stage != self._current_stage:
             self._finish_stage(self._current_stage)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
@@ -12,8 +13,17 @@ from textual.widgets import Static
 from dojo.tui.widgets._meter import STATUS_WORDS, stage_mark
 
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from dojo.content.labs import Lab
-    from dojo.runner.results import CheckResult, CheckStarted
+    from dojo.runner.results import CheckResult, CheckStarted, ServicesReady, ServicesStarting
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+SERVICE_NAMES = {"postgres": "PostgreSQL", "kafka": "Kafka"}
+
+
+def _services(names: tuple[str, ...]) -> str:
+    return " and ".join(SERVICE_NAMES.get(name, name) for name in names)
 
 
 class CheckLog(VerticalScroll, can_focus=True):
@@ -49,6 +59,7 @@ class CheckLog(VerticalScroll, can_focus=True):
         self._stage = ""
         self._in_flight: dict[str, Static] = {}
         self._hinted: set[str] = set()  # stages whose hint is already shown in this run
+        self._starting: tuple[Static, float, str, Timer] | None = None  # the spinner line
 
     def _add(self, content: Content | str, classes: str = "") -> Static:
         follow = self.scroll_y >= self.max_scroll_y - 1
@@ -60,6 +71,7 @@ class CheckLog(VerticalScroll, can_focus=True):
         return line
 
     def clear(self) -> None:
+        self._stop_spinner()
         self._stage = ""
         self._in_flight.clear()
         self._hinted.clear()
@@ -67,6 +79,39 @@ class CheckLog(VerticalScroll, can_focus=True):
 
     def note(self, text: str, error: bool = False) -> None:
         self._add(text, "check-error" if error else "check-note")
+
+    def services_starting(self, event: ServicesStarting) -> None:
+        """A line that turns and counts seconds until `services_ready`."""
+        self._stop_spinner()
+        text = f"starting {_services(event.services)}…"
+        line = self._add(Content.assemble((SPINNER[0] + " ", "$text-accent"), text),
+                         "check-note")
+        started = time.monotonic()
+        turns = iter(range(1 << 30))
+
+        def tick() -> None:
+            spin = SPINNER[next(turns) % len(SPINNER)]
+            line.update(Content.assemble((spin + " ", "$text-accent"), text,
+                                         (f" {time.monotonic() - started:.1f} s",
+                                          "$text-muted")))
+
+        self._starting = (line, started, text, self.set_interval(0.1, tick))
+
+    def services_ready(self, event: ServicesReady) -> None:
+        """The spinner line says what started and how long it took."""
+        starting = self._stop_spinner()
+        if starting is not None:
+            starting.update(Content.assemble(("✓ ", "$text-success"),
+                                             f"{_services(event.started)} up",
+                                             (f" in {event.seconds:.1f} s", "$text-muted")))
+
+    def _stop_spinner(self) -> Static | None:
+        if self._starting is None:
+            return None
+        line, _, _, timer = self._starting
+        timer.stop()
+        self._starting = None
+        return line
 
     def _stage_heading(self, stage_id: str) -> None:
         if stage_id == self._stage:
@@ -85,6 +130,7 @@ class CheckLog(VerticalScroll, can_focus=True):
             ("◌ ", "$text-accent"), event.check, (" running…", "$text-muted")))
 
     def result(self, event: CheckResult) -> None:
+        self._stop_spinner()
         self._stage_heading(event.stage)
         took = f"{event.duration:.2f}s" if event.duration < 1 else f"{event.duration:.1f}s"
         line = Content.assemble(stage_mark(event.status), " ", event.check,
@@ -100,17 +146,21 @@ class CheckLog(VerticalScroll, can_focus=True):
             self._add(line)
         if event.passed:
             return
-        if event.message:
-            self._add(event.message.rstrip(), "check-message")
-        if event.stage in self._hinted:
-            return
+        # a typed failure is shown from its fields; its lessons join the stage's, once
+        message = event.failure.render(lessons=False) if event.failure else event.message
+        if message:
+            self._add(message.rstrip(), "check-message")
+        first = event.stage not in self._hinted  # the hint and stage lesson once per stage
         self._hinted.add(event.stage)
+        lessons = [lesson for lesson in (event.failure.lessons if event.failure else ())
+                   if lesson != event.lesson]
+        if first and event.lesson:
+            lessons.append(event.lesson)
         extra: list[str | tuple[str, str]] = []
-        if event.hint:
+        if first and event.hint:
             extra += [("hint ", "bold $text-success"), event.hint]
-        if event.lesson:
-            extra += ["\n" if extra else "", ("read ", "bold $text-primary"),
-                      f"lesson {event.lesson}"]
+        for lesson in lessons:
+            extra += ["\n" if extra else "", ("read ", "bold $text-primary"), f"lesson {lesson}"]
         if extra:
             self._add(Content.assemble(*extra), "check-note")
 
