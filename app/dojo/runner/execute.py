@@ -286,6 +286,10 @@ class CheckRun:
 
     def _run_limit_hit(self, ending: _ChildEnding) -> Iterator[CheckResult]:
         limit = f"the whole run exceeded its {self.run_seconds:g} s limit"
+        if self._plan is None:  # no check known yet: the run itself gets the result
+            yield self._result(CheckResult("", "(startup)", "error",
+                                           f"{limit} before the checks were collected"))
+            return
         if ending.in_flight is not None:
             where = f"\nIt was running {ending.detail}" if ending.detail else ""
             yield self._error(ending.in_flight.planned, f"{limit} while this check ran{where}",
