@@ -27,49 +27,113 @@ from dojo.services.postgres import libpq_url, with_database
 
 @dataclass
 class Database:
-    """A database of this test's own. `url` is for SQLAlchemy, `dsn` for psycopg.connect()."""
+    """A database of this test's own, owned by a role of its own.
+
+    `url` / `dsn` / `engine` log in as that role: it owns the database and what the learner's
+    schema creates in it, and nothing else (no superuser, no other database, no COPY TO
+    PROGRAM). Learner code gets these. `admin_url` is the server's administrator on the same
+    database, for observers that need more (another role's sessions, extensions); a check
+    never hands it to learner code. On a server where dojo may not create roles, `role` is
+    "" and both URLs are the administrator's.
+    """
 
     name: str
     url: str
     dsn: str
     engine: Engine
+    admin_url: str = ""
+    role: str = ""
     _engines: list[Engine] = field(default_factory=list, repr=False)
 
     def make_engine(self, **kwargs: Any) -> Engine:
-        """Another engine on this database (own pool, own options), disposed at teardown."""
+        """Another engine on this database as its own role (own pool, own options),
+        disposed at teardown."""
         engine = create_engine(self.url, **kwargs)
         self._engines.append(engine)
         return engine
 
+    def make_admin_engine(self, **kwargs: Any) -> Engine:
+        """An engine as the server's administrator, for observers only; disposed at
+        teardown."""
+        engine = create_engine(self.admin_url or self.url, **kwargs)
+        self._engines.append(engine)
+        return engine
 
-def _admin(endpoints: Endpoints) -> Any:
+
+def _admin(endpoints: Endpoints, dbname: str | None = None) -> Any:
     import psycopg
 
-    return psycopg.connect(libpq_url(endpoints.database_url), autocommit=True, connect_timeout=10)
+    url = endpoints.database_url if dbname is None else with_database(endpoints.database_url,
+                                                                      dbname)
+    return psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10)
+
+
+def _may_create_roles(conn: Any) -> bool:
+    row = conn.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles "
+                       "WHERE rolname = current_user").fetchone()
+    return bool(row and row[0])
+
+
+def _as_role(url: str, role: str, password: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(username=role, password=password).render_as_string(
+        hide_password=False)
 
 
 def create_database(endpoints: Endpoints, hint: str = "") -> Database:
+    """A fresh `dojo_…` database and the role that owns it (see `Database`)."""
+    import secrets
+
+    from psycopg import sql
+
     check_database_server(endpoints)
     tag = "".join(ch for ch in hint.lower() if ch.isalnum())[:20]
     name = f"dojo_{tag + '_' if tag else ''}{uuid.uuid4().hex[:10]}"
     check_database_name(name)
-    ledger.record("database", name)  # before it exists: a kill between the two leaks nothing
+    ident = sql.Identifier(name)
+    role, password = "", ""
     with _admin(endpoints) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(endpoints.database_url, name)
+        if _may_create_roles(conn):
+            role, password = name, secrets.token_urlsafe(18)
+            ledger.record("role", role)  # before it exists: a kill between leaks nothing
+            conn.execute(sql.SQL(
+                "CREATE ROLE {} LOGIN PASSWORD {} NOSUPERUSER NOCREATEDB NOCREATEROLE "
+                "NOREPLICATION NOBYPASSRLS").format(ident, sql.Literal(password)))
+        ledger.record("database", name)
+        if role:
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(ident, ident))
+            # no other role gets in: parallel runs' roles included
+            conn.execute(sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC")
+                         .format(ident))
+        else:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+    admin_url = with_database(endpoints.database_url, name)
+    if role:
+        # created by the administrator, usable by the owner: lock observers read row locks
+        with _admin(endpoints, name) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pgrowlocks")
+    url = _as_role(admin_url, role, password) if role else admin_url
     engine = create_engine(url, pool_pre_ping=True)
-    db = Database(name=name, url=url, dsn=libpq_url(url), engine=engine)
+    db = Database(name=name, url=url, dsn=libpq_url(url), engine=engine, admin_url=admin_url,
+                  role=role)
     db._engines.append(engine)
     return db
 
 
 def drop_database(endpoints: Endpoints, db: Database) -> None:
+    from psycopg import sql
+
     check_database_name(db.name)
     for engine in db._engines:
         engine.dispose()
     with _admin(endpoints) as conn:
         # FORCE ends sessions learner code left open (a crashed worker, a leaked connection).
-        conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)')
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(db.name)))
+        if db.role:
+            check_database_name(db.role)
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(db.role)))
 
 
 # -- the learner's schema -----------------------------------------------------------------
