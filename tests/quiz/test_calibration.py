@@ -36,7 +36,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",
-    "dlq-ordering": "partial 40 < negated 80",
     "dlq-rabbit-sqs": ("held out: strong 20 < negated 80; partial 60 < negated 80; "
                        "strong 20 < partial 60"),
     "dlq-spot-outage": "partial 40 < negated 85",
