@@ -64,7 +64,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "spring-context-test-caching": "partial 83 < negated 100",
     "spring-context-what": "held out: partial 25 < negated 100",
     "where-to-look-first-incident-story": "strong 81 < negated 100; partial 75 < negated 100",
-    "where-to-look-first-method": "partial 60 < negated 100",
     "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
     "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
     "idem-external-effect": "strong 85 < negated 100; partial 60 < negated 100",
