@@ -55,7 +55,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "money-service-lock-order": "partial 60 < negated 100",
     "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
     "reflection-inaccessible-object": "strong 20 < partial 38",
-    "reflection-scanning-reads-bytes": "partial 60 < negated 90",
     "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
     "reflection-what": "partial 54 < negated 100",
     "spring-context-bfpp-vs-bpp": "partial 50 < negated 100",
