@@ -43,7 +43,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "component-scan-component-vs-bean": "strong 70 < negated 90; partial 40 < negated 90",
     "component-scan-definition-to-object": "partial 67 < negated 83",
     "component-scan-how": "held out: strong 58 < negated 71; partial 33 < negated 71",
-    "distributed-logging-async": "partial 50 < negated 67",
     "distributed-logging-complaint": ("held out: partial 50 < wrong-right-words 62; "
                                       "partial 50 < negated 88"),
     "distributed-logging-spot-own-id": "partial 40 < negated 100",
