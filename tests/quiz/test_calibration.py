@@ -36,10 +36,9 @@ KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",
-    "dlq-rabbit-sqs": ("held out: strong 20 < negated 80; partial 60 < negated 80; "
-                       "strong 20 < partial 60"),
+    "dlq-rabbit-sqs": "held out: partial 60 < negated 80",
     "dlq-spot-outage": "partial 40 < negated 85",
-    "dlq-what": "partial 20 < negated 45",
+    "dlq-what": "strong 45 < negated 65; partial 20 < negated 65",
     "component-scan-component-vs-bean": "strong 70 < negated 90; partial 40 < negated 90",
     "component-scan-definition-to-object": "partial 67 < negated 83",
     "component-scan-how": "held out: strong 58 < negated 71; partial 33 < negated 71",
