@@ -115,7 +115,8 @@ def _start(args: argparse.Namespace) -> int:
     else:
         print(f"{outcome.path} exists already; your work is untouched "
               f"(`dojo lab reset {lab.id}` starts over)")
-    print(f"read {lab.readme}, then: dojo lab check {lab.id}   (or: dojo lab watch {lab.id})")
+    print(f"read {workspace.readme_path(lab)}, then: dojo lab check {lab.id}   "
+          f"(or: dojo lab watch {lab.id})")
     return 0
 
 
@@ -167,7 +168,10 @@ def _watch(args: argparse.Namespace) -> int:
             print("\033[2J\033[H", end="")  # a fresh screen per run, like rustlings
         printer = Printer(lab, colour=colour)
         printer.header(label)
-        summary = _run(lab, impl, RunOptions(stop_at_failing_stage=True), printer, False)
+        # the stage being worked on first, then the ones before it, then the later ones
+        first = progress.first_unfinished_stage(lab) if is_workspace else ""
+        summary = _run(lab, impl, RunOptions(stop_at_failing_stage=True, first_stage=first),
+                       printer, False)
         if is_workspace:
             progress.record_stage_results(lab, summary)
         printer.summary(summary, stopped_early=True)
