@@ -72,6 +72,9 @@ def test_progress_shows_read_lessons_mastery_and_lab_stages(tmp_path: Path) -> N
     assert columns(row(done.stdout, "Dead letter queues")) == [
         "01", "Dead letter queues", "read", "25%", "1/4", "dlq 1/2"]
     assert columns(row(done.stdout, "Idempotent consumers"))[2] == "reading"
+    assert done.stdout.rstrip().splitlines()[-1].endswith(
+        "next, question 1 of 1: drill “Dead letter queues”: 3 cards to go — "
+        "dojo quiz --lesson 01"), "the guided path's next step, with the command for it"
     lessons = {lesson["id"]: lesson for lesson in
                json.loads(run_dojo(["lessons", "--json"], tmp_path, content=content).stdout)}
     dlq = lessons["dead-letter-queue"]

@@ -125,18 +125,49 @@ def lessons_table(lines: list[LessonLine], style: Style, width: int | None) -> s
     return "\n".join(out)
 
 
+def next_step_line(catalog: Catalog, lines: list[LessonLine], reviewed: set[str],
+                   passed: dict[str, set[str]]) -> str:
+    """The guided path in one line: how far the interview is, and what to do next (with the
+    command that does it)."""
+    from dojo.interview_path import interview_path
+
+    built = {lab.lab for line in lines for lab in line.labs if lab.ready}
+    path = interview_path(catalog, {line.lesson.id: line.read for line in lines}, reviewed,
+                          passed, built)
+    step = path.next_step
+    question = step.question
+    command = ""
+    if question is not None:
+        number = question.lesson.dir.name[:2]
+        command = {"read": "open it in the app (dojo)",
+                   "drill": f"dojo quiz --lesson {number}",
+                   "lab": f"dojo lab check {step.lab} --stage {step.stage}"}[step.kind]
+        where = f"question {question.number} of {len(path.questions)}: "
+    else:
+        where = ""
+    return (f"Interview {round(path.fraction * 100)}% · next, {where}{step.describe()}"
+            + (f" — {command}" if command else ""))
+
+
 def run_lessons(args: argparse.Namespace) -> int:
     catalog = load_catalog(content_root())
     if not catalog.lessons:
         raise CommandFailed(f"no lessons under {catalog.root / 'lessons'} yet")
     with ProgressStore() as store:
         lines = lesson_lines(catalog, store)
+        scheduler = ReviewScheduler(store)
+        reviewed = {card.id for card in catalog.cards if scheduler.state(card.id) is not None}
+        passed = {lab.lab: store.passed_stages(lab.lab)
+                  for line in lines for lab in line.labs if lab.ready}
     if args.json:
         print(json.dumps([line.as_dict() for line in lines], indent=2, ensure_ascii=False))
     else:
         terminal = sys.stdout.isatty()
         width = shutil.get_terminal_size().columns if terminal else None
-        print(lessons_table(lines, Style(use_colour(sys.stdout)), width))
+        style = Style(use_colour(sys.stdout))
+        print(lessons_table(lines, style, width))
+        if catalog.track("interview"):
+            print("\n" + style.bold(next_step_line(catalog, lines, reviewed, passed)))
     if catalog.problems:
         print(f"\n{len(catalog.problems)} content problem(s); run `dojo lint`", file=sys.stderr)
     return 0
