@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import on, work
@@ -19,18 +18,12 @@ from textual.strip import Strip
 from textual.widgets import Input
 
 from dojo.tui.document import Block, Palette, Prose, RenderedDocument, render_document
+from dojo.tui.widgets._page_marks import Match, find_matches, mark_spans, pick_link, type_into
 
 MATCH_STYLE = Style(reverse=True)
 CURRENT_MATCH_STYLE = Style(reverse=True, bold=True, underline=True)
 MORE_STYLE = Style(bold=True, dim=True)
 LINK_SELECTED_STYLE = Style(reverse=True)
-
-
-@dataclass(frozen=True)
-class Match:
-    line: int
-    start: int  # cells
-    end: int
 
 
 class DocumentView(ScrollView, can_focus=True):
@@ -300,36 +293,17 @@ class DocumentView(ScrollView, can_focus=True):
         return Strip.join(pieces).apply_style(base)
 
     def _highlight(self, strip: Strip, index: int) -> Strip:
-        cuts: list[int] = []
-        styles: list[Style | None] = []
-        position = 0
-        for number in self._by_line[index]:
-            match = self._matches[number]
-            if match.start < position:
-                continue
-            cuts += [match.start, match.end]
-            styles += [None, CURRENT_MATCH_STYLE if number == self._current else MATCH_STYLE]
-            position = match.end
-        cuts.append(strip.cell_length)
-        styles.append(None)
-        pieces = strip.divide(cuts)
-        out: list[Strip] = []
-        for piece, style in zip(pieces, styles, strict=False):
-            out.append(piece if style is None else
-                       Strip(list(Segment.apply_style(list(piece), None, style))))
-        return Strip.join(out)
+        return mark_spans(strip, [
+            (self._matches[n].start, self._matches[n].end,
+             CURRENT_MATCH_STYLE if n == self._current else MATCH_STYLE)
+            for n in self._by_line[index]])
 
     def _highlight_link(self, strip: Strip, index: int) -> Strip:
         document = self._document
         if document is None or self._link >= len(document.links):
             return strip
-        for line, start, end in document.links[self._link].spans:
-            if line == index:
-                before, inside, after = strip.divide([start, end, strip.cell_length])
-                marked = Strip(list(Segment.apply_style(list(inside), None,
-                                                        LINK_SELECTED_STYLE)))
-                strip = Strip.join([before, marked, after])
-        return strip
+        return mark_spans(strip, [(start, end, LINK_SELECTED_STYLE) for line, start, end
+                                  in document.links[self._link].spans if line == index])
 
     # --- moving --------------------------------------------------------------------------
 
@@ -399,7 +373,7 @@ class DocumentView(ScrollView, can_focus=True):
         self._prompt = prompt
         pending, self._pending_keys = self._pending_keys, None
         for key in pending or []:
-            self._type(key)
+            type_into(prompt, key)
 
     def detach_prompt(self) -> None:
         self._prompt = None
@@ -414,23 +388,11 @@ class DocumentView(ScrollView, can_focus=True):
             event.stop()
             event.prevent_default()
             if self._prompt is not None:
-                self._type(event)
+                type_into(self._prompt, event)
             else:
                 self._pending_keys.append(event)  # type: ignore[union-attr]
         elif event.key in self.opens_prompt:
             self._pending_keys = []  # the event itself goes on to the screen's binding
-
-    def _type(self, event: Key) -> None:
-        prompt = self._prompt
-        if prompt is None:
-            return
-        if event.is_printable and event.character:
-            prompt.insert_text_at_cursor(event.character)
-        elif event.key == "backspace":
-            prompt.action_delete_left()
-        elif event.key in ("enter", "escape"):  # the prompt's own Enter and Esc
-            action = "submit" if event.key == "enter" else "cancel"
-            self.call_later(self.app.run_action, action, prompt)
 
     # --- links ---------------------------------------------------------------------------
 
@@ -451,16 +413,8 @@ class DocumentView(ScrollView, can_focus=True):
         document = self._document
         if document is None or not document.links:
             return
-        links = document.links
-        if 0 <= self._link < len(links) and self._visible(links[self._link].line):
-            chosen = (self._link + step) % len(links)
-        elif step > 0:
-            chosen = next((n for n, link in enumerate(links) if link.line >= self.top_line), 0)
-        else:
-            bottom = self.top_line + self.scrollable_content_region.height
-            chosen = next((n for n in range(len(links) - 1, -1, -1)
-                           if links[n].line < bottom), len(links) - 1)
-        self._select_link(chosen)
+        self._select_link(pick_link(document.links, self._link, self.top_line,
+                                    self.scrollable_content_region.height, step))
 
     def _select_link(self, index: int) -> None:
         self._link = index
@@ -524,19 +478,10 @@ class DocumentView(ScrollView, can_focus=True):
 
     def _find(self, query: str, keep_current: bool) -> None:
         document = self._document
-        self._matches, self._by_line = [], {}
-        if not query or document is None:
-            return
-        needle = query.lower()
-        for index, line in enumerate(document.lines):
-            haystack = line.text.lower()
-            start = haystack.find(needle)
-            while start != -1:
-                begin = cell_len(line.text[:start])
-                end = begin + cell_len(line.text[start:start + len(needle)])
-                self._by_line.setdefault(index, []).append(len(self._matches))
-                self._matches.append(Match(index, begin, end))
-                start = haystack.find(needle, start + max(1, len(needle)))
+        self._matches = find_matches(document.lines, query) if document is not None else []
+        self._by_line = {}
+        for number, match in enumerate(self._matches):
+            self._by_line.setdefault(match.line, []).append(number)
         if keep_current and self._matches:
             self._current = min(max(self._current, 0), len(self._matches) - 1)
 
