@@ -41,6 +41,22 @@ def test_start_copies_the_starter_and_never_overwrites_work(content: Path) -> No
     assert (workspace / "tally.py").read_text() == "# my work\n"
 
 
+def test_start_puts_the_lab_readme_beside_the_files_read_only_and_current(content: Path
+                                                                          ) -> None:
+    started = run_dojo("lab", "start", "tally", root=content)
+    workspace = content / "workspace" / "tally"
+    readme = workspace / "README.md"
+    lab_readme = content / "labs" / "tally" / "README.md"
+    assert readme.read_text() == lab_readme.read_text()
+    assert not readme.stat().st_mode & 0o222, "the instructions are the lab's, not for editing"
+    assert f"read {readme}" in started.stdout, "start names the README in the workspace"
+    lab_readme.write_text(lab_readme.read_text() + "\nA new paragraph.\n")
+    run_dojo("lab", "start", "tally", root=content)
+    assert readme.read_text().endswith("A new paragraph.\n"), "a changed lab README follows"
+    assert run_dojo("lab", "diff", "tally", root=content).stdout.startswith("no changes"), \
+        "the README is not the learner's change"
+
+
 def test_check_on_the_untouched_starter_exits_1_with_a_summary(content: Path) -> None:
     _started(content)
     result = run_dojo("lab", "check", "tally", root=content)

@@ -67,6 +67,33 @@ def test_stop_at_failing_stage_also_after_a_hang(tally: Lab) -> None:
     assert [s.status for s in summary.stages()] == ["pass", "error", "not-run"]
 
 
+def test_a_first_stage_runs_before_the_others_then_the_rest_in_lab_order(tally: Lab) -> None:
+    stages = [r.stage for r in run(tally, SOLUTION, first_stage="dedupe").results]
+    assert list(dict.fromkeys(stages)) == ["dedupe", "count", "persist"], stages
+
+
+def test_a_failing_first_stage_still_runs_the_earlier_stages_but_not_the_later(tally: Lab
+                                                                               ) -> None:
+    with materialised(tally, load_mutant(MUTANTS / "dedupe-by-word")) as mutant:
+        summary = run(tally, mutant, stop_at_failing_stage=True, first_stage="dedupe")
+    assert summary.results[0].stage == "dedupe", "the stage being worked on answers first"
+    assert [s.status for s in summary.stages()] == ["pass", "fail", "not-run"], \
+        "count comes before the stage being worked on, so it is checked for a regression"
+
+
+def test_an_earlier_stage_that_fails_stops_the_later_ones_too(tally: Lab) -> None:
+    with materialised(tally, load_mutant(MUTANTS / "case-sensitive")) as mutant:
+        summary = run(tally, mutant, stop_at_failing_stage=True, first_stage="dedupe")
+    assert [s.status for s in summary.stages()] == ["fail", "pass", "not-run"]
+
+
+def test_after_a_hang_in_the_first_stage_the_earlier_stages_still_run(tally: Lab) -> None:
+    summary = run(tally, IMPLS / "loops", stop_at_failing_stage=True, first_stage="dedupe",
+                  check_seconds=HANG_SECONDS)
+    assert [s.status for s in summary.stages()] == ["pass", "error", "not-run"], \
+        "the checks of count run in the child started after the hang"
+
+
 def test_the_run_limit_ends_the_run_and_says_what_did_not_run(tally: Lab) -> None:
     started = time.monotonic()
     # 8 s: enough for the child to start and collect on a loaded 2-core machine (3.5 s seen),

@@ -50,11 +50,18 @@ EXIT_GRACE_SECONDS = 10.0  # after the last result, for session teardown to fini
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What to run and how long it may take. Limits default to the lab's time_limits."""
+    """What to run and how long it may take. Limits default to the lab's time_limits.
+
+    `first_stage` (watch mode: the stage being worked on) runs before the others, then the
+    stages before it in lab order, then those after. With `stop_at_failing_stage` the stages
+    up to `first_stage` always run (a failure there may come from an earlier stage the last
+    edit broke); a failure stops only the stages after it.
+    """
 
     stages: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     stop_at_failing_stage: bool = False
+    first_stage: str = ""
     check_seconds: float | None = None
     run_seconds: float | None = None
     start_services: bool = True
@@ -82,6 +89,15 @@ class _ChildEnding:
     in_flight: _InFlight | None = None
     detail: str = ""
     progressed: bool = False
+
+
+def runs_despite_failure(lab: Lab, options: RunOptions, stage: str) -> bool:
+    """Whether `stage` still runs after another stage failed: the stages up to
+    `options.first_stage` (in lab order) do."""
+    first = options.first_stage
+    order = lab.stage_ids
+    return bool(first) and first in order and stage in order and \
+        order.index(stage) <= order.index(first)
 
 
 def hang_message(seconds: float, where: str) -> str:
@@ -187,7 +203,8 @@ class CheckRun:
                 remaining = self._remaining()
                 if self.options.stop_at_failing_stage and ending.in_flight:
                     stage = ending.in_flight.planned.stage
-                    remaining = [p for p in remaining if p.stage == stage]
+                    remaining = [p for p in remaining if p.stage == stage
+                                 or runs_despite_failure(self.lab, self.options, p.stage)]
                 if not remaining:
                     return
                 nodeids = [p.nodeid for p in remaining]
@@ -199,6 +216,8 @@ class CheckRun:
 
     def _child_args(self, nodeids: list[str]) -> list[str]:
         args = ["--lab", str(self.lab.dir), "--impl", str(self.impl)]
+        if self.options.first_stage:
+            args += ["--first-stage", self.options.first_stage]
         if nodeids:
             return [*args, *nodeids]  # a restart: exactly these, already filtered
         for stage in self.options.stages:

@@ -45,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only this check id (repeatable)")
     group.addoption("--dojo-stop-at-failing-stage", action="store_true", default=False,
                     help="stop after the first stage in which a check failed or errored")
+    group.addoption("--dojo-first-stage", default="",
+                    help="run this stage first, then the earlier ones (they run even after "
+                         "a failure), then the later ones")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,6 +93,7 @@ class DojoReport:
         self.checks_dir = self.lab.checks_dir if self.lab else None
         self.out = _open_results(config.getoption("--dojo-results"))
         self.stop_at_failing_stage = bool(config.getoption("--dojo-stop-at-failing-stage"))
+        self.first_stage = str(config.getoption("--dojo-first-stage") or "")
         self._diagnoses: dict[tuple[str, str], Diagnosis] = {}
         self._needs: dict[str, tuple[str, ...]] = {}  # nodeid -> capabilities the broker lacks
         self._reports: dict[str, list[pytest.TestReport]] = {}
@@ -103,8 +107,21 @@ class DojoReport:
     # --- collection: order by stage, filter, announce ------------------------------------
 
     def _stage_rank(self, stage: str) -> int:
+        """Lab order, with the first stage (when one is given) before all the others."""
+        if self.first_stage and stage == self.first_stage:
+            return -1
+        return self._lab_index(stage)
+
+    def _lab_index(self, stage: str) -> int:
         order = self.lab.stage_ids if self.lab else ()
         return order.index(stage) if stage in order else len(order)
+
+    def _runs_despite_failure(self, current: str, following: str) -> bool:
+        """After a failure, the checks of the same stage still run, and so do the stages up
+        to the first stage."""
+        return following == current or (
+            bool(self.first_stage)
+            and self._lab_index(following) <= self._lab_index(self.first_stage))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
@@ -173,9 +190,10 @@ class DojoReport:
         self._emit_result(result)
         if result.status in ("fail", "error"):
             self._failed_stages.add(result.stage)
-        if (self.stop_at_failing_stage and result.stage in self._failed_stages
-                and (nextitem is None or stage_of(nextitem) != result.stage)):
-            item.session.shouldstop = f"stage {result.stage!r} did not pass"
+        if (self.stop_at_failing_stage and self._failed_stages and nextitem is not None
+                and not self._runs_despite_failure(result.stage, stage_of(nextitem))):
+            failed = next(iter(sorted(self._failed_stages, key=self._stage_rank)))
+            item.session.shouldstop = f"stage {failed!r} did not pass"
         return outcome
 
     def _emit_result(self, result: CheckResult) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
@@ -26,9 +27,32 @@ def _services(names: tuple[str, ...]) -> str:
     return " and ".join(SERVICE_NAMES.get(name, name) for name in names)
 
 
+HEADLINE_CELLS = 72  # how much of a folded failure's first line the summary repeats
+
+
+@dataclass
+class _Fold:
+    """Checks of one stage that failed with the same message: the first shows it in full
+    (and the stage's hint), the rest are counted on one line after that."""
+
+    after: Static  # the last line the first failure wrote
+    headline: str
+    checks: list[str] = field(default_factory=list)
+    summary: Static | None = None
+
+    def text(self) -> Content:
+        count = len(self.checks)
+        more = f"{count} more check fails" if count == 1 else f"{count} more checks fail"
+        return Content.assemble(("✗ ", "$text-error"), f"{more} the same way: ",
+                                (self.headline, "italic"), "\n",
+                                (" · ".join(self.checks), "$text-muted"))
+
+
 class CheckLog(VerticalScroll, can_focus=True):
     """One line per check (◌ while it runs, then its mark and time); a check that did not
-    pass shows its whole message, its hint and the lesson section to read."""
+    pass shows its whole message, its hint and the lesson section to read. Later checks of
+    the stage that fail with the same message are folded into one line under it, so the
+    message and the hint stay in view."""
 
     DEFAULT_CSS = """
     CheckLog {
@@ -41,6 +65,7 @@ class CheckLog(VerticalScroll, can_focus=True):
             padding: 0 1 0 3; color: $foreground; background: $error 10%;
         }
         & > .check-note { color: $text-muted; }
+        & > .check-fold { padding: 0 0 0 2; }
         & > .check-error { color: $text-error; }
         & > .check-summary { margin-top: 1; }
     }
@@ -60,9 +85,12 @@ class CheckLog(VerticalScroll, can_focus=True):
         self._in_flight: dict[str, Static] = {}
         self._hinted: set[str] = set()  # stages whose hint is already shown in this run
         self._starting: tuple[Static, float, str, Timer] | None = None  # the spinner line
+        self._folds: dict[tuple[str, str], _Fold] = {}  # (stage, message) -> its first failure
+        self._held: Static | None = None  # the run's first failing check, kept in view
 
     def _add(self, content: Content | str, classes: str = "") -> Static:
-        follow = self.scroll_y >= self.max_scroll_y - 1
+        # the log follows new lines until a check fails; then that failure stays in view
+        follow = self._held is None and self.scroll_y >= self.max_scroll_y - 1
         line = Static(content if isinstance(content, Content) else Content(content),
                       classes=classes)
         self.mount(line)
@@ -75,6 +103,8 @@ class CheckLog(VerticalScroll, can_focus=True):
         self._stage = ""
         self._in_flight.clear()
         self._hinted.clear()
+        self._folds.clear()
+        self._held = None
         self.remove_children()
 
     def note(self, text: str, error: bool = False) -> None:
@@ -129,8 +159,26 @@ class CheckLog(VerticalScroll, can_focus=True):
         self._in_flight[event.nodeid] = self._add(Content.assemble(
             ("◌ ", "$text-accent"), event.check, (" running…", "$text-muted")))
 
+    def _fold(self, event: CheckResult) -> bool:
+        """Count `event` under an earlier failure of its stage with the same message."""
+        fold = self._folds.get((event.stage, event.message.strip()))
+        if fold is None:
+            return False
+        running = self._in_flight.pop(event.nodeid, None) if event.nodeid else None
+        if running is not None:
+            running.remove()
+        fold.checks.append(event.check)
+        if fold.summary is None:
+            fold.summary = Static(fold.text(), classes="check-fold")
+            self.mount(fold.summary, after=fold.after)
+        else:
+            fold.summary.update(fold.text())
+        return True
+
     def result(self, event: CheckResult) -> None:
         self._stop_spinner()
+        if not event.passed and event.message.strip() and self._fold(event):
+            return
         self._stage_heading(event.stage)
         took = f"{event.duration:.2f}s" if event.duration < 1 else f"{event.duration:.1f}s"
         line = Content.assemble(stage_mark(event.status), " ", event.check,
@@ -143,13 +191,20 @@ class CheckLog(VerticalScroll, can_focus=True):
         if running is not None:
             running.update(line)
         else:
-            self._add(line)
+            running = self._add(line)
         if event.passed:
             return
+        if self._held is None:
+            self._held = running
+            self.call_after_refresh(self.scroll_to_widget, running, animate=False, top=True)
         # a typed failure is shown from its fields; its lessons join the stage's, once
         message = event.failure.render(lessons=False) if event.failure else event.message
         if message:
-            self._add(message.rstrip(), "check-message")
+            shown = self._add(message.rstrip(), "check-message")
+            headline = message.strip().splitlines()[0]
+            if len(headline) > HEADLINE_CELLS:
+                headline = headline[:HEADLINE_CELLS - 1] + "…"
+            self._folds[(event.stage, event.message.strip())] = _Fold(shown, headline)
         first = event.stage not in self._hinted  # the hint and stage lesson once per stage
         self._hinted.add(event.stage)
         lessons = [lesson for lesson in (event.failure.lessons if event.failure else ())
@@ -162,7 +217,10 @@ class CheckLog(VerticalScroll, can_focus=True):
         for lesson in lessons:
             extra += ["\n" if extra else "", ("read ", "bold $text-primary"), f"lesson {lesson}"]
         if extra:
-            self._add(Content.assemble(*extra), "check-note")
+            hint = self._add(Content.assemble(*extra), "check-note")
+            fold = self._folds.get((event.stage, event.message.strip()))
+            if fold is not None:
+                fold.after = hint  # the hint stays right under the message
 
     def summary(self, text: Content) -> None:
         self._add(text, "check-summary")
