@@ -24,6 +24,7 @@ def lint_lessons(root: Path | None = None) -> list[Problem]:
     for file in files:
         problems.extend(lint_lesson_file(file, root))
         problems.extend(seed_mentions(file.dir / "lesson.md"))
+        problems.extend(seed_mentions(file.dir / "cards.yaml"))
         if file.lesson is not None:
             problems.extend(lint_cards(file.lesson, file.cards_parsed))
     problems.extend(_across_lessons(files, catalog))

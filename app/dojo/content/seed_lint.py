@@ -3,7 +3,7 @@
 `seed_mentions(path)` yields one Problem per line that uses the word (seed, seeds, seeded,
 the seed's ...). `dojo lint` applies it to every lesson.md (through `lint_lessons`) and to
 every lab's README.md and lab.yaml, where the stage texts and hints live (through
-`lint_labs`). Card files are not checked here: they are linted with the lessons' card rules.
+`lint_labs`), and to every lesson's cards.yaml (model answers and points are shown too).
 """
 
 from __future__ import annotations
@@ -36,5 +36,5 @@ def lab_seed_mentions(lab_dir: Path) -> Iterator[Problem]:
 
 
 def learner_text_files(root: Path) -> list[Path]:
-    return sorted([*root.glob("lessons/*/lesson.md"),
+    return sorted([*root.glob("lessons/*/lesson.md"), *root.glob("lessons/*/cards.yaml"),
                    *(path for name in LAB_TEXT_FILES for path in root.glob(f"labs/*/{name}"))])
