@@ -80,7 +80,12 @@ losing lost stall stalls naive antipattern graveyard instead flaw flawed wrongly
 incorrectly
 """.split())
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
+# A dotted name (spring.factories, com.acme.fx, max.poll.interval.ms) or a decimal (0.5) is one
+# match: a dot with no space after it ends no sentence.
+_TOKEN = re.compile(r"[a-z0-9]+(?:\.[a-z0-9]+)*(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
+_DECIMAL = re.compile(r"\d+(?:\.\d+)+")
+# "e.g." and "i.e." end no sentence and say nothing.
+_ABBREVIATIONS = frozenset({"e.g", "i.e"})
 _SENTENCE_END = frozenset(".!?\n")
 
 
@@ -109,8 +114,11 @@ def tokenize(text: str) -> list[Token]:
     clause = sentence = 0
     tokens: list[Token] = []
     lowered = text.lower()
+    skip_dot = -1
     for match in _TOKEN.finditer(lowered):
         piece = match.group()
+        if match.start() == skip_dot:
+            continue
         if not piece[0].isalnum():
             clause += 1
             if piece.strip() in _SENTENCE_END or piece == "\n":
@@ -118,6 +126,18 @@ def tokenize(text: str) -> list[Token]:
             continue
         piece = piece.replace("’", "'")
         start, end = match.start(), match.end()
+        if piece in _ABBREVIATIONS:
+            skip_dot = end
+            continue
+        if "." in piece and not _DECIMAL.fullmatch(piece.split("'")[0]):
+            # A dotted name: its parts are plain words of one phrase ("max poll interval"),
+            # never a negator or a clause word.
+            offset = start
+            for part in piece.split("'")[0].split("."):
+                stemmed = stem(part)
+                tokens.append(Token(part, stemmed, offset, offset + len(part), clause, sentence))
+                offset += len(part) + 1
+            continue
         if piece.endswith("n't"):
             base = {"can't": "can", "won't": "will", "shan't": "shall"}.get(piece, piece[:-3])
             raw.append((base, start, end - 3))

@@ -1,0 +1,33 @@
+"""How an answer is cut into words, clauses and sentences before cues look at it."""
+
+from __future__ import annotations
+
+from dojo.content.cues import match_cue, parse_cue, tokenize
+
+
+def one_sentence(cue: str, text: str) -> bool:
+    """Whether `cue`, limited to one sentence (as misconceptions are), matches `text`."""
+    return match_cue(parse_cue(cue, {}, sentences=1), tokenize(text)) is not None
+
+
+def test_a_dotted_name_or_a_decimal_ends_no_sentence() -> None:
+    assert one_sentence("boot + read* + every auto configuration",
+                        "Boot reads spring.factories for every auto-configuration.")
+    assert one_sentence("consumer + kicked out",
+                        "The consumer waits past max.poll.interval.ms and gets kicked out.")
+    assert one_sentence("ratio + half", "A ratio of 0.5 means half of the calls failed.")
+    assert one_sentence("module + open* + reflection",
+                        "The module com.acme.fx opens the package for reflection.")
+    # A full stop followed by a space still ends the sentence.
+    assert not one_sentence("boot + every auto configuration",
+                            "Boot reads it. Then every auto-configuration loads.")
+
+
+def test_a_dotted_name_is_one_phrase_of_its_parts_and_a_decimal_one_word() -> None:
+    tokens = tokenize("set max.poll.interval.ms to 0.5 of it, e.g. here")
+    assert [t.word for t in tokens] == ["set", "max", "poll", "interval", "ms", "to", "0.5",
+                                        "of", "it", "here"]
+    assert len({t.sentence for t in tokens}) == 1
+    assert match_cue(parse_cue("max poll interval", {}), tokens) is not None
+    assert match_cue(parse_cue("spring.factories", {}),
+                     tokenize("listed in spring factories")) is not None
