@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dojo.content.cues import match_cue, parse_cue, tokenize
+from dojo.content.cues import match_cue, parse_cue
+from dojo.content.tokens import tokenize
 
 
 def one_sentence(cue: str, text: str) -> bool:

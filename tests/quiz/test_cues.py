@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dojo.content import content_root, load_catalog
-from dojo.content.cues import match_cue, parse_cue, repair_typos, tokenize
+from dojo.content.cues import match_cue, parse_cue
+from dojo.content.tokens import tokenize
+from dojo.content.typos import repair_typos
 from dojo.quiz.scoring import CONTRADICTION_CAP, Verdict, score_answer
 
 CATALOG = load_catalog(content_root())

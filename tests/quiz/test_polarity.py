@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dojo.content import Card, KeyPoint
-from dojo.content.cues import criticised, match_cue, parse_cue, repair_typos, tokenize
+from dojo.content.critique import criticised
+from dojo.content.cues import match_cue, parse_cue
+from dojo.content.tokens import tokenize
+from dojo.content.typos import repair_typos
 from dojo.quiz.scoring import Verdict, score_answer
 
 

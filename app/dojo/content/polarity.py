@@ -21,25 +21,19 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
+from dojo.content.critique import criticised
 from dojo.content.cues import (
-    LINK_WORDS,
-    NOT,
     Cue,
     CueMatch,
     Idea,
-    Occurrence,
-    Token,
     Word,
     _phrase_at,
-    _same_claim,
     combinations,
-    criticised,
-    denial_at,
-    governing_negators,
     match_cue,
     occurrences,
-    stem,
 )
+from dojo.content.negation import LINK_WORDS, _same_claim, denial_at, governing_negators
+from dojo.content.tokens import NOT, Occurrence, Token, stem
 
 _BUT_IT = frozenset("but it this that they which".split())
 # A clause opened by one of these states a condition or a case, not a claim.

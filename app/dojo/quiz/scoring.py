@@ -18,16 +18,13 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
 
-from dojo.content.cues import (
-    Token,
-    criticised,
-    match_cue,
-    repair_typos,
-    tokenize,
-)
+from dojo.content.critique import criticised
+from dojo.content.cues import match_cue
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
 from dojo.content.polarity import denied, fix_part, is_fix, negates_statement, swapped
+from dojo.content.tokens import Token, tokenize
+from dojo.content.typos import repair_typos
 from dojo.quiz.answer_shape import AnswerShape, answer_shape
 
 KEYWORD_LIST_FACTOR = 0.5
@@ -177,7 +174,8 @@ class _Answer:
     def negated_span(self, span: Span) -> bool:
         """A regex match is negated like a cue: an odd number of negators before it in its
         clause that it does not contain itself."""
-        from dojo.content.cues import NEGATION_SCOPE, NOT
+        from dojo.content.negation import NEGATION_SCOPE
+        from dojo.content.tokens import NOT
 
         inside = [i for i, t in enumerate(self.tokens) if t.start >= span[0] and t.end <= span[1]]
         if not inside:
