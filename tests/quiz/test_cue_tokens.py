@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dojo.content.cues import match_cue, parse_cue
 from dojo.content.tokens import tokenize
+from dojo.content.typos import repair_typos
 
 
 def one_sentence(cue: str, text: str) -> bool:
@@ -32,3 +33,26 @@ def test_a_dotted_name_is_one_phrase_of_its_parts_and_a_decimal_one_word() -> No
     assert match_cue(parse_cue("max poll interval", {}), tokens) is not None
     assert match_cue(parse_cue("spring.factories", {}),
                      tokenize("listed in spring factories")) is not None
+
+
+def repaired(text: str, *card_words: str) -> list[str]:
+    return [t.word for t in repair_typos(tokenize(text), frozenset(card_words))]
+
+
+def test_an_english_word_is_never_bent_onto_a_card_word() -> None:
+    assert repaired("a block, blocking, grows, the trade-off, the broker",
+                    "lock", "locking", "rows", "trace", "broken") \
+        == ["block", "blocking", "grows", "trade", "off", "broker"]
+
+
+def test_a_repair_that_only_adds_or_drops_a_prefix_is_no_repair() -> None:
+    # Neither word is in the English list, but de- and im- change the meaning.
+    assert repaired("we deduplicate them", "duplicate") == ["we", "deduplicate", "them"]
+    assert repaired("unretryable", "retryable") == ["unretryable"]
+
+
+def test_misspelt_card_words_are_still_repaired_and_s_z_spellings_joined() -> None:
+    assert repaired("an idempotnet consumr with exponentail backoff",
+                    "idempotent", "consumer", "exponential") \
+        == ["idempotent", "consumer", "with", "exponential", "backoff"]
+    assert repaired("lazy initialization", "initialisation") == ["lazy", "initialisation"]
