@@ -56,3 +56,12 @@ def test_misspelt_card_words_are_still_repaired_and_s_z_spellings_joined() -> No
                     "idempotent", "consumer", "exponential") \
         == ["idempotent", "consumer", "with", "exponential", "backoff"]
     assert repaired("lazy initialization", "initialisation") == ["lazy", "initialisation"]
+
+
+def test_nobody_or_nothing_in_a_cue_is_that_word_not_any_negator() -> None:
+    cue = parse_cue("alert + nobody | nothing", {})
+    assert match_cue(cue, tokenize("without an alert nobody notices")) is not None
+    assert match_cue(cue, tokenize("we do not alert anyone")) is None
+    assert match_cue(cue, tokenize("there is no alert here")) is None
+    # `not` in a cue still stands for any negator, "nobody" among them.
+    assert match_cue(parse_cue("not notice", {}), tokenize("nobody notices")) is not None

@@ -39,6 +39,11 @@ BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
 
 # --- the cue language ---------------------------------------------------------------------
 
+# Negators that say more than "not": in a cue each stands for itself ("nobody" is someone
+# missing, "nothing" something), while `not`, `no`, `never`, `without` … stand for any negator.
+SPECIFIC_NEGATORS = frozenset("nobody nothing none nowhere neither".split())
+
+
 @dataclass(frozen=True)
 class Word:
     text: str  # as written (lower-case, without `*`)
@@ -47,6 +52,8 @@ class Word:
 
     def matches(self, token: Token) -> bool:
         if self.norm == NOT:
+            if self.text in SPECIFIC_NEGATORS:
+                return token.word == self.text
             return token.norm == NOT or token.stops
         if self.prefix:
             return token.word.startswith(self.text) or token.norm.startswith(self.norm)
