@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from dojo.content.negation import governing_negators
+from dojo.content.negation import directly_negated, governing_negators
 from dojo.content.tokens import NOT, Occurrence, Token, tokenize
 
 DEFAULT_WITHIN = 30  # words: one or two spoken sentences
@@ -180,9 +180,14 @@ def occurrences(idea: Idea, tokens: Sequence[Token]) -> list[Occurrence]:
     return sorted(found.values(), key=lambda occ: occ.first)
 
 
-def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
+def match_cue(cue: Cue, tokens: Sequence[Token], by_clause: bool = False) -> CueMatch | None:
     """The best match of `cue` in `tokens`: an affirmed one if there is any, else a negated
-    one, else None."""
+    one, else None. A match is negated when a negator governs one of its ideas; with
+    `by_clause` (a point's cue, not a misconception's), a match whose ideas sit in several
+    clauses takes the polarity of the clause holding most of them, the later one on a tie:
+    "don't call the provider inside the transaction, because it holds a connection" says the
+    provider holds a connection, and "never retry a permanent error: it goes to the DLQ at
+    once" sends it to the DLQ at once."""
     lists = [occurrences(idea, tokens) for idea in cue.ideas]
     if any(not found for found in lists):
         return None
@@ -191,13 +196,40 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
         # Each idea on its own: "never X … not Y" negates both, it does not cancel out.
         used = frozenset().union(*(occ.used for occ in chosen))
         per_idea = [governing_negators([occ], tokens, used) for occ in chosen]
+        odd = [len(found) % 2 == 1 for found in per_idea]
+        flipped = _claim_negated(chosen, per_idea, tokens) if by_clause else any(odd)
         negators = sorted({index for found in per_idea for index in found})
-        flipped = any(len(found) % 2 == 1 for found in per_idea)
         match = CueMatch(tuple(chosen), flipped, tuple(negators))
         if not match.negated:
             return match
         if negated is None:
             negated = match
+    return negated
+
+
+def _claim_negated(chosen: Sequence[Occurrence], negators: Sequence[Sequence[int]],
+                   tokens: Sequence[Token]) -> bool:
+    """Per sentence, the clause holding most of the match's ideas decides. On a tie, a
+    directly negated idea ("we don't need the marker table") decides; else the later clause
+    does ("never retry a permanent error: it goes to the DLQ at once"). A match over two
+    sentences is negated when either sentence is."""
+    negated = False
+    for sentence in {tokens[occ.first].sentence for occ in chosen}:
+        here = [(tokens[occ.first].clause, occ, found)
+                for occ, found in zip(chosen, negators, strict=True)
+                if tokens[occ.first].sentence == sentence]
+        counts: dict[int, int] = {}
+        for clause, _, _ in here:
+            counts[clause] = counts.get(clause, 0) + 1
+        most = max(counts.values())
+        tied = [clause for clause, count in counts.items() if count == most]
+        if len(tied) > 1 and any(
+                clause in tied and len(found) % 2 == 1 and directly_negated(tokens, occ, found)
+                for clause, occ, found in here):
+            negated = True
+            continue
+        deciding = max(tied)
+        negated |= any(len(found) % 2 == 1 for clause, _, found in here if clause == deciding)
     return negated
 
 

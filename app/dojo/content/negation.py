@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dojo.content.tokens import NOT, Occurrence, Token
-
-NEGATION_SCOPE = 8  # a negator governs at most this many words after it, inside its clause
+from dojo.content.tokens import NEGATION_SCOPE, NOT, Occurrence, Token
 
 # Said after a matched idea, in its clause: the idea is denied ("SKIP LOCKED is not needed").
 _DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecessari",),
@@ -46,7 +44,7 @@ def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
             token = tokens[index]
             if token.clause != head.clause:
                 break
-            if token.norm == NOT and index not in used:
+            if token.norm == NOT and index not in used and occ.first < token.reach:
                 found.add(index)
         index = occ.last + 1
         while index < len(tokens) and _same_claim(tokens, occ.last, index) \
@@ -100,3 +98,18 @@ def _same_claim(tokens: Sequence[Token], last: int, index: int) -> bool:
     first = next(i for i in range(last + 1, index + 1) if tokens[i].clause != clause)
     return tokens[index].clause == tokens[first].clause and tokens[first].word == "but" \
         and first + 1 < len(tokens) and tokens[first + 1].word in _PRONOUNS
+
+
+def directly_negated(tokens: Sequence[Token], occ: Occurrence, negators: Sequence[int]) -> bool:
+    """Whether one of `negators` denies `occ` directly: a denial after it, or a negator before
+    it with only link words between ("we don't need the table"), not one that negates a verb
+    whose object it is ("never retry a permanent error")."""
+    for index in negators:
+        if index > occ.first or all(token.word in LINK_WORDS or token.word in _DETERMINERS
+                                    for token in tokens[index + 1:occ.first]):
+            return True
+    return False
+
+
+_DETERMINERS = frozenset("any all some its their our his her my your this that these those "
+                         "such single".split())

@@ -10,12 +10,14 @@ break. A dotted name (spring.factories) or a decimal (0.5) ends nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import snowballstemmer
 
 NOT = "not"
+NEGATION_SCOPE = 8  # a negator governs at most this many words after it, inside its clause
 
 _STEMMER = snowballstemmer.stemmer("english")
 
@@ -59,6 +61,9 @@ class Token:
     # govern other ideas the way a negator does ("stop consuming" is not "not consuming" of
     # every idea after it).
     stops: bool = False
+    # A negator governs the tokens after it up to (not including) this index; see
+    # `_mark_reach`. Unused for other tokens.
+    reach: int = 0
 
 
 def tokenize(text: str) -> list[Token]:
@@ -107,7 +112,7 @@ def tokenize(text: str) -> list[Token]:
             norm = NOT if word == "n't" or word in _NEGATOR_WORDS else stem(word)
             tokens.append(Token(word, norm, w_start, w_end, clause, sentence))
         raw.clear()
-    return _mark_stops(_merge_negator_phrases(tokens))
+    return _mark_reach(_mark_stops(_merge_negator_phrases(tokens)))
 
 
 _STOP_WORDS = frozenset("stop stops stopped stopping cease ceases ceased quit quits".split())
@@ -148,3 +153,132 @@ class Occurrence:
     first: int  # token indexes
     last: int
     used: frozenset[int]  # tokens the phrase consumed (its own `not`s among them)
+
+
+# --- what a negator governs ---------------------------------------------------------------
+
+_AUXILIARIES = frozenset("""
+is are was were be been being am do does did has have had will would can could shall should
+may might must
+""".split())
+_SUBJECTS = frozenset("i we you he she it they there".split())
+# Negators that deny a noun phrase ("without an outbox", "no retries"), not a verb phrase.
+_NOUN_NEGATORS = frozenset({"without", "no", "instead of", "rather than", "as opposed",
+                            "in place of", "lack", "lacks", "lacking", "lacked"})
+# Small words that may open that noun phrase before its first real word.
+_DETERMINERS = frozenset("any all some its their our his her my your this that these those "
+                         "such single".split())
+
+
+# After a negated verb and its object, a preposition's object is a referent, not what is
+# denied: "does not open the package to the unnamed module" says nothing against the unnamed
+# module (the preposition itself stays denied: "don't call it inside the transaction").
+_PREPOSITIONS = frozenset("""
+to into onto for from with by at on in inside within outside across between through via per
+about against toward towards
+""".split())
+_OBJECT_PRONOUNS = frozenset("it them this that these those me us him her one".split())
+
+
+def _mark_reach(tokens: list[Token]) -> list[Token]:
+    """Set `reach` on every negator. A negator governs the rest of its clause, at most
+    NEGATION_SCOPE words, but each conjunct carries its own polarity:
+
+    - another negator starts its own scope ("isn't enlisted and doesn't un-send");
+    - "and" / "or" / "nor" followed by a subject, an auxiliary or a negator starts a new
+      predicate ("doesn't block and it retries", "isn't lost or is replayed");
+    - a negator of a noun phrase ("without idempotence", "no retries", "instead of the
+      outbox") governs that phrase only: it ends at an auxiliary or a relative pronoun
+      ("retries without idempotence can reorder"), unless a gerund opens it ("without
+      waiting for the commit", which is a verb phrase).
+
+    A negator whose clause closes with "yet" ("we neither credit nor refund it yet") or goes
+    on with "until" ("we don't commit the offset until the write is done") says when, not
+    whether: it governs nothing. Two negators that state a requirement govern
+    nothing either: "you can't publish without the
+    outbox", "without an alert, nobody notices" (a negated "without" phrase, in its clause or
+    the next one of its sentence, says the phrase is needed).
+    """
+    negators = [index for index, token in enumerate(tokens) if token.norm == NOT]
+    reach = {index: _scope_end(tokens, index) for index in negators}
+    for index in negators:
+        token = tokens[index]
+        pair = None
+        if reach[index] < len(tokens) and tokens[reach[index]].word == "without" \
+                and tokens[reach[index]].clause == token.clause and token.word != "without":
+            pair = reach[index]
+        elif token.word == "without":
+            pair = _negator_in_next_clause(tokens, index)
+        if pair is not None:
+            reach[index] = index + 1
+            reach[pair] = pair + 1
+        elif _yet_closes(tokens, _clause_end(tokens, index)) \
+                or _until_follows(tokens, _clause_end(tokens, index), token.sentence):
+            reach[index] = index + 1
+    return [replace(token, reach=reach[index]) if index in reach else token
+            for index, token in enumerate(tokens)]
+
+
+def _scope_end(tokens: Sequence[Token], index: int) -> int:
+    token = tokens[index]
+    noun_phrase = token.word in _NOUN_NEGATORS and not _gerund_after(tokens, index)
+    end = index + 1
+    content = 0
+    while end < len(tokens) and end - index <= NEGATION_SCOPE \
+            and tokens[end].clause == token.clause:
+        current = tokens[end]
+        if current.norm == NOT:
+            break
+        following = tokens[end + 1] if end + 1 < len(tokens) else None
+        if current.word in ("and", "or", "nor") and following is not None \
+                and (following.norm == NOT or following.word in _SUBJECTS
+                     or following.word in _AUXILIARIES):
+            break
+        if noun_phrase and end > index + 1 \
+                and (current.word in _AUXILIARIES or current.word in ("that", "who")):
+            break
+        if not noun_phrase and current.word in _PREPOSITIONS and content >= 2:
+            return end + 1
+        content += current.word not in _AUXILIARIES and current.word not in _DETERMINERS \
+            and current.word not in _OBJECT_PRONOUNS
+        end += 1
+    return end
+
+
+def _clause_end(tokens: Sequence[Token], index: int) -> int:
+    end = index
+    while end < len(tokens) and tokens[end].clause == tokens[index].clause:
+        end += 1
+    return end
+
+
+def _yet_closes(tokens: Sequence[Token], end: int) -> bool:
+    """Whether the token at `end` is a "yet" that stands alone in its clause (the adverb
+    closing "… not … yet", not the conjunction "…, yet it works")."""
+    if end >= len(tokens) or tokens[end].word != "yet":
+        return False
+    return end + 1 == len(tokens) or tokens[end + 1].clause != tokens[end].clause
+
+
+def _until_follows(tokens: Sequence[Token], end: int, sentence: int) -> bool:
+    return end < len(tokens) and tokens[end].word == "until" and tokens[end].sentence == sentence
+
+
+def _gerund_after(tokens: Sequence[Token], index: int) -> bool:
+    after = index + 1
+    while after < len(tokens) and tokens[after].word in _DETERMINERS:
+        after += 1
+    return after < len(tokens) and tokens[after].word.endswith("ing") \
+        and tokens[after].clause == tokens[index].clause
+
+
+def _negator_in_next_clause(tokens: Sequence[Token], index: int) -> int | None:
+    """The first negator of the clause right after the one of `index`, in its sentence."""
+    clause = tokens[index].clause
+    following = next((i for i in range(index + 1, len(tokens))
+                      if tokens[i].clause != clause), None)
+    if following is None or tokens[following].sentence != tokens[index].sentence:
+        return None
+    return next((i for i in range(following, len(tokens))
+                 if tokens[i].clause == tokens[following].clause
+                 and tokens[i].norm == NOT), None)

@@ -174,8 +174,7 @@ class _Answer:
     def negated_span(self, span: Span) -> bool:
         """A regex match is negated like a cue: an odd number of negators before it in its
         clause that it does not contain itself."""
-        from dojo.content.negation import NEGATION_SCOPE
-        from dojo.content.tokens import NOT
+        from dojo.content.tokens import NEGATION_SCOPE, NOT
 
         inside = [i for i, t in enumerate(self.tokens) if t.start >= span[0] and t.end <= span[1]]
         if not inside:
@@ -183,9 +182,10 @@ class _Answer:
         first = inside[0]
         count = 0
         for index in range(first - 1, max(-1, first - NEGATION_SCOPE - 1), -1):
-            if self.tokens[index].clause != self.tokens[first].clause:
+            token = self.tokens[index]
+            if token.clause != self.tokens[first].clause:
                 break
-            count += self.tokens[index].norm == NOT
+            count += token.norm == NOT and first < token.reach
         return count % 2 == 1
 
 
@@ -201,7 +201,7 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
     made: PointResult | None = None
     negated: PointResult | None = None
     for cue in point.says:
-        match = match_cue(cue, answer.tokens)
+        match = match_cue(cue, answer.tokens, by_clause=True)
         if match is None:
             continue
         spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
