@@ -45,7 +45,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "component-scan-definition-to-object": "partial 67 < negated 83",
     "component-scan-how": "held out: strong 58 < negated 71; partial 33 < negated 71",
     "component-scan-naming": "partial 67 < negated 100",
-    "component-scan-spot-the-mistake": "partial 80 < negated 100",
     "distributed-logging-async": "partial 50 < negated 67",
     "distributed-logging-complaint": ("held out: partial 50 < wrong-right-words 62; "
                                       "partial 50 < negated 88"),
@@ -55,7 +54,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "money-service-idempotency": "partial 50 < negated 71",
     "money-service-lock-order": "partial 60 < negated 100",
     "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
-    "reflection-inaccessible-object": "strong 20 < partial 38",
     "reflection-scanning-reads-bytes": "partial 60 < negated 90",
     "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
     "reflection-what": "partial 54 < negated 100",
@@ -68,7 +66,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "where-to-look-first-method": "partial 60 < negated 100",
     "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
     "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
-    "idem-external-effect": "strong 85 < negated 100; partial 60 < negated 100",
     "idem-key": "strong 80 < negated 100; partial 40 < negated 100",
     "idem-natural": "partial 17 < negated 67; partial 17 < keywords 67",
     "idem-race": "strong 71 < partial 83",

@@ -139,15 +139,13 @@ def test_stop_before_a_gerund_is_a_cue_not_but_stop_alone_is_a_word() -> None:
     assert found("pause + consum*", "we pause, then stop consuming") is True
 
 
-def test_a_denied_critique_word_is_no_criticism_of_a_denial_or_swap() -> None:
+def test_a_denied_critique_word_is_no_criticism() -> None:
     tokens = tokenize("Lag grows, and that is not a problem.")
     match = match_cue(parse_cue("lag + grow*", {}), tokens)
-    assert match is not None and not criticised(tokens, match, strict=True)
-    # Misconceptions keep the coarse rule: any critique word in the sentence.
-    assert criticised(tokens, match)
+    assert match is not None and not criticised(tokens, match)
     tokens = tokenize("Lag grows, and that is the problem.")
     match = match_cue(parse_cue("lag + grow*", {}), tokens)
-    assert match is not None and criticised(tokens, match, strict=True)
+    assert match is not None and criticised(tokens, match)
 
 
 def test_a_form_of_a_card_word_is_no_typo_of_another() -> None:

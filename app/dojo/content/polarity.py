@@ -175,9 +175,11 @@ def sentence_of(tokens: Sequence[Token], match: CueMatch) -> list[Token]:
 
 
 def states_it(tokens: Sequence[Token], match: CueMatch, at: int) -> bool:
-    """Whether the sentence of `match` states it as a claim: it does not criticise it, and
-    the word that turns it round (at `at`) is not inside a condition."""
-    return not criticised(tokens, match, strict=True) and not conditional(tokens, at)
+    """Whether the sentence of `match` states it as a claim: it does not criticise it, it
+    asks no question, and the word that turns it round (at `at`) is not inside a
+    condition."""
+    return not criticised(tokens, match) and not conditional(tokens, at) \
+        and not tokens[at].asks and not tokens[match.first].asks
 
 
 def affirmed_in(cues: Sequence[Cue], tokens: Sequence[Token]) -> bool:

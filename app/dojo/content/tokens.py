@@ -64,6 +64,8 @@ class Token:
     # A negator governs the tokens after it up to (not including) this index; see
     # `_mark_reach`. Unused for other tokens.
     reach: int = 0
+    colon: bool = False  # the token follows a colon ("The mistake: …")
+    asks: bool = False  # the token's sentence is a question (see `_mark_questions`)
 
 
 def tokenize(text: str) -> list[Token]:
@@ -73,6 +75,8 @@ def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
     lowered = text.lower()
     skip_dot = -1
+    colon = False
+    questions: set[int] = set()
     for match in _TOKEN.finditer(lowered):
         piece = match.group()
         if match.start() == skip_dot:
@@ -80,7 +84,10 @@ def tokenize(text: str) -> list[Token]:
         if not piece[0].isalnum():
             clause += 1
             if piece.strip() in _SENTENCE_END or piece == "\n":
+                if piece == "?":
+                    questions.add(sentence)
                 sentence += 1
+            colon = piece == ":"
             continue
         piece = piece.replace("’", "'")
         start, end = match.start(), match.end()
@@ -93,7 +100,9 @@ def tokenize(text: str) -> list[Token]:
             offset = start
             for part in piece.split("'")[0].split("."):
                 stemmed = stem(part)
-                tokens.append(Token(part, stemmed, offset, offset + len(part), clause, sentence))
+                tokens.append(Token(part, stemmed, offset, offset + len(part), clause, sentence,
+                                    colon=colon))
+                colon = False
                 offset += len(part) + 1
             continue
         if piece.endswith("n't"):
@@ -110,9 +119,29 @@ def tokenize(text: str) -> list[Token]:
             if word in _CLAUSE_WORDS:
                 clause += 1
             norm = NOT if word == "n't" or word in _NEGATOR_WORDS else stem(word)
-            tokens.append(Token(word, norm, w_start, w_end, clause, sentence))
+            tokens.append(Token(word, norm, w_start, w_end, clause, sentence, colon=colon))
+            colon = False
         raw.clear()
-    return _mark_reach(_mark_stops(_merge_negator_phrases(tokens)))
+    return _mark_questions(_mark_reach(_mark_stops(_merge_negator_phrases(tokens))), questions)
+
+
+_YES = frozenset("yes yeah yep yup absolutely".split())
+
+
+def _mark_questions(tokens: list[Token], questions: set[int]) -> list[Token]:
+    """Mark the tokens of each sentence that ends with "?" (`asks`): it asks, it claims
+    nothing ("Does it replace the marker table? No."), unless the next sentence opens with
+    "yes", which makes the question the claim."""
+    if not questions:
+        return tokens
+    firsts: dict[int, Token] = {}
+    for token in tokens:
+        firsts.setdefault(token.sentence, token)
+    asking = {sentence for sentence in questions
+              if not any(first.word in _YES for later, first in firsts.items()
+                         if later == min((s for s in firsts if s > sentence), default=-1))}
+    return [replace(token, asks=True) if token.sentence in asking else token
+            for token in tokens]
 
 
 _STOP_WORDS = frozenset("stop stops stopped stopping cease ceases ceased quit quits".split())
@@ -137,7 +166,7 @@ def _merge_negator_phrases(tokens: list[Token]) -> list[Token]:
                                                                                  strict=True)):
                 first, last = window[0], window[-1]
                 out.append(Token(" ".join(phrase), NOT, first.start, last.end, first.clause,
-                                 first.sentence))
+                                 first.sentence, colon=first.colon))
                 index += len(phrase)
                 break
         else:

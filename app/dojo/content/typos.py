@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from importlib.resources import files
 
@@ -82,6 +83,5 @@ def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
         if best_word is None:
             out.append(token)
             continue
-        out.append(Token(best_word, stem(best_word), token.start, token.end, token.clause,
-                         token.sentence))
+        out.append(replace(token, word=best_word, norm=stem(best_word)))
     return out

@@ -19,13 +19,20 @@ from enum import Enum
 from functools import lru_cache
 
 from dojo.content.critique import criticised
-from dojo.content.cues import match_cue
+from dojo.content.cues import CueMatch, match_cue
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
-from dojo.content.polarity import denied, fix_part, is_fix, negates_statement, swapped
+from dojo.content.polarity import (
+    affirmed_matches,
+    denied,
+    fix_part,
+    is_fix,
+    negates_statement,
+    swapped,
+)
 from dojo.content.tokens import Token, tokenize
 from dojo.content.typos import repair_typos
-from dojo.quiz.answer_shape import AnswerShape, answer_shape
+from dojo.quiz.answer_shape import FUNCTION_WORDS, AnswerShape, answer_shape
 
 KEYWORD_LIST_FACTOR = 0.5
 KEYWORD_LIST_CAP = 0.2
@@ -155,7 +162,10 @@ class _Answer:
 
     def __init__(self, card: Card, text: str) -> None:
         self.text = text
-        self.tokens: list[Token] = repair_typos(tokenize(text), card.vocabulary)
+        tokens = repair_typos(tokenize(text), card.vocabulary)
+        echoes = _echoes(tokens, _question_words(card.question))
+        self.tokens: list[Token] = [replace(token, asks=True) if token.sentence in echoes
+                                    else token for token in tokens]
         self.folded, self.offsets = fold_with_map(text)
 
     def span(self, first: int, last: int) -> Span:
@@ -189,6 +199,28 @@ class _Answer:
         return count % 2 == 1
 
 
+ECHO_WORDS = 6  # content words a sentence needs before it can be an echo of the question
+ECHO_SHARE = 0.85
+
+
+@lru_cache(maxsize=512)
+def _question_words(question: str) -> frozenset[str]:
+    return frozenset(token.norm for token in tokenize(question))
+
+
+def _echoes(tokens: Sequence[Token], question: frozenset[str]) -> set[int]:
+    """Sentences that repeat the card's question ("Does it replace the marker table", the
+    story a spot-the-mistake card shows): at least ECHO_WORDS content words, nearly all of
+    them the question's. Like a question, such a sentence claims nothing."""
+    by_sentence: dict[int, list[str]] = {}
+    for token in tokens:
+        if token.word not in FUNCTION_WORDS:
+            by_sentence.setdefault(token.sentence, []).append(token.norm)
+    return {sentence for sentence, words in by_sentence.items()
+            if len(words) >= ECHO_WORDS
+            and sum(word in question for word in words) >= ECHO_SHARE * len(words)}
+
+
 @lru_cache(maxsize=2048)
 def _statement(text: str) -> tuple[Token, ...]:
     """A point's own sentence, as cues see it: what it affirms is what a denial contradicts."""
@@ -209,7 +241,8 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
             made = PointResult(point, Verdict.MADE, spans)
             break
         if negated is None and negates_statement(cue, match, answer.tokens,
-                                                 _statement(point.text)):
+                                                 _statement(point.text)) \
+                and _claims(answer.tokens, match):
             spans += tuple(answer.span(i, i) for i in match.negators)
             negated = PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
     if made is None:
@@ -241,11 +274,18 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
     return made or PointResult(point, Verdict.MISSED)
 
 
+def _claims(tokens: Sequence[Token], match: CueMatch) -> bool:
+    """Whether `match` is claimed: not criticised, not asked (a question, or an echo of the
+    card's question)."""
+    return not criticised(tokens, match) and not tokens[match.first].asks \
+        and not tokens[match.last].asks
+
+
 def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
     for cue in mis.says:
-        match = match_cue(cue, answer.tokens)
-        if match is not None and not match.negated and not criticised(answer.tokens, match):
-            return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+        for match in affirmed_matches(cue, answer.tokens):
+            if _claims(answer.tokens, match):
+                return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
     for pattern in mis.patterns:
         span = answer.pattern_span(pattern)
         if span is not None and not answer.negated_span(span):
