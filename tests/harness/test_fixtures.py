@@ -145,3 +145,42 @@ def test_learner_modules_are_imported_fresh_from_the_directory_under_test(pytest
     )
     result = pytester.runpytest_subprocess("-p", "dojo.checks.plugin", f"--dojo-impl={impl}")
     result.assert_outcomes(passed=3)
+
+
+def test_the_database_belongs_to_a_role_with_no_other_power(services, database):
+    """Learner code logs in as the database's own role: not a superuser, no way into another
+    database, no COPY TO PROGRAM; the administrator's URL is for observers only."""
+    assert database.role == database.name
+    other = create_database(services, hint="other")
+    try:
+        with psycopg.connect(database.dsn, autocommit=True) as conn:
+            assert conn.execute("SELECT current_user, rolsuper, rolcreatedb, rolcreaterole "
+                                "FROM pg_roles WHERE rolname = current_user").fetchone() == (
+                database.role, False, False, False)
+            conn.execute("CREATE TABLE t (id int PRIMARY KEY)")  # it owns its database
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("COPY (SELECT 1) TO PROGRAM 'id'")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("CREATE DATABASE dojo_not_mine")
+        for elsewhere in (other.name, "postgres", "dojo_owned"):
+            with pytest.raises(psycopg.OperationalError, match="permission denied"):
+                psycopg.connect(database.dsn.rsplit("/", 1)[0] + "/" + elsewhere).close()
+        with psycopg.connect(libpq_url(database.admin_url)) as conn:
+            assert conn.execute("SELECT rolsuper FROM pg_roles "
+                                "WHERE rolname = current_user").fetchone() == (True,)
+    finally:
+        drop_database(services, other)
+
+
+def test_dropping_a_database_drops_its_role(services):
+    db = create_database(services, hint="role")
+    drop_database(services, db)
+    with psycopg.connect(libpq_url(services.database_url)) as conn:
+        assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                            (db.role,)).fetchone() is None
+
+
+def test_row_locks_are_readable_by_the_databases_own_role(database):
+    from dojo.checks.observers import ensure_pgrowlocks
+
+    assert ensure_pgrowlocks(database.engine), "pgrowlocks is created for the role to use"

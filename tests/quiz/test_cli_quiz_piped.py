@@ -80,7 +80,8 @@ def test_lesson_limits_the_round_to_that_lessons_cards(tmp_path: Path) -> None:
 def test_an_unknown_lesson_is_a_usage_error(tmp_path: Path) -> None:
     done = run_dojo(["quiz", "--lesson", "saga"], tmp_path)
     assert done.returncode == 2
-    assert "no lesson 'saga'; lessons: dead-letter-queue, idempotent-consumer" in done.stderr
+    assert done.stderr.startswith("error: no lesson 'saga'; lessons: 01 dead-letter-queue, "
+                                  "02 idempotent-consumer")
 
 
 def test_due_with_nothing_due_says_so(tmp_path: Path) -> None:

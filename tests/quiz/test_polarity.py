@@ -167,6 +167,16 @@ def test_a_contrast_elsewhere_or_a_counterfactual_is_no_contradiction() -> None:
                            "replay would pay twice.") is Verdict.MADE
 
 
+def test_without_x_followed_by_a_denied_consequence_requires_x() -> None:
+    parked = card("Park a message with its origin and exception, or it cannot be investigated",
+                  "origin | exception + park* | dlq",
+                  "not origin | not exception + not investigat* | not debug*")
+    assert verdict(parked, "A message parked without its origin and exception cannot be "
+                           "investigated.") is Verdict.MADE
+    assert verdict(parked, "Messages are parked in the DLQ without origin or exception "
+                           "headers.") is Verdict.CONTRADICTED
+
+
 def test_no_reason_to_and_not_a_good_idea_to_deny_directly() -> None:
     pause = card("Pause the consumer while the circuit is open", "open + pause | stop")
     made = "We pause the consumer while the circuit is open. "

@@ -139,14 +139,20 @@ def test_services_up_sweeps_what_a_killed_run_recorded(tmp_path: Path) -> None:
     dead.wait()
     path = ledger.runs_dir() / f"{dead.pid}-feedbeef.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f'{{"kind": "database", "name": "{name}"}}\n')
-    with psycopg.connect(libpq_url(resolve(start=True).database_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    path.write_text(f'{{"kind": "role", "name": "{name}"}}\n'
+                    f'{{"kind": "database", "name": "{name}"}}\n')
+    admin = libpq_url(resolve(start=True).database_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{name}" LOGIN')
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{name}"')
     out = subprocess.run([sys.executable, "-m", "dojo.cli", "services", "up"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert name in out.stdout, out.stdout
     assert name not in _dojo_databases()
+    with psycopg.connect(admin) as conn:
+        assert conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                            (name,)).fetchone() is None, "the killed run's role was left behind"
     assert not path.exists()
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from tests.runner.conftest import FIXTURES, cli_env, kafka_has, run_dojo
 
-SCHEMA_KEYS = {"stage", "check", "status", "message", "hint", "lesson", "duration", "nodeid"}
+SCHEMA_KEYS = {"event", "version", "stage", "check", "status", "message", "hint", "lesson",
+               "duration", "nodeid", "failure", "needs"}
 
 
 def _started(content: Path) -> Path:
@@ -40,11 +41,28 @@ def test_start_copies_the_starter_and_never_overwrites_work(content: Path) -> No
     assert (workspace / "tally.py").read_text() == "# my work\n"
 
 
+def test_start_puts_the_lab_readme_beside_the_files_read_only_and_current(content: Path
+                                                                          ) -> None:
+    started = run_dojo("lab", "start", "tally", root=content)
+    workspace = content / "workspace" / "tally"
+    readme = workspace / "README.md"
+    lab_readme = content / "labs" / "tally" / "README.md"
+    assert readme.read_text() == lab_readme.read_text()
+    assert not readme.stat().st_mode & 0o222, "the instructions are the lab's, not for editing"
+    assert f"read {readme}" in started.stdout, "start names the README in the workspace"
+    lab_readme.write_text(lab_readme.read_text() + "\nA new paragraph.\n")
+    run_dojo("lab", "start", "tally", root=content)
+    assert readme.read_text().endswith("A new paragraph.\n"), "a changed lab README follows"
+    assert run_dojo("lab", "diff", "tally", root=content).stdout.startswith("no changes"), \
+        "the README is not the learner's change"
+
+
 def test_check_on_the_untouched_starter_exits_1_with_a_summary(content: Path) -> None:
     _started(content)
     result = run_dojo("lab", "check", "tally", root=content)
     assert result.returncode == 1
-    assert "not implemented yet: count_words (tally.py line 10)" in result.stdout
+    assert "tally.count_words() is not written yet." in result.stdout
+    assert "NotImplementedError at tally.py line 10" in result.stdout
     assert "hint: Split on whitespace and lower-case each word." in result.stdout
     assert "summary" in result.stdout and "0 of 3 stages passed." in result.stdout
     assert "\033[" not in result.stdout, "no colour codes when stdout is not a terminal"
@@ -223,7 +241,7 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
     os.close(follower)
     try:
         first = _read_until(leader, "save a file to check again", 60)
-        assert "not implemented yet" in first and "stage 2" not in first, (
+        assert "is not written yet" in first and "stage 2" not in first, (
             "watch stops at the first stage that does not pass")
         _solve(workspace)
         second = _read_until(leader, "save a file to check again", 60)

@@ -43,6 +43,7 @@ def test_the_solution_passes_and_needs_backend_is_reported_not_passed(tally: Lab
         assert waiting.status == "pass"
     else:
         assert waiting.status == "needs-backend"
+        assert waiting.needs == ("transactions",), "what the broker lacks travels as data"
         assert "needs Apache Kafka" in waiting.message
         assert "dojo services up --kafka apache" in waiting.message
         assert not summary.passed, "a needs-backend check must keep the run from passing"
@@ -158,4 +159,6 @@ def test_the_untouched_starter_fails_with_not_implemented(tally: Lab) -> None:
     summary = run(tally, FIXTURES / "labs" / "tally" / "starter", stages=("count",))
     result = by_check(summary)["counts_each_word"]
     assert result.status == "fail"
-    assert result.message == "not implemented yet: count_words (tally.py line 10)"
+    assert result.message.startswith("tally.count_words() is not written yet.\n")
+    assert result.failure is not None
+    assert result.failure.actual.startswith("it raises NotImplementedError at tally.py line 10")

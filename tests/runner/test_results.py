@@ -6,9 +6,24 @@ import json
 
 import pytest
 
-from dojo.runner.results import CheckResult, RunSummary, decode_lines, encode_lines
+from dojo.checks.failure import CheckFailure
+from dojo.runner.results import (
+    PROTOCOL_VERSION,
+    CheckResult,
+    CheckStarted,
+    Collected,
+    PlannedCheck,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+    decode_event,
+    decode_lines,
+    encode_event,
+    encode_lines,
+)
 
-SCHEMA_KEYS = {"stage", "check", "status", "message", "hint", "lesson", "duration", "nodeid"}
+SCHEMA_KEYS = {"event", "version", "stage", "check", "status", "message", "hint", "lesson",
+               "duration", "nodeid", "failure", "needs"}
 
 
 def _result(stage: str, check: str, status: str) -> CheckResult:
@@ -22,6 +37,58 @@ def test_a_result_is_one_json_line_with_the_contract_keys() -> None:
     assert "\n" not in line, "a result must stay on one line, newlines in messages escaped"
     assert set(json.loads(line)) == SCHEMA_KEYS
     assert CheckResult.from_json(line) == result
+
+
+def test_a_failure_travels_as_typed_fields_with_the_version() -> None:
+    failure = CheckFailure("Two relays claimed one row.", expected="one claim per row",
+                           actual="row 7 twice", evidence="id  relay\n7   0\n7   1",
+                           lesson="transactional-outbox#claiming", fix="FOR UPDATE SKIP LOCKED")
+    result = CheckResult("claim", "disjoint", "fail", str(failure), failure=failure.report)
+    raw = json.loads(result.to_json())
+    assert raw["version"] == PROTOCOL_VERSION and raw["event"] == "result"
+    assert raw["failure"]["evidence"] == "id  relay\n7   0\n7   1"
+    assert raw["failure"]["lessons"] == ["transactional-outbox#claiming"]
+    assert CheckResult.from_json(result.to_json()) == result
+
+
+def test_needs_backend_carries_the_missing_capabilities_as_data() -> None:
+    result = CheckResult("tx", "exactly_once", "needs-backend", "needs Apache Kafka",
+                         needs=("transactions",))
+    assert CheckResult.from_json(result.to_json()).needs == ("transactions",)
+
+
+def test_the_lesson_links_of_a_failure_and_its_stage_are_listed_once() -> None:
+    failure = CheckFailure("w", "e", "a", lesson="a#x b#y")
+    result = CheckResult("s", "c", "fail", str(failure), lesson="b#y", failure=failure.report)
+    assert result.lessons == ("a#x", "b#y")
+    assert CheckResult("s", "c", "fail", "m", lesson="b#y").lessons == ("b#y",)
+
+
+@pytest.mark.parametrize("event", [
+    Collected((PlannedCheck("t.py::test_a", "s", "a"),)),
+    CheckStarted("s", "a", "t.py::test_a", 30.0),
+    CheckStarted("s", "a", "t.py::test_a"),
+    ServicesStarting(("postgres", "kafka")),
+    ServicesReady(3.25, ("kafka",), "tansu"),
+])
+def test_every_event_round_trips_through_the_one_codec(event: object) -> None:
+    line = encode_event(event)  # type: ignore[arg-type]
+    assert json.loads(line)["version"] == PROTOCOL_VERSION
+    assert decode_event(line) == event
+
+
+def test_a_version_1_line_without_event_or_version_still_decodes() -> None:
+    old = ('{"stage": "a", "check": "x", "status": "needs-backend", "message": "needs Apache '
+           'Kafka (transactions)", "hint": "", "lesson": "", "duration": 0.1, "nodeid": "n"}')
+    result = decode_event(old)
+    assert isinstance(result, CheckResult)
+    assert result.status == "needs-backend" and result.failure is None and result.needs == ()
+
+
+def test_a_line_from_a_newer_protocol_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ValueError, match="newer"):
+        decode_event(json.dumps({"event": "result", "version": PROTOCOL_VERSION + 1,
+                                 "stage": "a", "check": "x", "status": "pass"}))
 
 
 def test_lines_round_trip_and_blank_lines_are_ignored() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from dojo.content.labs import Lab, load_lab, load_mutant
 from dojo.runner.execute import CheckRun, RunOptions
 from dojo.runner.mutants import materialised
-from dojo.runner.results import CheckResult, CheckStarted
+from dojo.runner.results import CheckResult, CheckStarted, ServicesReady, ServicesStarting
 from tests.runner.conftest import FIXTURES, HANG_SECONDS, IMPLS, by_check, run
 
 SOLUTION = FIXTURES / "solutions" / "tally"
@@ -41,8 +41,8 @@ def test_results_follow_the_stage_order_of_lab_yaml(content: Path) -> None:
 def test_a_started_event_precedes_each_result(tally: Lab) -> None:
     events = list(CheckRun(tally, SOLUTION, RunOptions(stages=("count",))))
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["CheckStarted", "CheckResult"] * 2, kinds
-    started, result = events[0], events[1]
+    assert kinds == ["ServicesReady"] + ["CheckStarted", "CheckResult"] * 2, kinds
+    started, result = events[1], events[2]
     assert isinstance(started, CheckStarted) and isinstance(result, CheckResult)
     assert started.check == result.check
 
@@ -67,16 +67,57 @@ def test_stop_at_failing_stage_also_after_a_hang(tally: Lab) -> None:
     assert [s.status for s in summary.stages()] == ["pass", "error", "not-run"]
 
 
+def test_a_first_stage_runs_before_the_others_then_the_rest_in_lab_order(tally: Lab) -> None:
+    stages = [r.stage for r in run(tally, SOLUTION, first_stage="dedupe").results]
+    assert list(dict.fromkeys(stages)) == ["dedupe", "count", "persist"], stages
+
+
+def test_a_failing_first_stage_still_runs_the_earlier_stages_but_not_the_later(tally: Lab
+                                                                               ) -> None:
+    with materialised(tally, load_mutant(MUTANTS / "dedupe-by-word")) as mutant:
+        summary = run(tally, mutant, stop_at_failing_stage=True, first_stage="dedupe")
+    assert summary.results[0].stage == "dedupe", "the stage being worked on answers first"
+    assert [s.status for s in summary.stages()] == ["pass", "fail", "not-run"], \
+        "count comes before the stage being worked on, so it is checked for a regression"
+
+
+def test_an_earlier_stage_that_fails_stops_the_later_ones_too(tally: Lab) -> None:
+    with materialised(tally, load_mutant(MUTANTS / "case-sensitive")) as mutant:
+        summary = run(tally, mutant, stop_at_failing_stage=True, first_stage="dedupe")
+    assert [s.status for s in summary.stages()] == ["fail", "pass", "not-run"]
+
+
+def test_after_a_hang_in_the_first_stage_the_earlier_stages_still_run(tally: Lab) -> None:
+    summary = run(tally, IMPLS / "loops", stop_at_failing_stage=True, first_stage="dedupe",
+                  check_seconds=HANG_SECONDS)
+    assert [s.status for s in summary.stages()] == ["pass", "error", "not-run"], \
+        "the checks of count run in the child started after the hang"
+
+
 def test_the_run_limit_ends_the_run_and_says_what_did_not_run(tally: Lab) -> None:
     started = time.monotonic()
-    summary = run(tally, IMPLS / "loops", check_seconds=30, run_seconds=3)
-    assert time.monotonic() - started < 10
+    # 8 s: enough for the child to start and collect on a loaded 2-core machine (3.5 s seen),
+    # far below the 30 s a looping check may take
+    summary = run(tally, IMPLS / "loops", check_seconds=30, run_seconds=8)
+    assert time.monotonic() - started < 20
     results = by_check(summary)
     assert results["duplicate_event_counted_once"].message.startswith(
-        "the whole run exceeded its 3 s limit while this check ran")
+        "the whole run exceeded its 8 s limit while this check ran")
     not_run = results["saving_twice_adds_up"]
     assert not_run.status == "error" and not_run.message.startswith("not run:")
     assert len(summary.results) == 6, "every check gets a result, run or not"
+
+
+def test_a_run_limit_hit_while_collecting_is_said_as_a_result(content: Path) -> None:
+    lab = _copy_lab(content)
+    _add_check(lab, "test_00_slow_import.py", "import time\n\ntime.sleep(60)\n")
+    started = time.monotonic()
+    summary = run(lab, SOLUTION, check_seconds=30, run_seconds=2)
+    assert time.monotonic() - started < 15
+    assert [(r.check, r.status) for r in summary.results] == [("(startup)", "error")]
+    assert summary.results[0].message == (
+        "the whole run exceeded its 2 s limit before the checks were collected")
+    assert not summary.passed
 
 
 def test_cancel_from_another_thread_stops_the_run_quickly(tally: Lab) -> None:
@@ -170,3 +211,42 @@ def test_checks_that_cannot_start_give_one_error_in_pytests_words(content: Path)
     assert [(r.check, r.status) for r in summary.results] == [("(startup)", "error")]
     assert summary.results[0].message.startswith("the checks could not start: ")
     assert "checks" in summary.results[0].message
+
+
+def test_the_services_are_resolved_once_in_the_parent_and_handed_to_the_child(
+        content: Path) -> None:
+    lab = _copy_lab(content)
+    _add_check(lab, "test_04_endpoints.py", '''
+import os
+import pytest
+from dojo.services.manager import Endpoints
+
+pytestmark = pytest.mark.stage("count")
+
+
+def test_the_child_uses_the_endpoints_it_was_handed(services):
+    handed = os.environ.get("DOJO_ENDPOINTS")
+    assert handed, "the runner did not hand its endpoints to the child"
+    assert services == Endpoints.from_json(handed)
+''')
+    run = CheckRun(lab, SOLUTION,
+                   RunOptions(checks=("the_child_uses_the_endpoints_it_was_handed",)))
+    events = list(run)
+    assert run.endpoints is not None
+    results = [e for e in events if isinstance(e, CheckResult)]
+    assert [r.status for r in results] == ["pass"], results
+
+
+def test_services_that_are_down_are_announced_before_they_start(
+        tally: Lab, monkeypatch) -> None:
+    from dojo.services import manager
+
+    real = manager.status()
+    stopped = [manager.ServiceStatus(s.name, s.backend, "stopped") if s.name == "kafka" else s
+               for s in real]
+    monkeypatch.setattr(manager, "status", lambda: stopped)
+    events = list(CheckRun(tally, SOLUTION, RunOptions(stages=("count",))))
+    starting, ready = events[0], events[1]
+    assert isinstance(starting, ServicesStarting) and starting.services == ("kafka",)
+    assert isinstance(ready, ServicesReady) and ready.started == ("kafka",)
+    assert ready.seconds >= 0 and ready.backend

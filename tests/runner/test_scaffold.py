@@ -41,7 +41,8 @@ def test_the_skeleton_check_uses_the_kit_failure(tmp_path: Path) -> None:
     root.mkdir()
     assert run_dojo("dev", "new-lab", "demo", "--root", str(root), root=root).returncode == 0
     check = (root / "labs/demo/checks/test_01_dedupe.py").read_text()
-    assert "from dojo.checks import CheckFailure" in check and "raise CheckFailure(" in check
+    assert "from dojo.checks import CheckFailure, call, table" in check
+    assert "raise CheckFailure(" in check and "call(module.unique_events" in check
 
 
 def test_new_lab_refuses_a_bad_slug_or_an_existing_lab(tmp_path: Path) -> None:

@@ -71,7 +71,8 @@ async def test_a_failing_stage_shows_its_message_in_full_and_a_hint(
         assert stages.state("count").status in ("fail", "error")
         assert stages.state("dedupe").status == "", "the run stops at the first failing stage"
         text = log_text(lab)
-        assert "not implemented yet: count_words (wordcount.py line 8)" in text
+        assert "wordcount.count_words() is not written yet." in text
+        assert "NotImplementedError at wordcount.py line 8" in text
         assert text.count("hint Split on whitespace") == 1, "one hint per stage, not per check"
         assert "Stage count does not pass yet" in text
         with ProgressStore() as store:
@@ -183,3 +184,59 @@ async def test_stages_show_their_instructions_and_enter_moves_into_them(
         assert "count_words(text: str)" in text, "the stage's README section"
         await pilot.press("enter")
         assert doc.has_focus
+
+
+def solve_count_only(content_root: Path) -> None:
+    """count passes, dedupe is the stage being worked on."""
+    solution = (content_root / "solutions" / "wordcount" / "wordcount.py").read_text()
+    head, _ = solution.split("def apply_events", 1)
+    (content_root / "workspace" / "wordcount" / "wordcount.py").write_text(
+        head + "def apply_events(events):\n    raise NotImplementedError('apply_events')\n")
+
+
+def stage_headings(lab: LabScreen) -> list[str]:
+    return [str(line.render()) for line in lab.query_one(CheckLog).children
+            if line.has_class("check-stage")]
+
+
+async def test_watch_checks_the_stage_being_worked_on_first_then_the_earlier_ones(
+        make_app: Callable[..., DojoApp], content_root: Path) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        solve_count_only(content_root)
+        stages = lab.query_one(StageList)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not lab.checking
+                       and stages.state("dedupe").status in ("fail", "error"), timeout=30,
+                       what="a run where count passes and dedupe fails")
+        assert stage_headings(lab)[:2] == ["1. Count words (count)",
+                                           "2. Count each event once (dedupe)"], \
+            "r checks from the first stage"
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "watch: stage 2 dedupe first, then 1" in log_text(lab)
+                       and not lab.checking and stages.state("count").status == "pass",
+                       timeout=30, what="the watch run")
+        assert stage_headings(lab) == ["2. Count each event once (dedupe)",
+                                       "1. Count words (count)"], \
+            "the stage being worked on answers first, then the earlier one is re-checked"
+        await pilot.press("w")
+
+
+async def test_checks_that_fail_the_same_way_fold_into_one_line_under_the_first(
+        make_app: Callable[..., DojoApp]) -> None:
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        lab = await open_lab(pilot)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not lab.checking, timeout=30, what="the run to end")
+        text = log_text(lab)
+        assert "✗ counts_each_word" in text, "the first failure has its own line and message"
+        assert "1 more check fails the same way: wordcount.count_words() is not written yet." in text
+        assert "✗ ignores_case" not in text and "ignores_case" in text, \
+            "the second is named on the folded line, not repeated in full"
+        assert text.count("hint Split on whitespace") == 1
+        log = lab.query_one(CheckLog)
+        children = list(log.children)
+        fold = next(n for n, line in enumerate(children) if line.has_class("check-fold"))
+        assert children[fold - 2].has_class("check-message"), children[fold - 2]
+        assert "hint Split on whitespace" in str(children[fold - 1].render()), \
+            "the folded line comes right after the message and its hint"

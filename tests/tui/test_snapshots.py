@@ -104,6 +104,27 @@ def test_lesson_search_and_wide_code(snap_compare: Snap, make_app: Callable[...,
     assert snap_compare(make_app(), terminal_size=SMALL, run_before=run_before)
 
 
+def test_lesson_search_as_it_is_typed(snap_compare: Snap, make_app: Callable[..., DojoApp]
+                                      ) -> None:
+    """The prompt in place of the status line, the matches lit before Enter."""
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_lesson(pilot)
+        await pilot.press("slash", *"produc")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=run_before)
+
+
+def test_lesson_link_selected(snap_compare: Snap, make_app: Callable[..., DojoApp]) -> None:
+    """A reference to another lesson reads as its title; Tab selects it."""
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_lesson(pilot)
+        await pilot.press("tab")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=run_before)
+
+
 def test_quiz_question(snap_compare: Snap, make_app: Callable[..., DojoApp]) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await start_drill(pilot)
@@ -162,6 +183,43 @@ def test_lab_results_while_running(snap_compare: Snap, make_app: Callable[..., D
                         hint="Split on whitespace and lower-case each word.",
                         lesson="dead-letter-queue#block-or-lose", duration=0.04, nodeid="c2"),
         ]
+        for event in events:
+            lab.runner.post_message(CheckRunner.Event(event))
+        summary = RunSummary(("count", "dedupe"), [e for e in events
+                                                   if isinstance(e, CheckResult)])
+        lab.runner.post_message(CheckRunner.Done(summary, False))
+        await pilot.pause(0.2)
+        await settle(pilot)
+
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=run_before)
+
+
+def test_lab_watch_results_stage_first_and_folded(snap_compare: Snap,
+                                                  make_app: Callable[..., DojoApp]) -> None:
+    """Watch mode: the stage being worked on answers first, its identical failures fold into
+    one line under the message, then the earlier stage is re-checked."""
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await open_lab(pilot)
+        lab = pilot.app.screen
+        assert isinstance(lab, LabScreen)
+        lab.query_one("TabbedContent").active = "lab-results"  # type: ignore[attr-defined]
+        log = lab.query_one(CheckLog)
+        log.clear()
+        log.note("09:30:00 · workspace/wordcount · watch: stage 2 dedupe first, then 1")
+        lab.runner._busy = True
+        message = "wordcount.apply_events() is not written yet.\n" \
+                  "  Write it as the lab README describes, then run the check again."
+        events: list[CheckStarted | CheckResult] = []
+        for n, check in enumerate(("redelivery_counts_once", "order_is_kept",
+                                   "empty_batch")):
+            events += [CheckStarted("dedupe", check, f"d{n}"),
+                       CheckResult("dedupe", check, "fail", message,
+                                   hint="Remember the event ids you have applied.",
+                                   lesson="dead-letter-queue#replay", duration=0.03,
+                                   nodeid=f"d{n}")]
+        events += [CheckStarted("count", "counts_each_word", "c1"),
+                   CheckResult("count", "counts_each_word", "pass", duration=0.05,
+                               nodeid="c1")]
         for event in events:
             lab.runner.post_message(CheckRunner.Event(event))
         summary = RunSummary(("count", "dedupe"), [e for e in events

@@ -100,6 +100,11 @@ def test_dojo_opens_home_reads_a_lesson_searches_and_quits(
     assert "Search" in lesson and "Contents" in lesson, "the footer shows the lesson's keys"
     terminal.keys("/", "poison", "Enter")
     assert "/poison  1 of" in terminal.wait_for("/poison")
+    terminal.keys("Escape")  # the first Esc clears the search, the second leaves
+    deadline = time.monotonic() + 15
+    while "/poison" in terminal.screen() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "/poison" not in terminal.screen(), "Esc clears the search from the status line"
     terminal.keys("Escape")
     terminal.wait_for("Lesson · Dead letter")  # Home: continue where you left off
     terminal.keys("?")

@@ -1,8 +1,13 @@
 """The pytest plugin every lab check and project test loads (`-p dojo.checks.plugin`).
 
 Fixtures: `services` (session), `database`, `kafka`, `learner`. Marker
-`needs_kafka("capability", …)`: on a broker without it the test is skipped with a reason that
-starts with "needs-backend:"; dojo's runner reports that as needs-backend, never as a pass.
+`needs_kafka("capability", …)`: on a broker without it the test is skipped with `NeedsBackend`
+(a skip that carries the missing capabilities as data); dojo's runner reports it as
+needs-backend, never as a pass.
+
+Endpoints are resolved once per run: the runner resolves them in the parent and hands them to
+this process in DOJO_ENDPOINTS (JSON); only without it (plain `pytest`) does this process
+resolve, and start, the services itself.
 """
 
 from __future__ import annotations
@@ -17,9 +22,24 @@ import pytest
 from dojo.checks.database import Database, create_database, drop_database
 from dojo.checks.kafka import KafkaEnv
 from dojo.checks.learner import Learner
-from dojo.services.manager import Endpoints
+from dojo.services.manager import ENDPOINTS_ENV, Endpoints
 
-NEEDS_BACKEND = "needs-backend:"
+NEEDS_BACKEND = "needs-backend:"  # the skip reason's prefix (read by older reports too)
+
+
+class NeedsBackend(pytest.skip.Exception):  # type: ignore[name-defined]
+    """The check needs broker semantics this backend lacks: a skip, reported as needs-backend.
+
+    Attributes:
+        capabilities: what is missing (e.g. ("transactions",)).
+        backend: the broker that lacks it.
+    """
+
+    def __init__(self, capabilities: tuple[str, ...], backend: str) -> None:
+        self.capabilities, self.backend = capabilities, backend
+        super().__init__(
+            f"{NEEDS_BACKEND} needs Apache Kafka ({', '.join(capabilities)}); the {backend} "
+            "broker lacks it. Run `dojo services up --kafka apache`.", allow_module_level=False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,6 +68,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @lru_cache(maxsize=1)
 def _endpoints() -> Endpoints:
+    handed = os.environ.get(ENDPOINTS_ENV)
+    if handed:
+        return Endpoints.from_json(handed)
     from dojo.services.manager import resolve
 
     return resolve(start=True)
@@ -58,12 +81,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if marker is None:
         return
     endpoints = _endpoints()
-    missing = [cap for cap in marker.args if cap not in endpoints.kafka_capabilities]
+    missing = tuple(cap for cap in marker.args if cap not in endpoints.kafka_capabilities)
     if missing:
-        pytest.skip(
-            f"{NEEDS_BACKEND} needs Apache Kafka ({', '.join(missing)}); the "
-            f"{endpoints.kafka_backend} broker lacks it. Run `dojo services up --kafka apache`."
-        )
+        raise NeedsBackend(missing, endpoints.kafka_backend)
 
 
 @pytest.fixture(scope="session")

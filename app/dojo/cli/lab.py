@@ -1,7 +1,5 @@
-"""`dojo lab list | start | check | watch | hint | reset | diff`: a thin layer over the runner.
-
-`dojo lab check SLUG --mutant NAME` runs a mutant (its overlays on the solution, in a scratch
-directory); `--impl DIR` checks any full directory.
+"""`dojo lab list | start | check | watch | hint | reset | diff`: the parser. What each command
+does is in `dojo.cli.lab_commands`, imported only when a lab command runs.
 
 Exit codes: 0 everything passed (or the action succeeded), 1 a check did not pass or the
 learner declined, 2 a usage problem (unknown lab or stage, workspace not started).
@@ -10,34 +8,25 @@ learner declined, 2 a usage problem (unknown lab or stage, workspace not started
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 
-from dojo.cli.lab_render import Printer, paint_diff, progress_marks, use_colour
-from dojo.content.labs import Lab, LabError, content_root, find_lab, lab_dirs, load_lab
-from dojo.content.overlay import OverlayError
-from dojo.runner import progress, workspace
-from dojo.runner.execute import CheckRun, RunOptions
-from dojo.runner.mutants import materialised
-from dojo.runner.results import CheckResult, RunSummary
+from dojo.cli import lazy
 
-
-class UsageProblem(Exception):
-    """Something the user typed that cannot work; printed as `error: …`, exit 2."""
+COMMANDS = "dojo.cli.lab_commands"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,unused-ignore]
     parser = sub.add_parser("lab", help="labs: start, check, watch, hints, reset, diff")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
 
-    actions.add_parser("list", help="the labs and your progress per stage").set_defaults(
-        handler=_guard(_list))
+    p_list = actions.add_parser("list", help="the labs and your progress per stage")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+    p_list.set_defaults(handler=lazy(f"{COMMANDS}:list_labs"))
 
-    p_start = actions.add_parser("start", help="copy the starter to workspace/<slug>/")
+    p_start = actions.add_parser("start", help="copy the starter (and the README) to "
+                                               "workspace/<slug>/")
     p_start.add_argument("slug")
-    p_start.set_defaults(handler=_guard(_start))
+    p_start.set_defaults(handler=lazy(f"{COMMANDS}:start"))
 
     p_check = actions.add_parser("check", help="run the checker on your code")
     _run_arguments(p_check, mutant=True)
@@ -49,26 +38,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
                          help="stop after the first stage that does not pass")
     p_check.add_argument("--json", action="store_true",
                          help="one JSON line per check result, nothing else on stdout")
-    p_check.set_defaults(handler=_guard(_check))
+    p_check.set_defaults(handler=lazy(f"{COMMANDS}:check"))
 
-    p_watch = actions.add_parser("watch", help="re-check on every save, stopping at the "
-                                               "first stage that does not pass")
+    p_watch = actions.add_parser("watch", help="re-check on every save: the stage you are "
+                                               "on first, then the ones before it")
     _run_arguments(p_watch)
-    p_watch.set_defaults(handler=_guard(_watch))
+    p_watch.set_defaults(handler=lazy(f"{COMMANDS}:watch"))
 
     p_hint = actions.add_parser("hint", help="the next hint for the stage you are on")
     p_hint.add_argument("slug")
     p_hint.add_argument("stage", nargs="?", help="default: the first stage not passed yet")
-    p_hint.set_defaults(handler=_guard(_hint))
+    p_hint.set_defaults(handler=lazy(f"{COMMANDS}:hint"))
 
     p_reset = actions.add_parser("reset", help="put the starter files back (asks first)")
     p_reset.add_argument("slug")
     p_reset.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
-    p_reset.set_defaults(handler=_guard(_reset))
+    p_reset.set_defaults(handler=lazy(f"{COMMANDS}:reset"))
 
     p_diff = actions.add_parser("diff", help="your changes against the starter")
     p_diff.add_argument("slug")
-    p_diff.set_defaults(handler=_guard(_diff))
+    p_diff.set_defaults(handler=lazy(f"{COMMANDS}:diff"))
     parser.set_defaults(handler=lambda args: (parser.print_help(), 2)[1])
 
 
@@ -81,231 +70,3 @@ def _run_arguments(parser: argparse.ArgumentParser, *, mutant: bool = False) -> 
         where.add_argument("--mutant", metavar="NAME",
                            help="check the mutant NAME (overlaid on the solution in a scratch "
                                 "directory); by default only the check it names")
-
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-def _guard(handler: Handler) -> Handler:
-    """Usage problems become `error: …` and exit code 2, never a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            code: int = handler(args)
-            return code
-        except (UsageProblem, LabError, KeyError) as exc:
-            text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            print(f"error: {text}", file=sys.stderr)
-            return 2
-    return run
-
-
-def _lab(slug: str) -> Lab:
-    return find_lab(slug)
-
-
-def _impl(lab: Lab, args: argparse.Namespace, scratch: ExitStack | None = None
-          ) -> tuple[Path, str, bool]:
-    """The directory to check, how to name it, and whether it is the learner's workspace.
-    A mutant is materialised in a scratch directory that `scratch` removes when it closes."""
-    if getattr(args, "mutant", None) and scratch is not None:
-        mutant = lab.mutant(args.mutant)  # KeyError names the mutants there are
-        try:
-            impl = scratch.enter_context(materialised(lab, mutant))
-        except OverlayError as exc:
-            raise UsageProblem(f"mutant {mutant.name!r} does not apply to "
-                               f"solutions/{lab.id}/: {exc}") from exc
-        return impl, f"mutants/{mutant.name} (on solutions/{lab.id})", False
-    if args.solution:
-        return lab.solution_dir, f"solutions/{lab.id}", False
-    if args.impl:
-        if not args.impl.is_dir():
-            raise UsageProblem(f"--impl {args.impl}: no such directory")
-        return args.impl.resolve(), str(args.impl), False
-    target = workspace.workspace_dir(lab)
-    if not target.is_dir():
-        raise UsageProblem(f"you have not started {lab.id!r} yet: run `dojo lab start {lab.id}`")
-    return target, f"workspace/{lab.id}", True
-
-
-def _list(args: argparse.Namespace) -> int:
-    root = content_root()
-    folders = list(lab_dirs(root))
-    if not folders:
-        print(f"no labs yet under {root / 'labs'}")
-        return 0
-    colour = use_colour(sys.stdout)
-    for folder in folders:
-        try:
-            lab = load_lab(folder, root)
-        except LabError as exc:  # one broken manifest must not hide the other labs
-            print(f"{folder.name:<10} (cannot load: {exc})")
-            continue
-        started = workspace.workspace_dir(lab).is_dir()
-        statuses = progress.stage_statuses(lab)
-        passed = sum(1 for s in lab.stage_ids if statuses.get(s) == "pass")
-        state = f"{passed}/{len(lab.stages)} stages" if started else "not started"
-        print(f"{lab.id:<10} {progress_marks(lab, statuses, colour)}  {state:<12} {lab.title}")
-    print("\n✓ passed  ✗ failed  ! error  ~ needs Apache Kafka  · not checked yet")
-    return 0
-
-
-def _start(args: argparse.Namespace) -> int:
-    lab = _lab(args.slug)
-    outcome = workspace.start(lab)
-    if outcome.created:
-        print(f"started {lab.id}: your files are in {outcome.path}")
-    elif outcome.copied:
-        print(f"{outcome.path} exists; copied the missing starter files: "
-              f"{', '.join(outcome.copied)}")
-    else:
-        print(f"{outcome.path} exists already; your work is untouched "
-              f"(`dojo lab reset {lab.id}` starts over)")
-    print(f"read {lab.readme}, then: dojo lab check {lab.id}   (or: dojo lab watch {lab.id})")
-    return 0
-
-
-def _run(lab: Lab, impl: Path, options: RunOptions, printer: Printer | None,
-         json_out: bool) -> RunSummary:
-    run = CheckRun(lab, impl, options)
-    for event in run:
-        if json_out:
-            if isinstance(event, CheckResult):
-                print(event.to_json(), flush=True)
-        elif printer is not None:
-            printer.event(event)
-    return run.summary
-
-
-def _check(args: argparse.Namespace) -> int:
-    lab = _lab(args.slug)
-    for stage in args.stage:
-        lab.stage(stage)  # KeyError names the stages there are
-    with ExitStack() as scratch:
-        impl, label, is_workspace = _impl(lab, args, scratch)
-        checks = tuple(args.check)
-        if args.mutant and not checks and not args.stage:
-            checks = (lab.mutant(args.mutant).check,)
-        options = RunOptions(stages=tuple(args.stage), checks=checks,
-                             stop_at_failing_stage=args.stop_at_failing_stage)
-        printer = None if args.json else Printer(lab, colour=use_colour(sys.stdout))
-        if printer:
-            printer.header(label)
-        summary = _run(lab, impl, options, printer, args.json)
-    if args.check and not summary.results:
-        raise UsageProblem(f"no check called {', '.join(args.check)} in {lab.id!r}")
-    if is_workspace:
-        progress.record_stage_results(lab, summary)
-    if printer:
-        printer.summary(summary, stopped_early=args.stop_at_failing_stage)
-    return 0 if summary.passed else 1
-
-
-def _watch(args: argparse.Namespace) -> int:
-    from watchfiles import watch
-
-    lab = _lab(args.slug)
-    impl, label, is_workspace = _impl(lab, args)
-    colour = use_colour(sys.stdout)
-
-    def run_once() -> None:
-        if colour:
-            print("\033[2J\033[H", end="")  # a fresh screen per run, like rustlings
-        printer = Printer(lab, colour=colour)
-        printer.header(label)
-        summary = _run(lab, impl, RunOptions(stop_at_failing_stage=True), printer, False)
-        if is_workspace:
-            progress.record_stage_results(lab, summary)
-        printer.summary(summary, stopped_early=True)
-        print(f"\nwatching {impl} — save a file to check again, Ctrl-C to stop", flush=True)
-
-    try:
-        seen = _python_files_state(impl)
-        run_once()
-        # The watcher only sees events after it starts, and a save may land while checks
-        # run: so every wake-up (change or timeout) compares the files with the state the
-        # last run saw, and nothing saved in between is missed.
-        for _changes in watch(impl, watch_filter=lambda _, path: path.endswith(".py"),
-                              debounce=300, rust_timeout=500, yield_on_timeout=True):
-            now = _python_files_state(impl)
-            if now != seen:
-                seen = now
-                run_once()
-    except KeyboardInterrupt:
-        print("\nstopped watching")
-    return 0
-
-
-def _python_files_state(folder: Path) -> dict[Path, tuple[int, int]]:
-    """Modification time and size of every .py file under `folder` (caches excluded)."""
-    state = {}
-    for path in folder.rglob("*.py"):
-        if "__pycache__" in path.parts:
-            continue
-        try:
-            stat = path.stat()
-        except OSError:  # deleted between listing and looking: an editor's temp file
-            continue
-        state[path] = (stat.st_mtime_ns, stat.st_size)
-    return state
-
-
-def _hint(args: argparse.Namespace) -> int:
-    lab = _lab(args.slug)
-    stage_id = args.stage or progress.first_unfinished_stage(lab)
-    stage = lab.stage(stage_id)
-    number, text = progress.next_hint(lab, stage_id)
-    position = lab.stage_ids.index(stage_id) + 1
-    print(f"stage {position} · {stage.id} — {stage.title}")
-    print(f"proves: {stage.proves}")
-    if not text:
-        print("this stage has no hints")
-        return 0
-    print(f"\nhint {number} of {len(stage.hints)}: {text}")
-    if number < len(stage.hints):
-        print(f"\n(`dojo lab hint {lab.id} {stage.id}` again for the next one)")
-    if stage.lesson:
-        print(f"read: lesson {stage.lesson}")
-    return 0
-
-
-def _confirm(question: str) -> bool:
-    print(f"{question} [y/N] ", end="", flush=True)
-    try:
-        answer = input()
-    except EOFError:
-        print()
-        return False
-    return answer.strip().lower() in ("y", "yes")
-
-
-def _reset(args: argparse.Namespace) -> int:
-    lab = _lab(args.slug)
-    target = workspace.workspace_dir(lab)
-    if not target.is_dir():
-        raise UsageProblem(f"nothing to reset: {lab.id!r} is not started "
-                           f"(`dojo lab start {lab.id}`)")
-    changed = workspace.changed_files(lab)
-    if not changed:
-        print(f"{target} already matches the starter; nothing to reset")
-        return 0
-    if not args.yes and not _confirm(
-            f"Reset {target}? Your changes to {', '.join(changed)} will be lost "
-            f"(see them first with `dojo lab diff {lab.id}`)."):
-        print("nothing changed")
-        return 1
-    workspace.reset(lab)
-    print(f"reset {', '.join(changed)} to the starter")
-    return 0
-
-
-def _diff(args: argparse.Namespace) -> int:
-    lab = _lab(args.slug)
-    if not workspace.workspace_dir(lab).is_dir():
-        raise UsageProblem(f"{lab.id!r} is not started (`dojo lab start {lab.id}`)")
-    text = workspace.diff(lab)
-    if not text:
-        print("no changes: your workspace matches the starter")
-        return 0
-    sys.stdout.write(paint_diff(text, use_colour(sys.stdout)))
-    return 0

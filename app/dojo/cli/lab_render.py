@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
 from dojo.content.labs import Lab
-from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    RunEvent,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+)
 
 MARKS = {"pass": "✓", "fail": "✗", "error": "!", "needs-backend": "~", "not-run": "·",
          "infra": "!"}
@@ -20,6 +29,41 @@ COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "no
            "infra": "33"}
 LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "needs-backend": "needs Apache Kafka",
           "not-run": "not run", "infra": "SERVICE DOWN"}
+SERVICE_NAMES = {"postgres": "PostgreSQL", "kafka": "Kafka"}
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def services_phrase(names: tuple[str, ...]) -> str:
+    """("postgres", "kafka") -> "PostgreSQL and Kafka"."""
+    shown = [SERVICE_NAMES.get(name, name) for name in names]
+    return " and ".join(shown) if len(shown) < 3 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+class Spinner:
+    """A line that turns and counts seconds until `stop()`, on a terminal only."""
+
+    def __init__(self, out: TextIO, text: str) -> None:
+        self.out, self.text = out, text
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True, name="dojo-spinner")
+        self._thread.start()
+
+    def _spin(self) -> None:
+        turn = 0
+        while not self._stop.wait(0.1):
+            elapsed = time.monotonic() - self.started
+            self.out.write(f"\r{SPINNER[turn % len(SPINNER)]} {self.text} {elapsed:.1f} s")
+            self.out.flush()
+            turn += 1
+
+    def stop(self) -> float:
+        """Stop, clear the line; the seconds it ran."""
+        self._stop.set()
+        self._thread.join(1)
+        self.out.write("\r\033[K")
+        self.out.flush()
+        return time.monotonic() - self.started
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -35,6 +79,7 @@ class Printer:
     colour: bool = False
     _stage: str | None = None
     _pending: bool = False  # a "running …" line is on screen, to be replaced by the result
+    _spinner: Spinner | None = None
 
     def paint(self, text: str, status: str) -> str:
         if not self.colour:
@@ -60,7 +105,24 @@ class Printer:
             print(self.bold(f"\n{stage_id or 'lab'}"), file=self.out)
 
     def event(self, event: RunEvent) -> None:
-        """Print one event: a running line (terminal only), or a result with its message."""
+        """Print one event: services starting (a spinner on a terminal), a running line
+        (terminal only), or a result with its message."""
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
+        if isinstance(event, ServicesStarting):
+            text = f"starting {services_phrase(event.services)}…"
+            if self.colour:
+                self._spinner = Spinner(self.out, text)
+            else:
+                print(text, file=self.out, flush=True)
+            return
+        if isinstance(event, ServicesReady):
+            if event.started:
+                backend = f" (Kafka: {event.backend})" if "kafka" in event.started else ""
+                print(f"{services_phrase(event.started)} up in {event.seconds:.1f} s{backend}",
+                      file=self.out, flush=True)
+            return
         if isinstance(event, CheckStarted):
             self._stage_header(event.stage)
             if self.colour:  # a live "running" line only where it can be overwritten
@@ -82,13 +144,17 @@ class Printer:
         if result.passed:
             self.out.flush()
             return
-        for line in result.message.splitlines():
+        # a typed failure is rendered from its fields, its lesson links with the stage's, once
+        text = result.failure.render(lessons=False) if result.failure else result.message
+        for line in text.splitlines():
             print(f"      {line}", file=self.out)
         if result.hint:
             print(f"      hint: {result.hint}", file=self.out)
-        if (result.lesson and result.status in ("fail", "error")
-                and result.lesson not in result.message):  # many checks name it already
-            print(f"      read: lesson {result.lesson}", file=self.out)
+        if result.status in ("fail", "error"):
+            shown = text if result.failure else result.message
+            for lesson in result.lessons:
+                if f"lesson {lesson}" not in shown:
+                    print(f"      read: lesson {lesson}", file=self.out)
         self.out.flush()
 
     def summary(self, summary: RunSummary, stopped_early: bool) -> None:

@@ -7,8 +7,12 @@ import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dojo.content import Problem, content_root, lint_lessons
+from dojo.cli.errors import UsageProblem
+
+if TYPE_CHECKING:
+    from dojo.content import Problem
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,10 +46,11 @@ def _shown(path: Path) -> Path:
 
 
 def run_lint(args: argparse.Namespace) -> int:
+    from dojo.content import content_root, lint_lessons
+
     root = (args.root or content_root()).resolve()
     if not (root / "lessons").is_dir() and not (root / "labs").is_dir():
-        print(f"error: {root} has neither lessons/ nor labs/", file=sys.stderr)
-        return 2
+        raise UsageProblem(f"{root} has neither lessons/ nor labs/")
     problems = lint_lessons(root)
     lint_labs = _lab_linter()
     if lint_labs is not None:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from dojo.services import manager
-from dojo.services.errors import ServiceError
+from dojo.cli.errors import print_error
 
+if TYPE_CHECKING:
+    from dojo.services.errors import ServiceError
+
+# dojo.services.manager.KAFKA_BACKENDS, written out so that building the parser (`dojo
+# --help`) does not import the service manager; a test keeps the two equal.
+KAFKA_BACKENDS = ("tansu", "apache")
 _STATE_COLOUR = {"up": "32", "external": "32", "dead": "31", "unreachable": "31", "stopped": "33"}
 
 
@@ -17,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
 
     p_up = actions.add_parser("up", help="start what is not running (harmless when it is)")
-    p_up.add_argument("--kafka", choices=manager.KAFKA_BACKENDS, default=None,
+    p_up.add_argument("--kafka", choices=KAFKA_BACKENDS, default=None,
                       help="embedded Kafka backend (default: tansu, or the one running)")
     p_up.set_defaults(handler=_up)
 
@@ -37,11 +43,14 @@ def _say(line: str) -> None:
 
 
 def _fail(exc: ServiceError) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+    print_error(str(exc))
     return 1
 
 
 def _up(args: argparse.Namespace) -> int:
+    from dojo.services import manager
+    from dojo.services.errors import ServiceError
+
     try:
         endpoints = manager.up(args.kafka, log=_say)
     except ServiceError as exc:
@@ -57,6 +66,9 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from dojo.services import manager
+    from dojo.services.errors import ServiceError
+
     try:
         manager.down(force=args.force, log=_say)
     except ServiceError as exc:
@@ -65,6 +77,9 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from dojo.services import manager
+    from dojo.services.errors import ServiceError
+
     try:
         rows = manager.status()
     except ServiceError as exc:

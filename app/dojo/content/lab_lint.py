@@ -16,6 +16,7 @@ from dojo.content.labs import MUTANT_FIELDS, Lab, LabError, load_lab, read_yaml
 from dojo.content.lesson_refs import lesson_refs
 from dojo.content.mutant_lint import mutant_files, mutant_overlays
 from dojo.content.problems import Problem
+from dojo.content.seed_lint import lab_seed_mentions
 from dojo.content.yaml_lines import YamlDoc
 
 LAB_ENTRIES = {"lab.yaml", "README.md", "starter", "checks", "mutants"}
@@ -268,6 +269,7 @@ def lint_labs(root: Path) -> list[Problem]:
             if folder.name in IGNORED or folder.name.startswith("."):
                 continue
             slugs.add(folder.name)
+            problems += lab_seed_mentions(folder)
             if not (folder / "lab.yaml").is_file():
                 problems.append(Problem(folder, 1, "a lab folder without lab.yaml"))
                 continue

@@ -12,6 +12,7 @@ from dojo.content.lessons import LessonFile
 from dojo.content.models import Catalog
 from dojo.content.problems import Problem
 from dojo.content.root import content_root
+from dojo.content.seed_lint import seed_mentions
 
 
 def lint_lessons(root: Path | None = None) -> list[Problem]:
@@ -22,6 +23,7 @@ def lint_lessons(root: Path | None = None) -> list[Problem]:
     problems = list(catalog.problems)
     for file in files:
         problems.extend(lint_lesson_file(file, root))
+        problems.extend(seed_mentions(file.dir / "lesson.md"))
         if file.lesson is not None:
             problems.extend(lint_cards(file.lesson, file.cards_parsed))
     problems.extend(_across_lessons(files, catalog))

@@ -278,6 +278,20 @@ class Catalog:
     def has_lesson(self, lesson_id: str) -> bool:
         return lesson_id in self._by_id
 
+    def find_lesson(self, ref: str) -> Lesson:
+        """The lesson `ref` names: its id (`dead-letter-queue`), its number (`01` or `1`) or
+        its folder (`01-dead-letter-queue`). KeyError lists the lessons there are."""
+        ref = ref.strip()
+        if ref in self._by_id:
+            return self._by_id[ref]
+        for lesson in self.lessons:
+            number = lesson.dir.name[:2]
+            if ref == lesson.dir.name or (ref.isdigit() and number.isdigit()
+                                          and int(ref) == int(number)):
+                return lesson
+        known = ", ".join(f"{lesson.dir.name[:2]} {lesson.id}" for lesson in self.lessons)
+        raise KeyError(f"no lesson {ref!r}; lessons: {known or 'none yet'}")
+
     def card(self, card_id: str) -> Card:
         """The card called `card_id`; KeyError when no lesson has it."""
         try:

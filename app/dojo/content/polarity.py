@@ -227,16 +227,21 @@ def denied(cues: Sequence[Cue], tokens: Sequence[Token],
 
 
 _HYPOTHETICAL = frozenset("would could might".split())
+# "a message parked without its origin cannot be investigated": a second negator after the
+# "without" states what the absence costs, so the sentence requires the thing
+_CONSEQUENCE = frozenset("n't cannot never unable impossible nobody nothing".split())
 
 
 def _counterfactual(tokens: Sequence[Token], negator: int) -> bool:
-    """"Without a proxy, Spring would fail at startup": a "without" followed in its sentence
-    by would / could / might imagines the case; it does not claim it."""
+    """"Without a proxy, Spring would fail at startup", "parked without its origin it cannot
+    be investigated": a "without" followed in its sentence by would / could / might imagines
+    the case, and one followed by a denied consequence requires the thing; neither claims
+    the absence."""
     if tokens[negator].word != "without":
         return False
     sentence = tokens[negator].sentence
-    return any(token.word in _HYPOTHETICAL for token in tokens[negator + 1:]
-               if token.sentence == sentence)
+    return any(token.word in _HYPOTHETICAL or token.word in _CONSEQUENCE
+               for token in tokens[negator + 1:] if token.sentence == sentence)
 
 
 # --- antonyms: the opposite claim without a negator --------------------------------------

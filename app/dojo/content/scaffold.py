@@ -106,23 +106,25 @@ _MUTANT_FROM = "        if event_id in seen:\n            continue\n        seen
 _MUTANT_TO = "        if payload in seen:\n            continue\n        seen.add(payload)\n"
 
 _CHECK = '''\
-"""Stage dedupe: a redelivered event is kept once, by its id."""
+"""Stage dedupe: a redelivered event is kept once, by its id.
+
+Written with the lab kit, `dojo.checks` (docs/lab-contract.md lists it): `call` runs the
+learner's function (a stub fails as "not written yet"), `CheckFailure` says what was expected,
+what happened and the evidence, `table` formats the evidence. Fixtures: `learner`, and
+`database` / `kafka` once lab.yaml lists the services.
+"""
 
 import pytest
 
-from dojo.checks import CheckFailure
+from dojo.checks import CheckFailure, call, table
 
 pytestmark = pytest.mark.stage("dedupe")
-
-
-def _rows(events):
-    return "\\n".join(f"{{event_id:<4}} {{payload}}" for event_id, payload in events)
 
 
 def test_a_redelivery_is_dropped_by_event_id(learner):
     module = learner.module("{module}")
     delivered = [("e1", "placed"), ("e2", "paid"), ("e1", "placed"), ("e3", "paid")]
-    got = module.unique_events(list(delivered))
+    got = call(module.unique_events, list(delivered))
     wanted = [("e1", "placed"), ("e2", "paid"), ("e3", "paid")]
     if got != wanted:
         dropped = [event for event in wanted if event not in (got or [])]
@@ -133,7 +135,8 @@ def test_a_redelivery_is_dropped_by_event_id(learner):
             actual=f"{{got!r}}"
                    + (f" (dropped {{dropped}}: another event with the same payload is still "
                       "another event)" if dropped else ""),
-            evidence="delivered, in order:\\n" + _rows(delivered),
+            evidence="delivered, in order:\\n" + table(delivered, ("event_id", "payload")),
+            # lesson="<lesson-id>#<section-slug>",  the section that explains the mistake
         )
 '''
 
@@ -203,7 +206,7 @@ question: "What is {topic}, and when would you use it?"
 seconds: 60
 related: []
 sources:
-  - "Name where each fact comes from: a seed document by file, a book or page by name"
+  - "Where each fact comes from, findable by a reader: official docs, a KIP, a release note"
 ---
 
 ## The 60-second answer

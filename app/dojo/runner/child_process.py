@@ -22,6 +22,7 @@ from typing import Any
 
 from dojo.runner.ledger import LEDGER_ENV
 from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
+from dojo.services.manager import ENDPOINTS_ENV, Endpoints
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_SECONDS = 1.0
@@ -41,9 +42,11 @@ class ChildProcess:
 
     @classmethod
     def spawn(cls, child_args: list[str], scratch: Path, serial: int,
-              limits: Limits | None = None, ledger: Path | None = None) -> ChildProcess:
+              limits: Limits | None = None, ledger: Path | None = None,
+              endpoints: Endpoints | None = None) -> ChildProcess:
         """Start the child with `child_args` (after --results/--trace-file) in `scratch`,
-        under `limits`, with a scrubbed environment (see `learner_env`)."""
+        under `limits`, with a scrubbed environment (see `learner_env`) and the services
+        the parent resolved (`endpoints`, so the child does not resolve them again)."""
         read_fd, write_fd = os.pipe()
         trace = scratch / f"trace-{serial}.txt"
         log = scratch / f"output-{serial}.txt"
@@ -55,6 +58,8 @@ class ChildProcess:
                FILE_LIMIT_ENV: f"{limits.file_bytes >> 20} MiB"}
         if ledger is not None:
             env[LEDGER_ENV] = str(ledger)
+        if endpoints is not None:
+            env[ENDPOINTS_ENV] = endpoints.to_json()
         try:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
@@ -161,7 +166,7 @@ class ChildProcess:
 
 
 # Variables learner code must not see: where the progress database lives, and the like.
-SCRUBBED = ("DOJO_DATA_DIR", "DOJO_PROGRESS_DB")
+SCRUBBED = ("DOJO_DATA_DIR", "DOJO_PROGRESS_DB", "DOJO_ENDPOINTS")
 
 
 def learner_env(scratch: Path) -> dict[str, str]:

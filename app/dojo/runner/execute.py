@@ -3,10 +3,14 @@
 Usage, from the CLI or a TUI worker thread:
 
     run = CheckRun(lab, impl_dir, RunOptions(stop_at_failing_stage=True))
-    for event in run:            # CheckStarted, then CheckResult, per check, in stage order
-        ...
+    for event in run:            # ServicesStarting/ServicesReady first, then CheckStarted
+        ...                      # and CheckResult per check, in stage order
     run.summary                  # RunSummary of every result so far
     run.cancel()                 # from any thread: the child is killed, iteration ends
+
+The services are resolved once per run, here in the parent (started if they are down, with
+`ServicesStarting` / `ServicesReady` around the wait), and handed to every child in
+DOJO_ENDPOINTS: a child never resolves them again.
 
 One child process runs the whole selection. When a check hangs past its limit, or the child
 dies under it, that check is reported as an error and a new child runs the checks that
@@ -27,7 +31,17 @@ from dojo.content.labs import Lab
 from dojo.runner.child_process import ChildProcess, describe_exit
 from dojo.runner.ledger import drop_recorded, new_ledger
 from dojo.runner.limits import Limits, lab_limits
-from dojo.runner.results import CheckResult, CheckStarted, RunEvent, RunSummary
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    Collected,
+    RunEvent,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+    decode_event,
+)
+from dojo.services.manager import Endpoints
 
 POLL_SECONDS = 0.2  # how soon cancel() takes effect
 STARTUP_SECONDS = 60.0  # interpreter + pytest + collection, before the first check starts
@@ -36,11 +50,18 @@ EXIT_GRACE_SECONDS = 10.0  # after the last result, for session teardown to fini
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What to run and how long it may take. Limits default to the lab's time_limits."""
+    """What to run and how long it may take. Limits default to the lab's time_limits.
+
+    `first_stage` (watch mode: the stage being worked on) runs before the others, then the
+    stages before it in lab order, then those after. With `stop_at_failing_stage` the stages
+    up to `first_stage` always run (a failure there may come from an earlier stage the last
+    edit broke); a failure stops only the stages after it.
+    """
 
     stages: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     stop_at_failing_stage: bool = False
+    first_stage: str = ""
     check_seconds: float | None = None
     run_seconds: float | None = None
     start_services: bool = True
@@ -70,6 +91,15 @@ class _ChildEnding:
     progressed: bool = False
 
 
+def runs_despite_failure(lab: Lab, options: RunOptions, stage: str) -> bool:
+    """Whether `stage` still runs after another stage failed: the stages up to
+    `options.first_stage` (in lab order) do."""
+    first = options.first_stage
+    order = lab.stage_ids
+    return bool(first) and first in order and stage in order and \
+        order.index(stage) <= order.index(first)
+
+
 def hang_message(seconds: float, where: str) -> str:
     text = (f"your code did not finish within {seconds:g} s (infinite loop? blocked on a lock "
             "or a poll without timeout?)")
@@ -94,6 +124,7 @@ class CheckRun:
         self._done: set[str] = set()
         self.check_seconds = self.options.check_seconds or self.lab.time_limits.check_seconds
         self.run_seconds = self.options.run_seconds or self.lab.time_limits.run_seconds
+        self.endpoints: Endpoints | None = None  # resolved once, handed to every child
 
     def cancel(self) -> None:
         """Stop the run from any thread: the child is killed and iteration ends."""
@@ -129,10 +160,17 @@ class CheckRun:
 
     def __iter__(self) -> Iterator[RunEvent]:
         if self.options.start_services and self.lab.services:
-            failure = _prepare_services()
-            if failure:
+            down = _services_down()
+            if down:
+                yield ServicesStarting(down)
+            started = time.monotonic()
+            endpoints, failure = _prepare_services()
+            if endpoints is None:
                 yield self._result(CheckResult("", "services", "error", failure))
                 return
+            self.endpoints = endpoints
+            yield ServicesReady(round(time.monotonic() - started, 3), down,
+                                endpoints.kafka_backend)
         deadline = time.monotonic() + self.run_seconds  # a slow service start is not the run's
         scratch = Path(tempfile.mkdtemp(prefix="dojo-run-"))
         ledger = new_ledger()
@@ -142,7 +180,7 @@ class CheckRun:
             while not self.cancelled:
                 serial += 1
                 self._child = ChildProcess.spawn(self._child_args(nodeids), scratch, serial,
-                                                 _limits_of(self.lab), ledger)
+                                                 _limits_of(self.lab), ledger, self.endpoints)
                 ending = yield from self._follow(self._child, deadline)
                 self._child.close()
                 drop_recorded(ledger)  # what a killed or crashed child could not drop
@@ -165,7 +203,8 @@ class CheckRun:
                 remaining = self._remaining()
                 if self.options.stop_at_failing_stage and ending.in_flight:
                     stage = ending.in_flight.planned.stage
-                    remaining = [p for p in remaining if p.stage == stage]
+                    remaining = [p for p in remaining if p.stage == stage
+                                 or runs_despite_failure(self.lab, self.options, p.stage)]
                 if not remaining:
                     return
                 nodeids = [p.nodeid for p in remaining]
@@ -177,6 +216,8 @@ class CheckRun:
 
     def _child_args(self, nodeids: list[str]) -> list[str]:
         args = ["--lab", str(self.lab.dir), "--impl", str(self.impl)]
+        if self.options.first_stage:
+            args += ["--first-stage", self.options.first_stage]
         if nodeids:
             return [*args, *nodeids]  # a restart: exactly these, already filtered
         for stage in self.options.stages:
@@ -233,29 +274,29 @@ class CheckRun:
                                         or describe_exit(child.exit_code))
                 return _ChildEnding("done", progressed=progressed, detail=_exit_detail(child))
             timeout = min(POLL_SECONDS, limit_at - now, run_deadline - now)
-            for event in child.read_events(timeout):
+            for raw in child.read_events(timeout):
                 last_event = time.monotonic()
-                kind = event.get("event")
-                if kind == "collected":
+                try:
+                    event = decode_event(raw)
+                except ValueError:
+                    continue  # not ours (a learner's print cannot reach this pipe, but still)
+                if isinstance(event, Collected):
                     collected = True
                     if self._plan is None:
-                        self._plan = [_Planned(str(c["nodeid"]), str(c["stage"]),
-                                               str(c["check"])) for c in event["checks"]]
+                        self._plan = [_Planned(c.nodeid, c.stage, c.check)
+                                      for c in event.checks]
                         if self.options.checks:  # only the stages those checks belong to
                             stages_planned = {p.stage for p in self._plan}
                             self.summary.stage_order = tuple(
                                 s for s in self.summary.stage_order if s in stages_planned)
-                elif kind == "started":
-                    planned = _Planned(str(event["nodeid"]), str(event["stage"]),
-                                       str(event["check"]))
-                    limit = float(event.get("limit") or self.check_seconds)
-                    in_flight = _InFlight(planned, last_event, limit)
-                    yield CheckStarted(planned.stage, planned.check, planned.nodeid)
-                elif kind == "result":
-                    fields = {k: v for k, v in event.items() if k != "event"}
+                elif isinstance(event, CheckStarted):
+                    planned = _Planned(event.nodeid, event.stage, event.check)
+                    in_flight = _InFlight(planned, last_event, event.limit or self.check_seconds)
+                    yield event
+                elif isinstance(event, CheckResult):
                     progressed = True
                     in_flight = None
-                    yield self._result(CheckResult.from_dict(fields))
+                    yield self._result(event)
 
     def _not_run(self, reason: str) -> Iterator[CheckResult]:
         """Every planned check still without a result gets one that says why."""
@@ -264,6 +305,10 @@ class CheckRun:
 
     def _run_limit_hit(self, ending: _ChildEnding) -> Iterator[CheckResult]:
         limit = f"the whole run exceeded its {self.run_seconds:g} s limit"
+        if self._plan is None:  # no check known yet: the run itself gets the result
+            yield self._result(CheckResult("", "(startup)", "error",
+                                           f"{limit} before the checks were collected"))
+            return
         if ending.in_flight is not None:
             where = f"\nIt was running {ending.detail}" if ending.detail else ""
             yield self._error(ending.in_flight.planned, f"{limit} while this check ran{where}",
@@ -286,17 +331,28 @@ def _startup_failure(detail: str) -> str:
     return f"the checks could not start: {detail or 'the test process ended at once'}"
 
 
-def _prepare_services() -> str:
-    """Start PostgreSQL and Kafka now, so their start-up time never counts against a check.
-    Returns what went wrong, or "" when they are up."""
+def _services_down() -> tuple[str, ...]:
+    """The services that are neither external nor running (what resolve() will start)."""
+    from dojo.services.errors import ServiceError
+    from dojo.services.manager import status
+
+    try:
+        return tuple(s.name for s in status() if s.state not in ("up", "external"))
+    except ServiceError:
+        return ("postgres", "kafka")  # a broken state file: resolve() says what is wrong
+
+
+def _prepare_services() -> tuple[Endpoints | None, str]:
+    """Resolve (and start, if need be) PostgreSQL and Kafka now, once for the whole run, so
+    their start-up time never counts against a check. Returns (the endpoints, "") or
+    (None, what went wrong)."""
     from dojo.services.errors import ServiceError
     from dojo.services.manager import resolve
 
     try:
-        resolve(start=True)
+        return resolve(start=True), ""
     except ServiceError as exc:
-        return f"the services this lab needs could not start: {exc}"
-    return ""
+        return None, f"the services this lab needs could not start: {exc}"
 
 
 def _limits_of(lab: Lab) -> Limits:

@@ -1,8 +1,10 @@
 """Turn an exception from a check into a short message that teaches, without pytest's noise.
 
-A failed assertion gives the check's own message (what was expected, what happened, the
-state). Anything else names the exception and the line of the learner's code that raised it,
-because that line is where the learner has to look; pytest internals are never shown.
+A `CheckFailure` gives the check's own verdict, as text and as typed fields (what was
+expected, what happened, the state); a plain failed assertion its message. A
+NotImplementedError from the learner's code is a stub: `NotWritten`, naming the function.
+Anything else names the exception and the line of the learner's code that raised it, because
+that line is where the learner has to look; pytest internals are never shown.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from dojo.checks.failure import CheckFailure, FailureReport
+from dojo.checks.learner import NotWritten
 from dojo.runner.blame import infra_failure
 from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV
 
@@ -29,6 +33,7 @@ class Diagnosis:
 
     kind: str
     message: str
+    failure: FailureReport | None = None
 
 
 def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -118,6 +123,8 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     infra = infra_failure(exc)
     if infra:
         return Diagnosis("infra", infra)
+    if isinstance(exc, CheckFailure):
+        return Diagnosis("fail", clip(exc.render()), exc.report)
     if isinstance(exc, AssertionError):
         return Diagnosis("fail", clip(assertion_text(exc)))
     if type(exc).__name__ == "Failed":  # pytest.fail(...): the check's own verdict
@@ -130,7 +137,9 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
     learner_frame = _innermost(exc, impl)
     if isinstance(exc, NotImplementedError) and learner_frame is not None and impl:
         place = f"{_relative(learner_frame.filename, impl)} line {learner_frame.lineno}"
-        return Diagnosis("fail", f"not implemented yet: {learner_frame.name} ({place})")
+        stub = NotWritten(f"{Path(learner_frame.filename).stem}.{learner_frame.name}()",
+                          " ".join(str(exc).split()), place)
+        return Diagnosis("fail", clip(stub.render()), stub.report)
     if isinstance(exc, MemoryError) and os.environ.get(MEMORY_LIMIT_ENV):
         where = f" at {_where(learner_frame, impl)}" if learner_frame is not None and impl else ""
         return Diagnosis("error", clip(

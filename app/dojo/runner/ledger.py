@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 LEDGER_ENV = "DOJO_RUN_LEDGER"
@@ -32,7 +32,8 @@ def new_ledger() -> Path:
 
 
 def record(kind: str, name: str) -> None:
-    """In the child: note that a `kind` (database | topic) called `name` is about to exist."""
+    """In the child: note that a `kind` (database | role | topic) called `name` is about to
+    exist."""
     path = os.environ.get(LEDGER_ENV)
     if not path:
         return
@@ -70,9 +71,10 @@ def drop_recorded(path: Path, log: Callable[[str], None] = lambda _: None) -> li
     dropped: list[str] = []
     complete = True
     databases = [name for kind, name in items if kind == "database"]
+    roles = [name for kind, name in items if kind == "role"]
     topics = [name for kind, name in items if kind == "topic"]
     try:
-        dropped += _drop_databases(databases)
+        dropped += _drop_databases(databases, roles)
     except Exception as exc:  # noqa: BLE001 - a sweep reports, the run's result stands
         complete = False
         log(f"could not drop databases {', '.join(databases)}: {exc}")
@@ -86,8 +88,9 @@ def drop_recorded(path: Path, log: Callable[[str], None] = lambda _: None) -> li
     return dropped
 
 
-def _drop_databases(names: list[str]) -> list[str]:
-    if not names:
+def _drop_databases(names: list[str], roles: Sequence[str] = ()) -> list[str]:
+    """Drop the databases, then the roles that owned them (a role goes after its database)."""
+    if not names and not roles:
         return []
     import psycopg
 
@@ -105,6 +108,12 @@ def _drop_databases(names: list[str]) -> list[str]:
             if name in present:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 done.append(name)
+        existing = {row[0] for row in conn.execute("SELECT rolname FROM pg_roles")}
+        for role in roles:
+            check_database_name(role)  # roles carry their database's dojo_… name
+            if role in existing:
+                conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+                done.append(f"role {role}")
     return done
 
 

@@ -1,29 +1,35 @@
 """A pytest plugin (`-p dojo.runner.report`) that turns test reports into dojo's JSON lines.
 
 It orders the checks by the stages of lab.yaml, keeps only the stages or checks asked for,
-and writes one line per event to `--dojo-results` (a path, or `fd:N`):
-
-  {"event": "collected", "checks": [{"nodeid", "stage", "check"}, …]}
-  {"event": "started", "nodeid", "stage", "check"}
-  {"event": "result", "stage", "check", "status", "message", "hint", "lesson", "duration", …}
+and writes one event per line to `--dojo-results` (a path, or `fd:N`), in the protocol of
+`dojo.runner.results` (collected, started, result). A CheckFailure's fields and a
+needs-backend skip's missing capabilities go into the result as data.
 
 The runner (`dojo.runner.execute`) reads them; nobody parses pytest's terminal output.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import pytest
 
-from dojo.checks.plugin import NEEDS_BACKEND
+from dojo.checks.failure import FailureReport
+from dojo.checks.plugin import NEEDS_BACKEND, NeedsBackend
 from dojo.content.labs import Lab, LabError, load_lab
 from dojo.runner.failure_message import Diagnosis, clip, describe
-from dojo.runner.results import CheckResult, Status
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    Collected,
+    PlannedCheck,
+    ProtocolEvent,
+    Status,
+    encode_event,
+)
 
 PLUGIN_NAME = "dojo-report"
 
@@ -39,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only this check id (repeatable)")
     group.addoption("--dojo-stop-at-failing-stage", action="store_true", default=False,
                     help="stop after the first stage in which a check failed or errored")
+    group.addoption("--dojo-first-stage", default="",
+                    help="run this stage first, then the earlier ones (they run even after "
+                         "a failure), then the later ones")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,20 +93,35 @@ class DojoReport:
         self.checks_dir = self.lab.checks_dir if self.lab else None
         self.out = _open_results(config.getoption("--dojo-results"))
         self.stop_at_failing_stage = bool(config.getoption("--dojo-stop-at-failing-stage"))
+        self.first_stage = str(config.getoption("--dojo-first-stage") or "")
         self._diagnoses: dict[tuple[str, str], Diagnosis] = {}
+        self._needs: dict[str, tuple[str, ...]] = {}  # nodeid -> capabilities the broker lacks
         self._reports: dict[str, list[pytest.TestReport]] = {}
         self._failed_stages: set[str] = set()
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: ProtocolEvent) -> None:
         if self.out is not None:
-            self.out.write(json.dumps({"event": event, **fields}, ensure_ascii=False) + "\n")
+            self.out.write(encode_event(event) + "\n")
             self.out.flush()
 
     # --- collection: order by stage, filter, announce ------------------------------------
 
     def _stage_rank(self, stage: str) -> int:
+        """Lab order, with the first stage (when one is given) before all the others."""
+        if self.first_stage and stage == self.first_stage:
+            return -1
+        return self._lab_index(stage)
+
+    def _lab_index(self, stage: str) -> int:
         order = self.lab.stage_ids if self.lab else ()
         return order.index(stage) if stage in order else len(order)
+
+    def _runs_despite_failure(self, current: str, following: str) -> bool:
+        """After a failure, the checks of the same stage still run, and so do the stages up
+        to the first stage."""
+        return following == current or (
+            bool(self.first_stage)
+            and self._lab_index(following) <= self._lab_index(self.first_stage))
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config,
@@ -129,9 +153,8 @@ class DojoReport:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.lab_error:
             self._emit_result(CheckResult("", "lab.yaml", "error", self.lab_error))
-        self.emit("collected", checks=[
-            {"nodeid": item.nodeid, "stage": stage_of(item), "check": check_id(item)}
-            for item in session.items])
+        self.emit(Collected(tuple(PlannedCheck(item.nodeid, stage_of(item), check_id(item))
+                                  for item in session.items)))
 
     # --- running -------------------------------------------------------------------------
 
@@ -142,14 +165,15 @@ class DojoReport:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         marker = item.get_closest_marker("check_seconds")
         limit = float(marker.args[0]) if marker and marker.args else None
-        self.emit("started", nodeid=item.nodeid, stage=stage_of(item), check=check_id(item),
-                  limit=limit)
+        self.emit(CheckStarted(stage_of(item), check_id(item), item.nodeid, limit))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
-        if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+        if call.excinfo is not None and isinstance(call.excinfo.value, NeedsBackend):
+            self._needs[item.nodeid] = call.excinfo.value.capabilities
+        elif call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             self._diagnoses[(item.nodeid, call.when)] = describe(
                 call.excinfo.value, self.impl, self.checks_dir)
         report.user_properties.append(("dojo_stage", stage_of(item)))
@@ -166,57 +190,69 @@ class DojoReport:
         self._emit_result(result)
         if result.status in ("fail", "error"):
             self._failed_stages.add(result.stage)
-        if (self.stop_at_failing_stage and result.stage in self._failed_stages
-                and (nextitem is None or stage_of(nextitem) != result.stage)):
-            item.session.shouldstop = f"stage {result.stage!r} did not pass"
+        if (self.stop_at_failing_stage and self._failed_stages and nextitem is not None
+                and not self._runs_despite_failure(result.stage, stage_of(nextitem))):
+            failed = next(iter(sorted(self._failed_stages, key=self._stage_rank)))
+            item.session.shouldstop = f"stage {failed!r} did not pass"
         return outcome
 
     def _emit_result(self, result: CheckResult) -> None:
-        self.emit("result", **json.loads(result.to_json()))
+        self.emit(result)
 
     def _result_for(self, item: pytest.Item) -> CheckResult:
         stage = stage_of(item)
         reports = self._reports.pop(item.nodeid, [])
-        status, message = self._verdict(item.nodeid, reports)
+        status, message, failure = self._verdict(item.nodeid, reports)
+        needs = self._needs.pop(item.nodeid, ())
         hint = lesson = ""
         if self.lab and stage in self.lab.stage_ids:
             lab_stage = self.lab.stage(stage)
             hint, lesson = lab_stage.first_hint, lab_stage.lesson
         elif not stage:
-            status, message = "error", (
+            status, message, failure = "error", (
                 "this check has no @pytest.mark.stage(...) marker, so no stage owns it "
-                "(a bug in the lab; `dojo lint` names it)")
+                "(a bug in the lab; `dojo lint` names it)"), None
         duration = sum(report.duration for report in reports)
         return CheckResult(stage=stage, check=check_id(item), status=status,
                            message=message if status != "pass" else "",
                            hint=hint if status in ("fail", "error") else "", lesson=lesson,
-                           duration=round(duration, 3), nodeid=item.nodeid)
+                           duration=round(duration, 3), nodeid=item.nodeid,
+                           failure=failure if status in ("fail", "error") else None,
+                           needs=needs if status == "needs-backend" else ())
 
-    def _verdict(self, nodeid: str, reports: list[pytest.TestReport]) -> tuple[Status, str]:
+    def _verdict(self, nodeid: str, reports: list[pytest.TestReport]
+                 ) -> tuple[Status, str, FailureReport | None]:
         """One status for setup + call + teardown: the first phase that did not pass wins,
         except that a failed cleanup after a failed call keeps the call's message."""
         for report in reports:
             if report.skipped:
                 reason = _skip_reason(report)
-                if reason.startswith(NEEDS_BACKEND):
-                    return "needs-backend", reason[len(NEEDS_BACKEND):].strip()
+                if nodeid in self._needs or reason.startswith(NEEDS_BACKEND):
+                    return ("needs-backend", reason.removeprefix(NEEDS_BACKEND).strip(),
+                            None)
                 return "error", (f"the check was skipped ({reason}); a check must pass or "
-                                 "fail, never skip (a bug in the lab)")
+                                 "fail, never skip (a bug in the lab)"), None
             if report.failed:
                 diagnosis = self._diagnoses.pop((nodeid, report.when), None)
                 text = diagnosis.message if diagnosis else _longrepr_tail(report)
+                failure = diagnosis.failure if diagnosis else None
                 if diagnosis is not None and diagnosis.kind == "infra":
-                    return "infra", text
+                    return "infra", text, None
                 if report.when == "setup":
-                    return "error", f"the check could not be prepared: {text}"
+                    # a check's verdict raised by a fixture (schema.sql refused, a stub the
+                    # fixture called) is the learner's failure, not the lab's error
+                    if failure is not None:
+                        return "fail", text, failure
+                    return "error", f"the check could not be prepared: {text}", None
                 if report.when == "teardown":
-                    return "error", f"the check passed, but cleaning up after it failed: {text}"
+                    return ("error", f"the check passed, but cleaning up after it failed: "
+                                     f"{text}", None)
                 kind: Status = "fail" if diagnosis is None or diagnosis.kind == "fail" \
                     else "error"
-                return kind, text
+                return kind, text, failure
         if not any(r.when == "call" for r in reports):
-            return "error", "the check did not run"
-        return "pass", ""
+            return "error", "the check did not run", None
+        return "pass", "", None
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.out is not None:

@@ -1,14 +1,19 @@
 """The learner's workspace: `workspace/<slug>/` under the content root (git-ignored).
 
-`start` copies the starter there (never over existing work), `reset` puts the starter files
-back (the caller asks for confirmation first), `diff` shows the learner's changes against the
-starter as a unified diff.
+`start` copies the starter there (never over existing work) with the lab's README beside it,
+`reset` puts the starter files back (the caller asks for confirmation first), `diff` shows
+the learner's changes against the starter as a unified diff.
+
+The README is the lab's text, not the learner's: it is kept read-only and refreshed whenever
+the lab's own README changes, so the instructions next to the code are never stale.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +27,32 @@ class StartOutcome:
     copied: tuple[str, ...]  # starter files copied now (missing ones are filled in)
 
 
+README = "README.md"
+
+
 def workspace_dir(lab: Lab) -> Path:
     """Where the learner edits `lab`'s files."""
     return lab.content_root / "workspace" / lab.id
+
+
+def readme_path(lab: Lab) -> Path:
+    """The lab's README as the learner sees it, beside their files."""
+    return workspace_dir(lab) / README
+
+
+def _place_readme(lab: Lab) -> None:
+    """Copy the lab's README into the workspace when it is missing or out of date."""
+    source, target = lab.readme, readme_path(lab)
+    if not source.is_file() or README in lab.files:
+        return
+    text = source.read_bytes()
+    if target.is_file() and target.read_bytes() == text:
+        return
+    if target.exists():
+        os.chmod(target, stat.S_IRUSR | stat.S_IWUSR)
+        target.unlink()
+    target.write_bytes(text)
+    os.chmod(target, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
 
 def start(lab: Lab) -> StartOutcome:
@@ -39,6 +67,7 @@ def start(lab: Lab) -> StartOutcome:
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(lab.starter_dir / name, destination)
             copied.append(name)
+    _place_readme(lab)
     return StartOutcome(target, created, tuple(copied))
 
 
@@ -60,6 +89,7 @@ def reset(lab: Lab) -> list[str]:
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(lab.starter_dir / name, destination)
     shutil.rmtree(target / "__pycache__", ignore_errors=True)
+    _place_readme(lab)
     return changed
 
 

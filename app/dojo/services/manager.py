@@ -10,11 +10,12 @@ Environment:
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from dojo.services import apache_kafka, postgres, tansu
@@ -25,6 +26,7 @@ from dojo.services.spawn import terminate
 from dojo.services.state import ServiceRecord, load_records, remove_record, update_record
 
 KAFKA_BACKENDS = ("tansu", "apache")
+ENDPOINTS_ENV = "DOJO_ENDPOINTS"  # the runner hands resolved endpoints to its check child
 Log = Callable[[str], None]
 
 
@@ -45,6 +47,19 @@ class Endpoints:
     def database_owned(self) -> bool:
         """Whether dojo may create and drop databases on this server without being told."""
         return self.database_source == "embedded"
+
+    def to_json(self) -> str:
+        """The endpoints as JSON (what the runner puts in DOJO_ENDPOINTS)."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Endpoints:
+        """Endpoints from `to_json`'s text; ValueError when it is something else."""
+        try:
+            raw = json.loads(text)
+            return cls(**{f.name: str(raw[f.name]) for f in fields(cls)})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"not a services description: {text[:200]!r}") from exc
 
 
 @dataclass(frozen=True)

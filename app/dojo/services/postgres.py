@@ -274,12 +274,16 @@ def start_embedded(recorded_port: int | None = None) -> ServiceRecord:
 
 
 def _ensure_marker(url: str) -> None:
+    """The marker database, and only the superuser may connect to the cluster's own
+    databases: each check's role reaches its own database and nothing else."""
     import psycopg
 
     with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (MARKER_DB,))
         if exists.fetchone() is None:
             conn.execute(f'CREATE DATABASE "{MARKER_DB}"')
+        for name in ("postgres", "template1", MARKER_DB):
+            conn.execute(f'REVOKE CONNECT, TEMPORARY ON DATABASE "{name}" FROM PUBLIC')
 
 
 def stop_embedded(record: ServiceRecord) -> None:

@@ -109,7 +109,7 @@ class DojoApp(App[None]):
         from dojo.tui.screens import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(type(self.screen)))
 
     def action_drill(self) -> None:
         """A round of the cards due now, then new ones (Home's d, and the palette)."""

@@ -2,10 +2,11 @@
 
 A document is a list of blocks (a title, headings, Markdown prose, fenced code and diagrams,
 highlighted callouts). `render_document` turns them into lines of segments with Rich, in a
-worker thread: a 1000-line lesson renders in ~0.15 s (Textual's Markdown widget needs ~1 s
-and thousands of widgets for the same page). Prose wraps to the width; fenced blocks keep
-their natural width and never wrap, so a diagram reads as drawn and scrolls sideways when the
-terminal is narrower than it.
+worker thread, and notes where each Markdown link landed (`RenderedDocument.links`: the
+lesson cross-references a reader can follow). A 1000-line lesson renders in ~0.15 s
+(Textual's Markdown widget needs ~1 s and thousands of widgets for the same page). Prose
+wraps to the width; fenced blocks keep their natural width and never wrap, so a diagram
+reads as drawn and scrolls sideways when the terminal is narrower than it.
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ class Palette:
             "markdown.h1": f"bold {p.primary}", "markdown.h1.border": p.primary,
             "markdown.h2": f"bold {p.primary}", "markdown.h3": f"bold {p.primary}",
             "markdown.h4": f"bold {p.text}", "markdown.h5": "bold", "markdown.h6": "italic",
-            "markdown.link": f"underline {p.primary}", "markdown.link_url": p.muted,
+            # links keep only their text (hyperlinks=True) in link_url's style; the view
+            # makes them followable
+            "markdown.link": f"underline {p.primary}",
+            "markdown.link_url": f"underline {p.primary}",
             "markdown.table.border": p.muted, "markdown.table.header": f"bold {p.text}",
         }, inherit=True)
 
@@ -179,6 +183,22 @@ class DocLine:
     scrolls: bool = False
 
 
+@dataclass(frozen=True)
+class Link:
+    """A Markdown link as laid out: its target and where its text is, one span per line it
+    covers (`(line, first cell, end cell)`; a link can wrap)."""
+
+    target: str
+    spans: tuple[tuple[int, int, int], ...]
+
+    @property
+    def line(self) -> int:
+        return self.spans[0][0]
+
+    def covers(self, line: int, cell: int) -> bool:
+        return any(at == line and start <= cell < end for at, start, end in self.spans)
+
+
 @dataclass
 class RenderedDocument:
     """A document laid out at one width."""
@@ -186,6 +206,7 @@ class RenderedDocument:
     lines: list[DocLine]
     anchors: dict[str, int] = field(default_factory=dict)  # slug -> line of its heading
     width: int = 0  # the widest line: more than the view when a fence is wider
+    links: list[Link] = field(default_factory=list)  # in reading order
 
     def section_at(self, line: int) -> str:
         """The slug of the last heading at or above `line` ("" before the first)."""
@@ -212,6 +233,7 @@ class _Renderer:
                                theme=palette.rich_theme(), emoji=False, highlight=False)
         self.lines: list[DocLine] = []
         self.anchors: dict[str, int] = {}
+        self._links: dict[str, tuple[str, list[tuple[int, int, int]]]] = {}  # by link id
 
     def blank(self) -> None:
         if self.lines and self.lines[-1].text.strip():
@@ -227,9 +249,33 @@ class _Renderer:
         while start < len(rendered) and not "".join(s.text for s in rendered[start]).strip():
             start += 1
         for segments in rendered[start:]:
-            line = _strip(segments)
+            line = _strip(self._take_links(segments, len(self.lines)))
             line.scrolls = scrolls
             self.lines.append(line)
+
+    def _take_links(self, segments: list[Segment], line: int) -> list[Segment]:
+        """Note where each link's text is on this line and drop the link from its style (the
+        terminal must not open `lesson:…` itself; the view follows it)."""
+        out: list[Segment] = []
+        cell = 0
+        for segment in segments:
+            width = 0 if segment.control else cell_len(segment.text)
+            style = segment.style
+            if style is not None and style.link:
+                target, spans = self._links.setdefault(style.link_id or style.link,
+                                                       (style.link, []))
+                if spans and spans[-1][0] == line and spans[-1][2] == cell:
+                    spans[-1] = (line, spans[-1][1], cell + width)
+                else:
+                    spans.append((line, cell, cell + width))
+                segment = Segment(segment.text, style.update_link(None), segment.control)
+            out.append(segment)
+            cell += width
+        return out
+
+    def links(self) -> list[Link]:
+        found = [Link(target, tuple(spans)) for target, spans in self._links.values() if spans]
+        return sorted(found, key=lambda link: link.spans[0][:2])
 
     def title(self, block: Title) -> None:
         p = self.palette
@@ -255,7 +301,7 @@ class _Renderer:
 
         self.blank()
         self.render(Markdown(block.markdown, code_theme=self.palette.syntax_theme,
-                             hyperlinks=False))
+                             hyperlinks=True))
 
     def fence(self, block: Fence) -> None:
         p = self.palette
@@ -285,7 +331,7 @@ class _Renderer:
         self.blank()
         if block.slug:
             self.anchors[block.slug] = len(self.lines)
-        panel = Panel(Markdown(block.markdown, hyperlinks=False),
+        panel = Panel(Markdown(block.markdown, hyperlinks=True),
                       title=Text(f" {block.title} ", style=f"bold {colour}"),
                       title_align="left",
                       subtitle=Text(f" {block.subtitle} ", style=p.muted) if block.subtitle
@@ -311,4 +357,5 @@ def render_document(blocks: list[Block], width: int, palette: Palette = DARK
         else:
             renderer.callout(block)
     widest = max((line.strip.cell_length for line in renderer.lines), default=0)
-    return RenderedDocument(renderer.lines, renderer.anchors, max(widest, renderer.width))
+    return RenderedDocument(renderer.lines, renderer.anchors, max(widest, renderer.width),
+                            renderer.links())

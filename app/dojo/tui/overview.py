@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from dojo.content import Lesson
     from dojo.content.labs import Lab
+    from dojo.interview_path import InterviewPath
     from dojo.store import Place
     from dojo.tui.session import Session
 
@@ -29,6 +30,17 @@ class LessonRow:
     lab_passed: int  # stages of the paired labs passed
     lab_total: int  # stages the lesson pairs with, in labs that are ready
     labs_coming: tuple[str, ...]  # paired labs not built yet
+    lab_ids: tuple[str, ...] = ()  # the paired labs that are ready, in the lesson's order
+
+    def lab_label(self, short: bool = False) -> str:
+        """The stages the lesson pairs with and whose lab they are (`dlq 3/9`,
+        `dlq+money 0/2`; `short`: `2 labs 0/2`), `soon` when its lab is not built yet, ""
+        when it has none."""
+        if self.lab_total:
+            names = f"{len(self.lab_ids)} labs" if short and len(self.lab_ids) > 1 else \
+                "+".join(self.lab_ids)
+            return f"{names} {self.lab_passed}/{self.lab_total}"
+        return "soon" if self.labs_coming else ""
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Overview:
     next_due: datetime | None
     last: Continue | None
     problems: int
+    path: InterviewPath | None = None
 
 
 def _read_state(progress: object | None) -> str:
@@ -133,17 +146,20 @@ def gather(session: Session) -> Overview:
     for lesson in catalog.lessons:
         passed = total = 0
         coming: list[str] = []
+        ready: list[str] = []
         for link in lesson.labs:
             if lab_availability(root, link.lab) is LabAvailability.COMING:
                 if link.lab not in coming:
                     coming.append(link.lab)
                 continue
+            if link.lab not in ready:
+                ready.append(link.lab)
             total += 1
             passed += statuses.get(link.lab, {}).get(link.stage) == "pass"
         reviewed = sum(scheduler.state(card.id) is not None for card in lesson.cards)
         rows.append(LessonRow(lesson, _read_state(progress.get(lesson.id)),
                               scheduler.lesson_mastery(lesson, now), reviewed, passed, total,
-                              tuple(coming)))
+                              tuple(coming), tuple(ready)))
     lab_rows = []
     for lab_id in known_labs(root):
         loaded = labs.get(lab_id)
@@ -154,7 +170,15 @@ def gather(session: Session) -> Overview:
         else:
             lab_rows.append(LabRow(lab_id, loaded.title, True, loaded.stage_ids,
                                    statuses.get(lab_id, {})))
+    from dojo.interview_path import interview_path
+
     cards = catalog.cards
+    path = interview_path(
+        catalog, {lesson_id: _read_state(record) for lesson_id, record in progress.items()},
+        {card.id for card in cards if scheduler.state(card.id) is not None},
+        {lab_id: {stage for stage, status in by_stage.items() if status == "pass"}
+         for lab_id, by_stage in statuses.items()},
+        {lab_id for lab_id, lab in labs.items() if not isinstance(lab, str)})
     local = now.astimezone()
     end_of_day = (local.replace(hour=0, minute=0, second=0, microsecond=0)
                   + timedelta(days=1))
@@ -167,6 +191,7 @@ def gather(session: Session) -> Overview:
         next_due=scheduler.next_due_at(cards),
         last=_continue(session, store.last_place()),
         problems=len(catalog.problems),
+        path=path,
     )
 
 

@@ -13,15 +13,10 @@ import threading
 import time
 from typing import Any
 
-from _tools import (
-    CommitProbe,
-    ConsumerTap,
-    HybridClock,
-    ProducerTap,
-    ScriptedDownstream,
-    die,
-    write_jsonl,
-)
+from _tools import ScriptedDownstream
+
+from dojo.checks import InstantClock
+from dojo.checks.observers import CommitProbe, ConsumerTap, ProducerTap, die, jsonl_log
 
 
 def consumer_life(spec: dict[str, Any]) -> dict[str, Any]:
@@ -30,9 +25,9 @@ def consumer_life(spec: dict[str, Any]) -> dict[str, Any]:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from sqlalchemy import create_engine, event
 
-    log = write_jsonl(spec["log"])
+    log = jsonl_log(spec["log"])
     log({"ev": "start", "kill": spec["kill"]})
-    clock = HybridClock()
+    clock = InstantClock()
     raw = spec["settings"]
     settings = payments.Settings(
         service=raw["service"], group_id=raw["group_id"], source_topic=raw["source_topic"],

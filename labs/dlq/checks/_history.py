@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from _support import Input, LedgerRow, fmt_offsets, match_dlt
-from _tools import Record
+from _support import Input, LedgerRow, match_dlt
+
+from dojo.checks.observers import Record, offsets_text
 
 
 @dataclass
@@ -100,7 +101,7 @@ def report(verdict: Verdict, lives: Sequence[Life], seed: int) -> str:
             f"aimed at {life.kill}; {life.ended}"
         lines.append(f"  life {life.number}: {how}")
         lines.append(f"          polled {life.polled} · DLT acks {life.acks} · commits "
-                     f"{life.commits} · committed after: {fmt_offsets(life.committed_after)}")
+                     f"{life.commits} · committed after: {offsets_text(life.committed_after)}")
     lines.append("verdict: " + verdict.counts())
     for i, why in verdict.lost[:6]:
         lines.append(f"  LOST        {i.describe()}: {why}")

@@ -1,6 +1,6 @@
 """The DLQ checks' harness: topics named by the learner's code, inputs produced with exact
-offsets, the learner's consumer run against a scripted gateway with taps on its clients, the
-state read back from PostgreSQL and Kafka, and failure messages that show the evidence.
+offsets, the learner's consumer run against a scripted gateway with the kit's taps on its
+clients, the state read back from PostgreSQL and Kafka, and the run told as a timeline.
 
 Nothing here reads the learner's internals: only the documented functions and tables
 (ledger_entries), the records in the topics, and the group's committed offsets.
@@ -15,18 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-from _tools import (
+from _tools import Item
+from sqlalchemy import Engine, text
+
+from dojo.checks import CheckFailure, InstantClock, call, table
+from dojo.checks.observers import (
     CommitProbe,
     ConsumerTap,
-    HybridClock,
-    Item,
     ProducerTap,
     Record,
+    committed_offsets,
+    offsets_text,
     read_topic,
-    show_header,
 )
-from sqlalchemy import Engine, text
 
 DLQ = "dead-letter-queue"
 # The lesson section each stage's failures send the learner to (lab.yaml says the same).
@@ -46,57 +47,6 @@ READ = {
 MISTAKES = f"{DLQ}#common-mistakes"
 SERVICE = "payments-consumer"
 CHECKS_DIR = Path(__file__).parent
-
-
-# -- messages ---------------------------------------------------------------------------------
-
-def explain(what: str, *, expected: str, actual: str, state: str = "", read: str = "") -> str:
-    """A failure message: what went wrong, expected vs actual, the evidence, where to read."""
-    parts = [what, f"  expected: {expected}", f"  actual:   {actual}"]
-    if state:
-        parts.append("  evidence:\n" + indent(state, 4))
-    if read:
-        parts.append(f"  read: lesson {read}")
-    return "\n".join(parts)
-
-
-def indent(block: str, spaces: int) -> str:
-    pad = " " * spaces
-    return "\n".join(pad + line for line in block.rstrip().splitlines())
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str], limit: int = 14) -> str:
-    if not rows:
-        return "(none)"
-    cells = [[str(c) for c in row] for row in rows[:limit]]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in cells]
-    if len(rows) > limit:
-        lines.append(f"… and {len(rows) - limit} more")
-    return "\n".join(lines)
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a learner function; a NotImplementedError becomes a plain 'not written yet'."""
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError as exc:
-        not_written(exc)
-
-
-def not_written(exc: BaseException) -> None:
-    frame = exc.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    where = "a function"
-    if frame is not None:
-        code = frame.tb_frame.f_code
-        where = f"{Path(code.co_filename).stem}.{code.co_name}()"
-    pytest.fail(f"{where} is not written yet. It says:\n    {exc}\n"
-                "  Write it as the lab README describes, then run the check again.",
-                pytrace=False)
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -173,16 +123,18 @@ class DLQLab:
         names = call(deadletter.topic_names, source)
         for name in (names.dead_letter, names.parking_lot):
             if not isinstance(name, str) or not name.startswith(source) or name == source:
-                pytest.fail(explain(
+                raise CheckFailure(
                     "deadletter.topic_names(source) must derive both names from the source "
                     "topic by adding a suffix: an explicit scheme, the same every time.",
                     expected=f"names like {source}-dlt and {source}-parking-lot",
                     actual=f"dead_letter={names.dead_letter!r}, "
                            f"parking_lot={names.parking_lot!r}",
-                    read=READ["dlt-topic"]), pytrace=False)
+                    lesson=READ["dlt-topic"])
         if names.dead_letter == names.parking_lot:
-            pytest.fail(f"topic_names() gives the DLT and the parking lot the same name "
-                        f"({names.dead_letter}); they are two topics.", pytrace=False)
+            raise CheckFailure("deadletter.topic_names(source) gives the DLT and the parking "
+                               "lot the same name; they are two topics.",
+                               expected="two different names",
+                               actual=f"both {names.dead_letter!r}", lesson=READ["dlt-topic"])
         self.kafka.created.extend([names.dead_letter, names.parking_lot])  # deleted afterwards
         admin = self.kafka.admin()
         call(self.module("deadletter").create_topics, admin, source)
@@ -197,10 +149,9 @@ class DLQLab:
                    all(p.leader >= 0 for p in meta[n].partitions.values()) for n in names):
                 return
             time.sleep(0.05)
-        pytest.fail(explain("deadletter.create_topics(admin, source) returned, but the topics "
-                            "are not there.", expected=", ".join(names),
-                            actual="missing after 10 s", read=READ["dlt-topic"]),
-                    pytrace=False)
+        raise CheckFailure("deadletter.create_topics(admin, source) returned, but the topics "
+                      "are not there.", expected=", ".join(names),
+                      actual="missing after 10 s", lesson=READ["dlt-topic"])
 
     def partition_counts(self, names: Sequence[str]) -> dict[str, int]:
         meta = self.kafka.admin().list_topics(timeout=10).topics
@@ -240,7 +191,8 @@ class DLQLab:
                 on_delivery=lambda err, msg, r=reports: r.append((err, msg)), **kwargs)
             self._input_producer.flush(10)
             err, msg = reports[0]
-            assert err is None, f"the check could not produce its input: {err}"
+            if err is not None:
+                raise RuntimeError(f"the check could not produce its input: {err}")
             out.append(Input(item, msg.partition(), msg.offset(), msg.timestamp()[1]))
             ends = self.ends.setdefault(topic, {})
             ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
@@ -256,12 +208,13 @@ class DLQLab:
                  "max.poll.interval.ms")  # how this consumer commits is its own business
         changed = {k: (v, config.get(k)) for k, v in base.items()
                    if k not in yours and config.get(k) != v}
-        assert not changed, explain(
-            "consumer_config(base, settings) must keep every setting of base (the checks "
-            "tune the client to their broker) and add its own.",
-            expected=f"every key of base unchanged (except {', '.join(yours)})",
-            actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
-            read=READ["nothing-lost"])
+        if changed:
+            raise CheckFailure(
+                "consumer_config(base, settings) must keep every setting of base (the checks "
+                "tune the client to their broker) and add its own.",
+                expected=f"every key of base unchanged (except {', '.join(yours)})",
+                actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
+                lesson=READ["nothing-lost"])
         return config
 
     def source_consumer(self, settings: Any, topics: Topics) -> Any:
@@ -280,11 +233,12 @@ class DLQLab:
         config = call(self.module("consumer").producer_config, dict(base))
         changed = {k: (v, config.get(k)) for k, v in base.items()
                    if k not in ("acks", "linger.ms") and config.get(k) != v}
-        assert not changed, explain(
-            "producer_config(base) must keep every setting of base and add its own.",
-            expected="every key of base unchanged (acks and linger.ms may change)",
-            actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
-            read=READ["nothing-lost"])
+        if changed:
+            raise CheckFailure(
+                "producer_config(base) must keep every setting of base and add its own.",
+                expected="every key of base unchanged (acks and linger.ms may change)",
+                actual="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items()),
+                lesson=READ["nothing-lost"])
         return config
 
     def dlt_producer(self, **overrides: Any) -> Any:
@@ -303,7 +257,7 @@ class DLQLab:
 
     # -- running the consumer -------------------------------------------------------------
     def run(self, engine: Engine, topics: Topics, settings: Any, downstream: Any,
-            clock: HybridClock, *, metrics: Any = None, producer: Any = None,
+            clock: InstantClock, *, metrics: Any = None, producer: Any = None,
             consumer: Any = None, timeout: float = 12.0, linger: float = 0.0,
             watch: Callable[[dict[int, int]], None] | None = None,
             before_commit: Callable[[dict[int, int]], None] | None = None,
@@ -315,9 +269,9 @@ class DLQLab:
         ctap = ConsumerTap(raw, clock, before_commit=before_commit)
         ptap = producer if isinstance(producer, ProducerTap) else \
             ProducerTap(producer or self.dlt_producer(), clock, hold_acks=hold_acks)
-        probe = CommitProbe(self.kafka.consumer_config(), settings.group_id, topics.source,
+        probe = CommitProbe(self.kafka, settings.group_id, topics.source,
                             topics.partitions)
-        state = {"outcome": "returned", "done_at": None}
+        state: dict[str, Any] = {"outcome": "returned", "done_at": None}
         started = time.monotonic()
         virtual_started = clock.monotonic()
 
@@ -357,43 +311,29 @@ class DLQLab:
             ends[record.partition] = max(ends.get(record.partition, 0), record.offset + 1)
 
     def run_until_stopped(self, engine: Engine, topics: Topics, settings: Any,
-                          downstream: Any, clock: HybridClock, **kwargs: Any
+                          downstream: Any, clock: InstantClock, **kwargs: Any
                           ) -> tuple[RunResult | None, str, dict[int, int]]:
         """Like run(), for a run that may legitimately end by raising (a consumer that stops
         when its DLT is unreachable): (the result or None, how it ended, committed)."""
         try:
             result = self.run(engine, topics, settings, downstream, clock, **kwargs)
             return result, result.outcome, result.committed
+        except CheckFailure:
+            raise  # a stub, or the check's own verdict
         except Exception as exc:
-            from _tools import committed_offsets
-
             how = f"run() raised {type(exc).__name__}: {str(exc)[:120]}"
-            return None, how, committed_offsets(self.kafka.consumer_config(),
+            return None, how, committed_offsets(self.kafka,
                                                 settings.group_id, topics.source,
                                                 topics.partitions)
 
     # -- reading back ---------------------------------------------------------------------
     def read(self, topic: str, partitions: int, *, expect: int | None = None,
              start: dict[int, int] | None = None) -> list[Record]:
-        return read_topic(self.kafka.consumer_config(), topic, partitions, expect=expect,
+        return read_topic(self.kafka, topic, partitions, fence=False, expect=expect,
                           start=start, timeout=4.0)
 
 
 # -- the database -----------------------------------------------------------------------------
-
-def apply_schema(engine: Engine, learner_dir: Path) -> None:
-    path = learner_dir / "schema.sql"
-    if not path.exists():
-        pytest.fail(f"schema.sql is missing from {learner_dir}: the lab expects it.",
-                    pytrace=False)
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(path.read_text())
-    except Exception as exc:
-        detail = getattr(exc, "orig", exc)
-        pytest.fail(f"schema.sql does not run on a fresh database:\n{indent(str(detail), 4)}",
-                    pytrace=False)
-
 
 @dataclass(frozen=True)
 class LedgerRow:
@@ -418,8 +358,10 @@ def applied_ids(engine: Engine) -> dict[str, list[int]]:
 
 
 def balances(engine: Engine) -> dict[str, int]:
+    """{account: balance in cents}, in account order (a message prints it the same every run)."""
     with engine.connect() as conn:
-        return dict(conn.execute(text("SELECT account, balance_cents FROM balances")).all())
+        return dict(conn.execute(text("SELECT account, balance_cents FROM balances "
+                                      "ORDER BY account")).all())
 
 
 # -- what a run left behind, as the learner should read it -----------------------------------
@@ -453,13 +395,6 @@ def dlt_table(records: Sequence[Record], inputs: Sequence[Input] = (), limit: in
     if len(records) > limit:
         text_out += f"\n… and {len(records) - limit} more DLT records"
     return text_out
-
-
-def headers_table(record: Record, names: Sequence[str] = ()) -> str:
-    shown = names or record.names()
-    rows = [(name, show_header(name, record.header(name)) if name in record.names()
-             else "MISSING") for name in shown]
-    return table(rows, ("header", "value"), limit=40)
 
 
 def timeline(run: RunResult, downstream: Any, inputs: Sequence[Input], limit: int = 12) -> str:
@@ -496,7 +431,7 @@ def timeline(run: RunResult, downstream: Any, inputs: Sequence[Input], limit: in
     return "\n".join(lines)
 
 
-def retries_of(downstream: Any, event_id: str) -> list[float]:
+def retries_of(downstream: Any, event_id: str | None) -> list[float]:
     """Gaps (clock seconds) between the successive authorize() calls for one event."""
     times = [c.at for c in downstream.authorizations(event_id)]
     return [b - a for a, b in zip(times, times[1:], strict=False)]
@@ -519,19 +454,14 @@ def require_done(run: RunResult, inputs: Sequence[Input], downstream: Any, *, re
                and i.partition in stuck]
     how = ("consumer.run() returned before should_stop() said so" if run.outcome == "returned"
            else f"after {run.seconds:.1f} s the check stopped it")
-    pytest.fail(explain(
+    raise CheckFailure(
         "The consumer did not get through its input: some offsets were never committed. "
         + why,
         expected="every input booked or dead-lettered, and its offset committed",
-        actual=f"{how}; committed {fmt_offsets(run.committed)} of {fmt_offsets(run.ends)}; "
+        actual=f"{how}; committed {offsets_text(run.committed)} of {offsets_text(run.ends)}; "
                f"first uncommitted: {', '.join(i.describe() for i in waiting[:4]) or '?'}",
-        state="what happened (clock time):\n" + timeline(run, downstream, inputs, limit=16),
-        read=read), pytrace=False)
-
-
-def fmt_offsets(offsets: dict[int, int]) -> str:
-    return "{" + ", ".join(f"p{p}: {o if o >= 0 else 'none'}"
-                           for p, o in sorted(offsets.items())) + "}"
+        evidence="what happened (clock time):\n" + timeline(run, downstream, inputs, limit=16),
+        lesson=read)
 
 
 def first_delivery(run: RunResult, i: Input) -> float | None:
@@ -606,7 +536,8 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
                                     **kwargs)
         lab._input_producer.flush(10)
         err, msg = reports[0]
-        assert err is None, f"the check could not write its DLT record: {err}"
+        if err is not None:
+            raise RuntimeError(f"the check could not write its DLT record: {err}")
         out.append(Crafted(item, exception, replays, msg.partition(), msg.offset(),
                            msg.timestamp()[1], source_offset))
     return out

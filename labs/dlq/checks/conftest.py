@@ -1,13 +1,14 @@
-"""Fixtures for the DLQ checks (on top of dojo.runner's database, kafka and learner)."""
+"""Fixtures for the DLQ checks (on top of the kit's database, kafka and learner)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from _support import DLQLab, apply_schema
-from _tools import HybridClock
+from _support import DLQLab
 from sqlalchemy import Engine
+
+from dojo.checks import InstantClock, apply_schema
 
 
 @pytest.fixture
@@ -24,6 +25,6 @@ def ledger_db(database: Any, learner: Any) -> Engine:
 
 
 @pytest.fixture
-def clock() -> HybridClock:
+def clock() -> InstantClock:
     """Real time plus every second slept: backoff costs no real time."""
-    return HybridClock()
+    return InstantClock()

@@ -10,13 +10,11 @@ from _support import (
     applied_ids,
     dlt_table,
     dlt_writes_of,
-    explain,
     first_delivery,
     match_dlt,
     nominal_backoffs,
     require_done,
     retries_of,
-    table,
     timeline,
 )
 from _tools import (
@@ -28,8 +26,14 @@ from _tools import (
     with_label,
 )
 
+from dojo.checks import CheckFailure, table
+
 pytestmark = pytest.mark.stage("classify")
 SEE = READ["classify"]
+
+
+def described(inputs) -> str:
+    return ", ".join(i.describe() for i in inputs) or "none"
 
 
 def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, clock):
@@ -52,26 +56,28 @@ def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, 
     wrongly = [i for n, i in enumerate(inputs) if i.label == "healthy" and n in found]
     applied = applied_ids(ledger_db)
     not_applied = [i for i in inputs if i.label == "healthy" and i.item.event_id not in applied]
-    assert not missing and not wrongly and not not_applied, explain(
-        "Every input that can never be processed (undecodable bytes, a schema error, a "
-        "business-rule violation, a payment the gateway declined) must be in the DLT; every "
-        "healthy one booked, and none of those dead-lettered. A permanent failure that is "
-        "committed without a DLT record is LOST.",
-        expected=f"{len(poison)} records in {topics.dead_letter}; "
-                 f"{len(inputs) - len(poison)} healthy events in ledger_entries",
-        actual=f"missing from the DLT: {', '.join(i.describe() for i in missing) or 'none'}; "
-               f"healthy but dead-lettered: {', '.join(i.describe() for i in wrongly) or 'none'}; "
-               f"healthy, not booked: {', '.join(i.describe() for i in not_applied) or 'none'}",
-        state="DLT:\n" + dlt_table(dlt, inputs) + "\nwhat happened:\n" +
-              timeline(run, downstream, inputs), read=SEE)
+    if missing or wrongly or not_applied:
+        raise CheckFailure(
+            "Every input that can never be processed (undecodable bytes, a schema error, a "
+            "business-rule violation, a payment the gateway declined) must be in the DLT; every "
+            "healthy one booked, and none of those dead-lettered. A permanent failure that is "
+            "committed without a DLT record is LOST.",
+            expected=f"{len(poison)} records in {topics.dead_letter}; "
+                     f"{len(inputs) - len(poison)} healthy events in ledger_entries",
+            actual=f"missing from the DLT: {described(missing)}; "
+                   f"healthy but dead-lettered: {described(wrongly)}; "
+                   f"healthy, not booked: {described(not_applied)}",
+            evidence="DLT:\n" + dlt_table(dlt, inputs) + "\nwhat happened:\n" +
+                     timeline(run, downstream, inputs), lesson=SEE)
 
     calls = downstream.authorizations(declined.event_id)
-    assert len(calls) == 1, explain(
-        "The gateway declined a payment for good (PaymentDeclined, a PermanentError). "
-        "Asking again cannot change the answer; it only holds up the partition.",
-        expected="authorize() called once for it, then the DLT",
-        actual=f"authorize() called {len(calls)} times",
-        state=timeline(run, downstream, inputs), read=SEE)
+    if len(calls) != 1:
+        raise CheckFailure(
+            "The gateway declined a payment for good (PaymentDeclined, a PermanentError). "
+            "Asking again cannot change the answer; it only holds up the partition.",
+            expected="authorize() called once for it, then the DLT",
+            actual=f"authorize() called {len(calls)} times",
+            evidence=timeline(run, downstream, inputs), lesson=SEE)
 
     slow = []
     for i in poison:
@@ -79,12 +85,13 @@ def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, 
         writes = dlt_writes_of(run, topics.dead_letter, i)
         if seen is not None and writes and writes[0].at - seen > 0.25:
             slow.append((i.describe(), f"{writes[0].at - seen:.2f} s"))
-    assert not slow, explain(
-        "A permanent failure goes to the DLT at once: no backoff, no retry. These waited "
-        "between being polled and being written to the DLT (clock time):",
-        expected="under 0.25 s each (the first backoff is "
-                 f"{settings.retry.initial_backoff_seconds} s)",
-        actual=f"{len(slow)} waited", state=table(slow, ("input", "waited")), read=SEE)
+    if slow:
+        raise CheckFailure(
+            "A permanent failure goes to the DLT at once: no backoff, no retry. These waited "
+            "between being polled and being written to the DLT (clock time):",
+            expected="under 0.25 s each (the first backoff is "
+                     f"{settings.retry.initial_backoff_seconds} s)",
+            actual=f"{len(slow)} waited", evidence=table(slow, ("input", "waited")), lesson=SEE)
 
 
 def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, clock):
@@ -100,14 +107,15 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
 
     applied = applied_ids(ledger_db)
     calls = {f.event_id: len(downstream.authorizations(f.event_id)) for f in flaky}
-    unbooked = [f for f in flaky if len(applied.get(f.event_id, [])) != 1]
-    assert not unbooked and all(n == 4 for n in calls.values()), explain(
-        "Each of these events failed transiently three times (timeout, 503, timeout) and "
-        "would succeed on the fourth attempt. max_attempts is 4: retry in place until then.",
-        expected="4 authorize() calls each, then booked once, nothing dead-lettered",
-        actual=f"authorize() calls per event: {sorted(calls.values())}; "
-               f"{len(unbooked)} of 4 not booked exactly once",
-        state=timeline(run, downstream, inputs, limit=20), read=READ["retry"])
+    unbooked = [f for f in flaky if len(applied.get(f.event_id or "", [])) != 1]
+    if unbooked or not all(n == 4 for n in calls.values()):
+        raise CheckFailure(
+            "Each of these events failed transiently three times (timeout, 503, timeout) and "
+            "would succeed on the fourth attempt. max_attempts is 4: retry in place until then.",
+            expected="4 authorize() calls each, then booked once, nothing dead-lettered",
+            actual=f"authorize() calls per event: {sorted(calls.values())}; "
+                   f"{len(unbooked)} of 4 not booked exactly once",
+            evidence=timeline(run, downstream, inputs, limit=20), lesson=READ["retry"])
 
     nominal = nominal_backoffs(settings, 3)
     jitter = settings.retry.jitter
@@ -122,22 +130,24 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
                          "" if ok else "WRONG"))
             if not ok:
                 bad.append(rows[-1])
-    assert not bad, explain(
-        "Retry n waits min(max_backoff, initial × multiplier^(n−1)) × a jitter factor in "
-        "[1 − jitter, 1 + jitter]: 0.4, 0.8, 1.6 s here, each ± 20 %. Waits are measured "
-        "between authorize() calls on the clock you are given (clock.sleep, not time.sleep).",
-        expected="every wait inside its range",
-        actual=f"{len(bad)} of {len(rows)} waits outside",
-        state=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
-        read=READ["retry"])
-    assert max(factors) - min(factors) > 0.03, explain(
-        "Every retry waited exactly the nominal backoff: no jitter. After an outage, every "
-        "consumer instance would then retry in the same instant and hit the recovering "
-        "gateway together.",
-        expected="waits spread across [1 − jitter, 1 + jitter] × nominal",
-        actual=f"wait / nominal ranged only {min(factors):.3f}–{max(factors):.3f}",
-        state=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
-        read=READ["retry"])
+    if bad:
+        raise CheckFailure(
+            "Retry n waits min(max_backoff, initial × multiplier^(n−1)) × a jitter factor in "
+            "[1 − jitter, 1 + jitter]: 0.4, 0.8, 1.6 s here, each ± 20 %. Waits are measured "
+            "between authorize() calls on the clock you are given (clock.sleep, not time.sleep).",
+            expected="every wait inside its range",
+            actual=f"{len(bad)} of {len(rows)} waits outside",
+            evidence=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
+            lesson=READ["retry"])
+    if not (max(factors) - min(factors) > 0.03):
+        raise CheckFailure(
+            "Every retry waited exactly the nominal backoff: no jitter. After an outage, every "
+            "consumer instance would then retry in the same instant and hit the recovering "
+            "gateway together.",
+            expected="waits spread across [1 − jitter, 1 + jitter] × nominal",
+            actual=f"wait / nominal ranged only {min(factors):.3f}–{max(factors):.3f}",
+            evidence=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
+            lesson=READ["retry"])
 
 
 def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
@@ -159,14 +169,16 @@ def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
     found = match_dlt(inputs, dlt)
     calls = {s.account: len(downstream.authorizations(s.event_id)) for s in stuck}
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
-    assert not missing and all(n == settings.retry.max_attempts for n in calls.values()), explain(
-        "An event that keeps failing transiently gets max_attempts attempts in all, then goes "
-        "to the DLT so the partition can move on.",
-        expected=f"{settings.retry.max_attempts} authorize() calls each, then a DLT record",
-        actual=f"authorize() calls: {calls}; missing from the DLT: "
-               f"{', '.join(i.describe() for i in missing) or 'none'}",
-        state="DLT:\n" + dlt_table(dlt, inputs) + "\n" + timeline(run, downstream, inputs, 20),
-        read=READ["retry"])
+    if missing or not all(n == settings.retry.max_attempts for n in calls.values()):
+        raise CheckFailure(
+            "An event that keeps failing transiently gets max_attempts attempts in all, then goes "
+            "to the DLT so the partition can move on.",
+            expected=f"{settings.retry.max_attempts} authorize() calls each, then a DLT record",
+            actual=f"authorize() calls: {calls}; missing from the DLT: "
+                   f"{', '.join(i.describe() for i in missing) or 'none'}",
+            evidence="DLT:\n" + dlt_table(dlt, inputs) + "\n"
+                     + timeline(run, downstream, inputs, 20),
+            lesson=READ["retry"])
 
 
 def test_retry_window_stays_inside_max_poll_interval(lab, ledger_db, clock):
@@ -186,14 +198,15 @@ def test_retry_window_stays_inside_max_poll_interval(lab, ledger_db, clock):
     budget = settings.max_poll_interval_ms / 1000 / 2
     writes = dlt_writes_of(run, topics.dead_letter, inputs[0])
     spent = (writes[0].at - times[0]) if writes and times else window
-    assert len(times) >= 2 and spent <= budget + 0.5 and writes, explain(
-        "While a record is retried in place the consumer does not poll, so the whole retry "
-        "window must stay well inside max.poll.interval.ms, or the broker evicts the "
-        "consumer and rebalances. The lab's rule: stop retrying (dead-letter) when the next "
-        "backoff would take the record past half of max_poll_interval_ms.",
-        expected=f"at least one retry, and the DLT write within {budget:.0f} s of the first "
-                 "attempt (half of 60 s)",
-        actual=f"{len(times)} attempts over {window:.1f} s; "
-               + (f"dead-lettered after {spent:.1f} s" if writes else "never dead-lettered"),
-        state="attempts at t+: " + ", ".join(f"{t - times[0]:.1f}s" for t in times),
-        read=READ["retry"])
+    if not (len(times) >= 2 and spent <= budget + 0.5 and writes):
+        raise CheckFailure(
+            "While a record is retried in place the consumer does not poll, so the whole retry "
+            "window must stay well inside max.poll.interval.ms, or the broker evicts the "
+            "consumer and rebalances. The lab's rule: stop retrying (dead-letter) when the next "
+            "backoff would take the record past half of max_poll_interval_ms.",
+            expected=f"at least one retry, and the DLT write within {budget:.0f} s of the first "
+                     "attempt (half of 60 s)",
+            actual=f"{len(times)} attempts over {window:.1f} s; "
+                   + (f"dead-lettered after {spent:.1f} s" if writes else "never dead-lettered"),
+            evidence="attempts at t+: " + ", ".join(f"{t - times[0]:.1f}s" for t in times),
+            lesson=READ["retry"])

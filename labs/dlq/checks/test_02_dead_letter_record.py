@@ -5,18 +5,15 @@ encodings a Java tool reads; the DLT is named explicitly and has the source's pa
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pytest
 from _support import (
     READ,
     SERVICE,
-    call,
     dlt_table,
-    explain,
-    headers_table,
     match_dlt,
     require_done,
-    table,
 )
 from _tools import (
     EVENT_TYPE,
@@ -25,11 +22,12 @@ from _tools import (
     business_rule,
     healthy,
     invalid,
-    java_int,
-    show_bytes,
     undecodable,
     with_label,
 )
+
+from dojo.checks import CheckFailure, call, table
+from dojo.checks.observers import headers_table, java_int, show_bytes
 
 pytestmark = pytest.mark.stage("dead-letter-record")
 SEE = READ["dead-letter-record"]
@@ -65,13 +63,14 @@ def dead_letter_some(lab, engine, clock, *, transient=False):
     dlt = lab.read(topics.dead_letter, topics.partitions, expect=len(poison))
     found = match_dlt(inputs, dlt, by_key=True)
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
-    assert not missing, explain(
-        "Some poison never reached the DLT (the check matches DLT records to inputs by their "
-        "value, or by key and partition).",
-        expected=f"{len(poison)} DLT records, one per poison input",
-        actual="not found: " + ", ".join(i.describe() for i in missing),
-        state="DLT:\n" + dlt_table(dlt, inputs) + "\nvalues in the DLT:\n" +
-              "\n".join(show_bytes(r.value) for r in dlt[:8]), read=SEE)
+    if missing:
+        raise CheckFailure(
+            "Some poison never reached the DLT (the check matches DLT records to inputs by their "
+            "value, or by key and partition).",
+            expected=f"{len(poison)} DLT records, one per poison input",
+            actual="not found: " + ", ".join(i.describe() for i in missing),
+            evidence="DLT:\n" + dlt_table(dlt, inputs) + "\nvalues in the DLT:\n" +
+                     "\n".join(show_bytes(r.value) for r in dlt[:8]), lesson=SEE)
     pairs = [(i, found[n][0]) for n, i in enumerate(inputs) if n in found]
     return topics, settings, pairs, (began, ended)
 
@@ -90,16 +89,22 @@ def test_dead_letter_keeps_bytes_key_and_partition(lab, ledger_db, clock):
     detail = "\n".join(f"{i.at} sent:   {show_bytes(i.item.value, 90)}\n"
                        f"{' ' * len(i.at)} in DLT: {show_bytes(r.value, 90)}"
                        for i, r in bad if r.value != i.item.value)
-    assert not bad, explain(
-        "A DLT record carries the original record unchanged: the value byte for byte (also "
-        "when it cannot be parsed: never a parsed-and-re-serialised copy), the original key, "
-        "and the same partition number as the source (Spring Kafka's default destination).",
-        expected="value, key and partition identical for every DLT record",
-        actual=f"{len(bad)} of {len(pairs)} records differ",
-        state=table(rows, ("input", "DLT record", "value", "key", "partition")) +
-              (("\n" + detail) if detail else ""), read=SEE)
+    if bad:
+        raise CheckFailure(
+            "A DLT record carries the original record unchanged: the value byte for byte (also "
+            "when it cannot be parsed: never a parsed-and-re-serialised copy), the original key, "
+            "and the same partition number as the source (Spring Kafka's default destination).",
+            expected="value, key and partition identical for every DLT record",
+            actual=f"{len(bad)} of {len(pairs)} records differ",
+            evidence=table(rows, ("input", "DLT record", "value", "key", "partition")) +
+                     (("\n" + detail) if detail else ""), lesson=SEE)
     counts = lab.partition_counts([topics.source, topics.dead_letter])
-    assert counts[topics.dead_letter] >= counts[topics.source], "DLT has too few partitions"
+    if counts[topics.dead_letter] < counts[topics.source]:
+        raise CheckFailure(
+            "The DLT has fewer partitions than the source: a DLT record keeps its partition "
+            "number, so records from the high partitions have nowhere to go.",
+            expected=f"at least {counts[topics.source]} partitions",
+            actual=f"{counts[topics.dead_letter]}", lesson=READ["dlt-topic"])
 
 
 def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
@@ -124,7 +129,7 @@ def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
             problems.append((i, r, wrong, want))
     if problems:
         i, r, wrong, want = problems[0]
-        pytest.fail(explain(
+        raise CheckFailure(
             "Each DLT record says where it came from, in Spring Kafka's headers and encodings "
             "so a Java tool reads it: topic, timestamp type and group as UTF-8 text; "
             "partition as a 4-byte big-endian int; offset and timestamp (epoch ms) as 8-byte "
@@ -132,7 +137,7 @@ def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
             expected="; ".join(f"{n} = {want[n][1]!r}" for n in wrong),
             actual=f"{len(problems)} of {len(pairs)} records wrong; first, {i.describe()}: "
                    + "; ".join(f"{n} decodes to {want[n][0]!r}" for n in wrong),
-            state=headers_table(r, ORIGIN), read=SEE), pytrace=False)
+            evidence=headers_table(r.headers, ORIGIN), lesson=SEE)
 
 
 def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
@@ -144,7 +149,7 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                     "declined": ("PaymentDeclined", "PaymentDeclined"),
                     "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError")}
     attempts = settings.retry.max_attempts
-    problems: list[tuple[object, object, list[str]]] = []
+    problems: list[tuple[Any, Any, list[str]]] = []
     for i, r in pairs:
         wrong = []
         cls, cause = expect_class[i.label]
@@ -187,7 +192,7 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
             problems.append((i, r, wrong))
     if problems:
         i, r, wrong = problems[0]
-        pytest.fail(explain(
+        raise CheckFailure(
             "Each DLT record says why it failed and how hard the consumer tried, so someone "
             "can act on it without the logs: the exception's class (module.ClassName), its "
             "root cause's class, its message, the attempt count, first and last failure "
@@ -195,7 +200,7 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
             expected="the headers of the README's table, in its encodings",
             actual=f"{len(problems)} of {len(pairs)} records wrong; first, {i.describe()}:\n"
                    + "\n".join("    - " + w for w in wrong),
-            state=headers_table(r, FAILURE), read=SEE), pytrace=False)
+            evidence=headers_table(r.headers, FAILURE), lesson=SEE)
 
 
 def test_dead_letter_keeps_the_trace_and_business_headers(lab, ledger_db, clock):
@@ -206,23 +211,25 @@ def test_dead_letter_keeps_the_trace_and_business_headers(lab, ledger_db, clock)
             if r.header(name) != value:
                 bad.append((i.describe(), name, show_bytes(value, 40),
                             show_bytes(r.header(name), 40)))
-    assert not bad, explain(
-        "The original headers travel with the record into the DLT: traceparent links the "
-        "DLT alert to every log line of the request, and business headers (event-type here) "
-        "are what a replay must keep.",
-        expected=f"{TRACEPARENT} and {EVENT_TYPE} unchanged on every DLT record",
-        actual=f"{len(bad)} headers missing or changed",
-        state=table(bad, ("input", "header", "sent", "in DLT")), read=SEE)
+    if bad:
+        raise CheckFailure(
+            "The original headers travel with the record into the DLT: traceparent links the "
+            "DLT alert to every log line of the request, and business headers (event-type here) "
+            "are what a replay must keep.",
+            expected=f"{TRACEPARENT} and {EVENT_TYPE} unchanged on every DLT record",
+            actual=f"{len(bad)} headers missing or changed",
+            evidence=table(bad, ("input", "header", "sent", "in DLT")), lesson=SEE)
 
 
 def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
     deadletter = lab.module("deadletter")
     source = lab.kafka.topic(5, hint="wide")
     first, second = call(deadletter.topic_names, source), call(deadletter.topic_names, source)
-    assert first == second, explain(
-        "topic_names(source) is the naming scheme: the same answer every time, never a "
-        "random or time-based name (every instance and every alert must find the same DLT).",
-        expected=repr(first), actual=repr(second), read=READ["dlt-topic"])
+    if first != second:
+        raise CheckFailure(
+            "topic_names(source) is the naming scheme: the same answer every time, never a "
+            "random or time-based name (every instance and every alert must find the same DLT).",
+            expected=repr(first), actual=repr(second), lesson=READ["dlt-topic"])
     lab.kafka.created.extend([first.dead_letter, first.parking_lot])
     admin = lab.kafka.admin()
     call(deadletter.create_topics, admin, source)
@@ -230,9 +237,10 @@ def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
     lab._wait_for(admin, [first.dead_letter, first.parking_lot])
     counts = lab.partition_counts([source, first.dead_letter, first.parking_lot])
     small = {n: c for n, c in counts.items() if n != source and c < counts[source]}
-    assert not small, explain(
-        "A DLT record keeps its partition number, so the DLT (and the parking lot) need at "
-        "least as many partitions as the source, or records from the high partitions have "
-        "nowhere to go. Read the source's partition count; do not assume one.",
-        expected=f"at least {counts[source]} partitions each (the source has {counts[source]})",
-        actual=", ".join(f"{n}: {c}" for n, c in small.items()), read=READ["dlt-topic"])
+    if small:
+        raise CheckFailure(
+            "A DLT record keeps its partition number, so the DLT (and the parking lot) need at "
+            "least as many partitions as the source, or records from the high partitions have "
+            "nowhere to go. Read the source's partition count; do not assume one.",
+            expected=f"at least {counts[source]} partitions each (the source has {counts[source]})",
+            actual=", ".join(f"{n}: {c}" for n, c in small.items()), lesson=READ["dlt-topic"])

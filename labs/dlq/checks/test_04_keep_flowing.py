@@ -9,13 +9,21 @@ import pytest
 from _support import (
     READ,
     applied_ids,
-    explain,
     first_delivery,
     nominal_backoffs,
     require_done,
     timeline,
 )
-from _tools import ConsumerTap, ScriptedDownstream, healthy, invalid, undecodable, with_label
+from _tools import (
+    ScriptedDownstream,
+    healthy,
+    invalid,
+    undecodable,
+    with_label,
+)
+
+from dojo.checks import CheckFailure
+from dojo.checks.observers import ConsumerTap
 
 pytestmark = pytest.mark.stage("keep-flowing")
 SEE = READ["keep-flowing"]
@@ -50,8 +58,9 @@ def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
         seen, moved = first_delivery(run, head), first_call(downstream, nxt.item.event_id)
         if seen is not None and moved is not None:
             waits[head.at] = moved - seen
-    assert not unbooked and all(n <= 2 for n in again.values()) and \
-        all(w < 0.25 for w in waits.values()), explain(
+    if unbooked or not (all(n <= 2 for n in again.values()) and
+                        all(w < 0.25 for w in waits.values())):
+        raise CheckFailure(
             "The records behind a poison pill must flow on at once: dead-letter the pill, "
             "commit it, take the next record. No waiting, no redelivery loop.",
             expected="every healthy record booked; each pill polled at most twice; the next "
@@ -59,7 +68,7 @@ def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
             actual=f"{len(unbooked)} healthy records not booked; times each pill was polled: "
                    f"{again}; wait behind each pill: "
                    + ", ".join(f"{k}: {v:.2f} s" for k, v in waits.items()),
-            state=timeline(run, downstream, inputs, limit=14), read=SEE)
+            evidence=timeline(run, downstream, inputs, limit=14), lesson=SEE)
 
 
 def test_transient_pill_holds_its_partition_only_for_its_retry_window(lab, ledger_db, clock):
@@ -76,14 +85,15 @@ def test_transient_pill_holds_its_partition_only_for_its_retry_window(lab, ledge
         first_call(downstream, behind[0].event_id)
     held = (moved - began) if began is not None and moved is not None else float("inf")
     limit = window * (1 + settings.retry.jitter) + 0.5
-    assert held <= limit, explain(
-        "A record that fails transiently holds its partition while it is retried in place, "
-        "but only for its bounded retry window; then it goes to the DLT and the partition "
-        "moves on.",
-        expected=f"the next record reaches the gateway within {limit:.1f} s (clock time) of "
-                 f"the pill's first attempt (backoff {window:.1f} s ± jitter)",
-        actual=f"it took {held:.1f} s" if held != float("inf") else "it never did",
-        state=timeline(run, downstream, inputs, limit=14), read=SEE)
+    if not (held <= limit):
+        raise CheckFailure(
+            "A record that fails transiently holds its partition while it is retried in place, "
+            "but only for its bounded retry window; then it goes to the DLT and the partition "
+            "moves on.",
+            expected=f"the next record reaches the gateway within {limit:.1f} s (clock time) of "
+                     f"the pill's first attempt (backoff {window:.1f} s ± jitter)",
+            actual=f"it took {held:.1f} s" if held != float("inf") else "it never did",
+            evidence=timeline(run, downstream, inputs, limit=14), lesson=SEE)
 
 
 def test_idle_consumer_does_not_spin(lab, ledger_db, clock):
@@ -105,10 +115,11 @@ def test_idle_consumer_does_not_spin(lab, ledger_db, clock):
     cpu = time.process_time() - marks["cpu"]
     wall = time.monotonic() - marks["wall"]
     polls = len(tap.polls) - marks["polls"]
-    assert cpu / wall < 0.5, explain(
-        "With nothing to consume, the consumer should wait inside poll(timeout), not spin. "
-        "For a second of idling the check measured this process's CPU time.",
-        expected="well under 50 % of one CPU while idle",
-        actual=f"{cpu / wall:.0%} of a CPU; {polls} poll() calls in {wall:.1f} s",
-        state="a loop of poll(0), or of clock.sleep() (instant under the checks' clock) "
-              "between polls, keeps a core busy for nothing", read=SEE)
+    if not (cpu / wall < 0.5):
+        raise CheckFailure(
+            "With nothing to consume, the consumer should wait inside poll(timeout), not spin. "
+            "For a second of idling the check measured this process's CPU time.",
+            expected="well under 50 % of one CPU while idle",
+            actual=f"{cpu / wall:.0%} of a CPU; {polls} poll() calls in {wall:.1f} s",
+            evidence="a loop of poll(0), or of clock.sleep() (instant under the checks' clock) "
+                     "between polls, keeps a core busy for nothing", lesson=SEE)

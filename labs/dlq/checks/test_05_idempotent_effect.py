@@ -11,14 +11,12 @@ from _support import (
     READ,
     applied_ids,
     balances,
-    call,
-    explain,
     ledger,
     require_done,
-    table,
 )
 from _tools import ScriptedDownstream, healthy
 
+from dojo.checks import CheckFailure, call, table
 from dojo.checks.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
 from dojo.checks.faults import slow_sql as slowed
 
@@ -42,22 +40,23 @@ def test_redelivered_and_replayed_events_are_booked_once(lab, ledger_db, clock):
     run = lab.run(ledger_db, topics, settings, downstream, clock)
     require_done(run, inputs, downstream, read=SEE)
     booked = applied_ids(ledger_db)
-    rows = [(e.event_id[:8], e.account,
+    rows = [((e.event_id or "")[:8], e.account,
              sum(1 for i in inputs if i.item.event_id == e.event_id),
-             len(booked.get(e.event_id, []))) for e in events]
+             len(booked.get(e.event_id or "", []))) for e in events]
     wrong = [r for r in rows if r[3] != 1]
-    expected = {}
+    expected: dict[str | None, int] = {}
     for e in events:
         expected[e.account] = expected.get(e.account, 0) + e.cents
-    assert not wrong and balances(ledger_db) == expected, explain(
-        "Every event was delivered two or three times (a redelivery after a crash, a "
-        "producer retry, a replay from the DLT). The effect must happen once: insert the "
-        "event id into processed_events with ON CONFLICT DO NOTHING, and book only when that "
-        "inserted a row, in the same transaction.",
-        expected="1 ledger row per event, and balances equal to the sum of distinct events",
-        actual=f"{len(wrong)} of {len(events)} events booked a wrong number of times; "
-               f"balances {balances(ledger_db)} (should be {expected})",
-        state=table(rows, ("event", "account", "delivered", "ledger rows")), read=SEE)
+    if wrong or balances(ledger_db) != expected:
+        raise CheckFailure(
+            "Every event was delivered two or three times (a redelivery after a crash, a "
+            "producer retry, a replay from the DLT). The effect must happen once: insert the "
+            "event id into processed_events with ON CONFLICT DO NOTHING, and book only when that "
+            "inserted a row, in the same transaction.",
+            expected="1 ledger row per event, and balances equal to the sum of distinct events",
+            actual=f"{len(wrong)} of {len(events)} events booked a wrong number of times; "
+                   f"balances {balances(ledger_db)} (should be {expected})",
+            evidence=table(rows, ("event", "account", "delivered", "ledger rows")), lesson=SEE)
 
 
 def test_racing_twins_book_once(lab, ledger_db):
@@ -70,17 +69,18 @@ def test_racing_twins_book_once(lab, ledger_db):
     rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
     results = [("raised " + type(o.error).__name__) if o.error else repr(o.value)
                for o in outcomes]
-    assert len(rows) == 1 and all(o.error is None for o in outcomes) and \
-        [o.value for o in outcomes].count(True) == 1, explain(
+    if not (len(rows) == 1 and all(o.error is None for o in outcomes) and
+            [o.value for o in outcomes].count(True) == 1):
+        raise CheckFailure(
             "Four consumers called apply_once() for the same event at the same moment (a "
             "rebalance hands a partition over while the old owner is still busy). Exactly "
             "one books it; the others wait on the marker row's lock and get False. A "
             "SELECT-then-INSERT lets two of them see 'not processed' together.",
             expected="one True, three False, one ledger row, no exception",
             actual=f"returned {results}; {len(rows)} ledger row(s)",
-            state="INSERT INTO processed_events (event_id) VALUES (:id) ON CONFLICT DO "
-                  "NOTHING — the second inserter blocks until the first commits, then "
-                  "inserts nothing (rowcount 0)", read=SEE)
+            evidence="INSERT INTO processed_events (event_id) VALUES (:id) ON CONFLICT DO "
+                     "NOTHING — the second inserter blocks until the first commits, then "
+                     "inserts nothing (rowcount 0)", lesson=SEE)
 
 
 def test_failed_effect_leaves_no_marker(lab, ledger_db):
@@ -94,11 +94,12 @@ def test_failed_effect_leaves_no_marker(lab, ledger_db):
             first = "raised the injected failure"
     again = call(consumer.apply_once, ledger_db, event)
     rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
-    assert failed and len(rows) == 1 and again is True, explain(
-        "The effect's INSERT failed (the check made it), so the event was not booked; the "
-        "retry must book it. If the marker was committed on its own, the retry finds it, "
-        "says 'duplicate' and the payment is LOST. The marker and the effect commit "
-        "together or not at all.",
-        expected="first call raises; second returns True; one ledger row",
-        actual=f"first call {first}; second returned {again!r}; {len(rows)} ledger row(s)",
-        read=SEE)
+    if not (failed and len(rows) == 1 and again is True):
+        raise CheckFailure(
+            "The effect's INSERT failed (the check made it), so the event was not booked; the "
+            "retry must book it. If the marker was committed on its own, the retry finds it, "
+            "says 'duplicate' and the payment is LOST. The marker and the effect commit "
+            "together or not at all.",
+            expected="first call raises; second returns True; one ledger row",
+            actual=f"first call {first}; second returned {again!r}; {len(rows)} ledger row(s)",
+            lesson=SEE)

@@ -5,8 +5,16 @@ when ping() answers again it resumes and the lag drains."""
 from __future__ import annotations
 
 import pytest
-from _support import READ, applied_ids, dlt_table, explain, require_done, table, timeline
+from _support import (
+    READ,
+    applied_ids,
+    dlt_table,
+    require_done,
+    timeline,
+)
 from _tools import ScriptedDownstream, healthy
+
+from dojo.checks import CheckFailure, table
 
 pytestmark = pytest.mark.stage("system-wide-failure")
 SEE = READ["system-wide-failure"]
@@ -65,28 +73,30 @@ def outage_run(lab, engine, clock):
 def test_outage_is_not_dead_lettered(lab, ledger_db, clock):
     topics, settings, inputs, downstream, outage, run, lags = outage_run(lab, ledger_db, clock)
     dlt = lab.read(topics.dead_letter, topics.partitions)
-    assert not dlt, explain(
-        "The gateway was down for everyone for 12 s (authorize() and ping() both failed). "
-        "That is not a problem of any one message: dead-lettering them fills the DLT with "
-        "healthy payments and forces a bulk replay. Open the circuit and pause instead; the "
-        "topic is the buffer.",
-        expected="nothing in the DLT",
-        actual=f"{len(dlt)} records dead-lettered during the outage",
-        state="DLT:\n" + dlt_table(dlt, inputs) + "\nwhat happened:\n" +
-              timeline(run, downstream, inputs, limit=12), read=SEE)
+    if dlt:
+        raise CheckFailure(
+            "The gateway was down for everyone for 12 s (authorize() and ping() both failed). "
+            "That is not a problem of any one message: dead-lettering them fills the DLT with "
+            "healthy payments and forces a bulk replay. Open the circuit and pause instead; the "
+            "topic is the buffer.",
+            expected="nothing in the DLT",
+            actual=f"{len(dlt)} records dead-lettered during the outage",
+            evidence="DLT:\n" + dlt_table(dlt, inputs) + "\nwhat happened:\n" +
+                     timeline(run, downstream, inputs, limit=12), lesson=SEE)
     require_done(run, inputs, downstream, read=SEE, why=(
         "After the outage ping() answers again: the consumer should resume and work through "
         "the backlog."))
     booked = applied_ids(ledger_db)
     wrong = [i for i in inputs if len(booked.get(i.item.event_id, [])) != 1]
     during = [lag for at, lag in lags if outage.started and outage.started <= at < outage.ended]
-    assert not wrong and during and max(during) >= 12 and lags[-1][1] == 0, explain(
-        "While the circuit is open the lag grows (12 more payments arrived during the "
-        "outage); after recovery it drains to zero and every payment is booked once.",
-        expected="lag ≥ 12 during the outage, 0 at the end; every event booked once",
-        actual=f"max lag during the outage {max(during) if during else 'not seen'}, at the end "
-               f"{lags[-1][1] if lags else '?'}; {len(wrong)} events not booked exactly once",
-        state=timeline(run, downstream, inputs, limit=10), read=SEE)
+    if wrong or not (during and max(during) >= 12 and lags[-1][1] == 0):
+        raise CheckFailure(
+            "While the circuit is open the lag grows (12 more payments arrived during the "
+            "outage); after recovery it drains to zero and every payment is booked once.",
+            expected="lag ≥ 12 during the outage, 0 at the end; every event booked once",
+            actual=f"max lag during the outage {max(during) if during else 'not seen'}, at the end "
+                   f"{lags[-1][1] if lags else '?'}; {len(wrong)} events not booked exactly once",
+            evidence=timeline(run, downstream, inputs, limit=10), lesson=SEE)
 
 
 def test_open_circuit_pauses_and_probes_gently(lab, ledger_db, clock):
@@ -122,12 +132,13 @@ def test_open_circuit_pauses_and_probes_gently(lab, ledger_db, clock):
         problems.append(f"the first payment after recovery went through {recovered:.1f} s "
                         f"after the gateway came back (probe every {OPEN:.0f} s)")
     calls = [(f"t+{c.at - start:5.1f}s", c.what, c.outcome) for c in during]
-    assert not problems, explain(
-        "While the gateway is down the circuit is open: hold the record in hand, pause the "
-        "assignment, keep calling poll() (it returns nothing while paused) and ping() once "
-        "every open_seconds; when a ping answers, resume and retry the held record.",
-        expected="one held record, few calls, paused and resumed, polls within the interval, "
-                 f"recovery within {OPEN + 1.0:.0f} s",
-        actual="\n    - " + "\n    - ".join(problems),
-        state="gateway calls during the outage (clock time since it began):\n" +
-              table(calls, ("when", "call", "outcome"), limit=12), read=SEE)
+    if problems:
+        raise CheckFailure(
+            "While the gateway is down the circuit is open: hold the record in hand, pause the "
+            "assignment, keep calling poll() (it returns nothing while paused) and ping() once "
+            "every open_seconds; when a ping answers, resume and retry the held record.",
+            expected="one held record, few calls, paused and resumed, polls within the interval, "
+                     f"recovery within {OPEN + 1.0:.0f} s",
+            actual="\n    - " + "\n    - ".join(problems),
+            evidence="gateway calls during the outage (clock time since it began):\n" +
+                     table(calls, ("when", "call", "outcome"), limit=12), lesson=SEE)

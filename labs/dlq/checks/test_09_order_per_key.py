@@ -8,15 +8,14 @@ from __future__ import annotations
 import pytest
 from _support import (
     READ,
-    call,
     craft_dead_letters,
-    explain,
     ledger,
     match_dlt,
     require_done,
-    table,
 )
 from _tools import ScriptedDownstream, healthy, with_label
+
+from dojo.checks import CheckFailure, call, table
 
 pytestmark = pytest.mark.stage("order-per-key")
 SEE = READ["order-per-key"]
@@ -75,14 +74,16 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
     key_ok = all(by_item[id(i)] in found and i.event_id not in booked
                  for i in [head, *followers])
     others_ok = all(by_item[id(o)] not in found and o.event_id in booked for o in others)
-    assert key_ok and others_ok, explain(
-        f"{KEY}'s deposit was dead-lettered; the withdrawal behind it would run against a "
-        "balance without that deposit. Park the key: its later messages go to the DLT too "
-        "(exception payments.KeyParked) until a replay brings the key back in order. Other "
-        "keys are not affected.",
-        expected=f"all three {KEY} messages in the DLT, none booked; every other key booked, "
-                 "none dead-lettered",
-        actual="see below", state=table(rows, ("message", "at", "in DLT", "booked")), read=SEE)
+    if not (key_ok and others_ok):
+        raise CheckFailure(
+            f"{KEY}'s deposit was dead-lettered; the withdrawal behind it would run against a "
+            "balance without that deposit. Park the key: its later messages go to the DLT too "
+            "(exception payments.KeyParked) until a replay brings the key back in order. Other "
+            "keys are not affected.",
+            expected=f"all three {KEY} messages in the DLT, none booked; every other key booked, "
+                     "none dead-lettered",
+            actual="see below", evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            lesson=SEE)
 
 
 def test_replay_restores_a_keys_order(lab, ledger_db, clock):
@@ -101,25 +102,27 @@ def test_replay_restores_a_keys_order(lab, ledger_db, clock):
              "deposit 7.00 (arrived while parked)"]
     ids = key_order(ledger_db, events)
     firsts = [v[0] if len(v) == 1 else None for v in ids.values()]
-    in_order = None not in firsts and firsts == sorted(firsts)
+    in_order = None not in firsts and firsts == sorted(f for f in firsts if f is not None)
     others_once = all(len(v) == 1 for v in key_order(ledger_db, others).values())
-    assert in_order and others_once, explain(
-        f"After the fix, replay brings {KEY}'s messages back and the consumer books them in "
-        "their original order, each once: the head first, then what was parked behind it, "
-        "including the one that arrived while the key was parked. Other keys stay booked "
-        "once.",
-        expected="four ledger rows for the key, ids ascending in the original order",
-        actual=f"replay reported {report!r}; ledger ids per message: "
-               f"{[ids[e.event_id] for e in events]}; other keys booked once: {others_once}",
-        state=order_table(events, ids, names), read=SEE)
+    if not (in_order and others_once):
+        raise CheckFailure(
+            f"After the fix, replay brings {KEY}'s messages back and the consumer books them in "
+            "their original order, each once: the head first, then what was parked behind it, "
+            "including the one that arrived while the key was parked. Other keys stay booked "
+            "once.",
+            expected="four ledger rows for the key, ids ascending in the original order",
+            actual=f"replay reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}; other keys booked once: {others_once}",
+            evidence=order_table(events, ids, names), lesson=SEE)
     after = lab.produce(topics.source, [healthy(KEY, 900)])
     run = lab.run(ledger_db, topics, settings, gateway, clock)
     require_done(run, inputs + after, gateway, read=SEE)
     booked = {r.event_id for r in ledger(ledger_db)}
-    assert after[0].item.event_id in booked, explain(
-        f"Once every parked message of {KEY} was booked, the key is free again: a new "
-        "payment is booked straight away, not parked.",
-        expected="the new payment booked", actual="it was not (still parked?)", read=SEE)
+    if after[0].item.event_id not in booked:
+        raise CheckFailure(
+            f"Once every parked message of {KEY} was booked, the key is free again: a new "
+            "payment is booked straight away, not parked.",
+            expected="the new payment booked", actual="it was not (still parked?)", lesson=SEE)
 
 
 def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, clock):
@@ -133,13 +136,14 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
     events = [head, *followers]
     names = ["deposit 100.00 (declined again)", "withdrawal 80.00", "deposit 5.00"]
     ids = key_order(ledger_db, events)
-    assert not any(ids.values()), explain(
-        f"The replay came too early: {KEY}'s head was declined again and went back to the "
-        "DLT. Its followers, replayed right behind it, must not be booked now: they would "
-        "overtake it. Only a replayed copy of the key's head may leave the park; the rest "
-        "go back to the DLT behind it.",
-        expected=f"none of {KEY}'s messages booked", actual="some were",
-        state=order_table(events, ids, names), read=SEE)
+    if any(ids.values()):
+        raise CheckFailure(
+            f"The replay came too early: {KEY}'s head was declined again and went back to the "
+            "DLT. Its followers, replayed right behind it, must not be booked now: they would "
+            "overtake it. Only a replayed copy of the key's head may leave the park; the rest "
+            "go back to the DLT behind it.",
+            expected=f"none of {KEY}'s messages booked", actual="some were",
+            evidence=order_table(events, ids, names), lesson=SEE)
     replay_all(lab, topics, group, clock)  # after the fix, the same job carries on
     lab.refresh_ends(topics)
     fixed = ScriptedDownstream(lab.payments, clock)
@@ -147,11 +151,12 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
     require_done(run, inputs, fixed, read=SEE)
     ids = key_order(ledger_db, events)
     firsts = [v[0] if len(v) == 1 else None for v in ids.values()]
-    assert None not in firsts and firsts == sorted(firsts), explain(
-        "After the fix and a second replay the key's messages are booked once each, in "
-        "their original order.", expected="ledger ids ascending, one per message",
-        actual=str([ids[e.event_id] for e in events]),
-        state=order_table(events, ids, names), read=SEE)
+    if None in firsts or firsts != sorted(f for f in firsts if f is not None):
+        raise CheckFailure(
+            "After the fix and a second replay the key's messages are booked once each, in "
+            "their original order.", expected="ledger ids ascending, one per message",
+            actual=str([ids[e.event_id] for e in events]),
+            evidence=order_table(events, ids, names), lesson=SEE)
 
 
 def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
@@ -174,16 +179,18 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                   exception_types={"DownstreamUnavailable", "KeyParked"})
     back = lab.read(topics.source, topics.partitions, expect=2)
     order = [next((c for c in dead if c.item.value == r.value), None) for r in back]
-    sent = [f"{c.item.key.decode()} {c.item.cents}" for c in order if c is not None]
-    assert sent == ["acc-l 201", "acc-l 202"], explain(
-        "A key's later record must not be replayed while an earlier record of the same key "
-        "stays behind: acc-k's head is filtered out (InvalidEvent), acc-m's head is at the "
-        "replay cap and goes to the parking lot. Their KeyParked followers would otherwise be "
-        "booked before them. Decide per key, in DLT order: once a record of a key is not "
-        "re-published, none of that key's later records is in this run.",
-        expected="only acc-l 201 then acc-l 202 re-published",
-        actual=f"re-published: {sent}; report {report!r}",
-        state=table([(f"p{c.partition}@{c.offset}", c.item.key.decode(), c.item.cents,
-                      c.exception, c.replays if c.replays is not None else "none")
-                     for c in dead], ("DLT record", "key", "cents", "exception", "replays")),
-        read=SEE)
+    sent = [f"{(c.item.key or b'').decode()} {c.item.cents}" for c in order if c is not None]
+    if sent != ["acc-l 201", "acc-l 202"]:
+        raise CheckFailure(
+            "A key's later record must not be replayed while an earlier record of the same key "
+            "stays behind: acc-k's head is filtered out (InvalidEvent), acc-m's head is at the "
+            "replay cap and goes to the parking lot. Their KeyParked followers would otherwise be "
+            "booked before them. Decide per key, in DLT order: once a record of a key is not "
+            "re-published, none of that key's later records is in this run.",
+            expected="only acc-l 201 then acc-l 202 re-published",
+            actual=f"re-published: {sent}; report {report!r}",
+            evidence=table([(f"p{c.partition}@{c.offset}", (c.item.key or b"").decode(),
+                             c.item.cents,
+                          c.exception, c.replays if c.replays is not None else "none")
+                         for c in dead], ("DLT record", "key", "cents", "exception", "replays")),
+            lesson=SEE)

@@ -131,7 +131,7 @@ class FxProvider:
     def url(self) -> str:
         assert self._server is not None, "start() the provider first"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host if isinstance(host, str) else host.decode()}:{port}"
 
     def script(self, *, place: str | None = None, status: str | None = None,
                rates: str | None = None, delay: float | None = None) -> None:

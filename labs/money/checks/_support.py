@@ -1,24 +1,23 @@
-"""Helpers for the money checks: apply the learner's schema, read the ledger from the outside,
-record who ran which statement (and what it read), show lock holders, and write failure
-messages that carry the evidence.
+"""What only the money checks need: their lesson sections, the tables the README fixes, the
+ledger read from the outside, the exchange stages' kit, and the provider's record compared
+with the exchanges. Failures, tables, statement records and lock views come from the kit,
+`dojo.checks`.
 
 Nothing here reads the learner's internals: only the tables and functions the README fixes.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
+
+from dojo.checks import CheckFailure, InstantClock, call, first_line, fmt, rows, scalar, table
 
 # Lesson sections the messages send the learner to.
 READ = {
@@ -52,168 +51,12 @@ TABLES = {
 LATER_TABLES = {"exchange": ("id", "status"), "quote": ("id",)}
 
 
-# -- messages ---------------------------------------------------------------------------------
-
-def explain(what: str, *, expected: str, actual: str, state: str = "", fix: str = "",
-            read: str = "") -> str:
-    """A failure message: what went wrong, expected vs actual, the evidence, the fix, where to
-    read."""
-    parts = [what, f"  expected: {expected}", f"  actual:   {actual}"]
-    if state:
-        parts.append("  evidence:\n" + indent(state, 4))
-    if fix:
-        parts.append(f"  fix: {fix}")
-    for key in read.split() if read else ():
-        parts.append(f"  read: lesson {READ.get(key, key)}")
-    return "\n".join(parts)
-
-
-def indent(block: str, spaces: int) -> str:
-    pad = " " * spaces
-    return "\n".join(pad + line for line in block.rstrip().splitlines())
-
-
-def fmt(value: Any) -> str:
-    """Money as the learner writes it: Decimal('90.0000') -> 90.00."""
-    if isinstance(value, Decimal):
-        return format(value.quantize(Decimal("0.01")) if value == value.quantize(
-            Decimal("0.01")) else value, "f")
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def short(value: Any, width: int = 40) -> str:
-    text_value = fmt(value) if not isinstance(value, dict | list) else json.dumps(
-        value, default=str)
-    return text_value if len(text_value) <= width else text_value[:width - 1] + "…"
-
-
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 12,
-          width: int = 40) -> str:
-    """Rows as a small fixed-width table (at most `limit` rows, then a count)."""
-    if not rows:
-        return "(no rows)"
-    cells = [[short(row.get(col), width) for col in columns] for row in rows[:limit]]
-    widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
-    lines = ["  ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    if len(rows) > limit:
-        lines.append(f"… and {len(rows) - limit} more rows")
-    return "\n".join(lines)
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a learner function; a NotImplementedError becomes a plain 'not written yet'."""
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError as exc:
-        not_written(exc)
-
-
-def not_written(exc: BaseException) -> None:
-    """Fail with the name of the learner function that is still a stub, and its to-do."""
-    frame = exc.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    where = "a function"
-    if frame is not None:
-        code = frame.tb_frame.f_code
-        where = f"{Path(code.co_filename).stem}.{code.co_name}()"
-    pytest.fail(f"{where} is not written yet. It says:\n    {exc}\n"
-                "  Write it as the lab README describes, then run the check again.",
-                pytrace=False)
-
-
-def raised(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BaseException | None:
-    """The exception `fn` raised (None if it returned); stubs fail the check plainly."""
-    try:
-        fn(*args, **kwargs)
-    except NotImplementedError as exc:
-        not_written(exc)
-    except Exception as exc:  # the learner's refusal, whatever its class
-        return exc
-    return None
-
-
-def sqlstate(exc: BaseException | None) -> str | None:
-    """The SQLSTATE of a database error, wherever SQLAlchemy or psycopg put it."""
-    while exc is not None:
-        code = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "orig", None),
-                                                         "sqlstate", None)
-        if code:
-            return str(code)
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def first_line(exc: BaseException | None, width: int = 160) -> str:
-    if exc is None:
-        return "nothing (it returned)"
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    text_value = f"{type(exc).__name__}: {detail[0] if detail else ''}"
-    return text_value if len(text_value) <= width else text_value[:width - 1] + "…"
-
-
-# -- schema -----------------------------------------------------------------------------------
-
-def apply_schema(engine: Engine, learner_dir: Path) -> None:
-    path = learner_dir / "schema.sql"
-    if not path.exists():
-        pytest.fail(f"schema.sql is missing from {learner_dir}: the lab expects it.",
-                    pytrace=False)
-    sql = path.read_text()
-    # psycopg itself, without parameters: a '%' in a plpgsql RAISE is not a placeholder
-    raw = engine.raw_connection()
-    try:
-        with raw.cursor() as cursor:
-            cursor.execute(sql)
-        raw.commit()
-    except Exception as exc:
-        pytest.fail(f"schema.sql does not run on a fresh database:\n{indent(str(exc), 4)}",
-                    pytrace=False)
-    finally:
-        raw.close()
-
-
-def columns(engine: Engine, table_name: str) -> dict[str, str]:
-    """{column: data type} of a table ({} when there is no such table)."""
-    with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = :t"), {"t": table_name})
-        return {r.column_name: r.data_type for r in rows}
-
-
-def require_tables(engine: Engine, tables: dict[str, Sequence[str]], stage: str) -> None:
-    """Fail plainly when schema.sql lacks a table or a column the checks of `stage` use."""
-    problems = []
-    for name, wanted in tables.items():
-        found = columns(engine, name)
-        if not found:
-            problems.append(f"there is no table {name} (columns {', '.join(wanted)})")
-            continue
-        missing = [c for c in wanted if c not in found]
-        if missing:
-            problems.append(f"table {name} has no column {', '.join(missing)}")
-    if problems:
-        pytest.fail(f"schema.sql does not have what stage {stage} needs:\n"
-                    + "\n".join(f"  - {p}" for p in problems)
-                    + "\n  Add it to schema.sql as the lab README's schema section shows.",
-                    pytrace=False)
+def see(keys: str) -> tuple[str, ...]:
+    """The lesson sections for space-separated READ keys ("race lost-update")."""
+    return tuple(READ.get(key, key) for key in keys.split())
 
 
 # -- the ledger, read from the outside --------------------------------------------------------
-
-def rows(engine: Engine, sql: str, **params: Any) -> list[dict[str, Any]]:
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(text(sql), params).mappings()]
-
-
-def scalar(engine: Engine, sql: str, **params: Any) -> Any:
-    with engine.connect() as conn:
-        return conn.execute(text(sql), params).scalar()
-
 
 def balance_of(engine: Engine, account_id: int) -> Decimal:
     return Decimal(scalar(engine, "SELECT balance FROM account WHERE id = :id", id=account_id))
@@ -259,34 +102,19 @@ def ledger_problems(engine: Engine, account_ids: Sequence[int] | None = None) ->
 def assert_ledger_agrees(engine: Engine, what: str, account_ids: Sequence[int] | None = None,
                          read: str = "schema") -> None:
     problems = ledger_problems(engine, account_ids)
-    assert not problems, explain(
-        f"{what}: the balances and the ledger disagree.",
-        expected="every customer balance equals the sum of its postings, and every entry's "
-                 "postings sum to zero per currency",
-        actual=f"{len(problems)} problem(s)", state="\n".join(problems[:10]),
-        fix="change the balance and write the entry's postings in the same transaction",
-        read=read)
+    if problems:
+        raise CheckFailure(
+            f"{what}: the balances and the ledger disagree.",
+            expected="every customer balance equals the sum of its postings, and every entry's "
+                     "postings sum to zero per currency",
+            actual=f"{len(problems)} problem(s)", evidence="\n".join(problems[:10]),
+            fix="change the balance and write the entry's postings in the same transaction",
+            lesson=see(read))
 
 
 def ledger_table(engine: Engine, account_id: int, limit: int = 12) -> str:
     return table(postings_of(engine, account_id), ("id", "kind", "amount", "currency",
                                                    "entry_id"), limit)
-
-
-# -- a clock the checks move ------------------------------------------------------------------
-
-class FakeClock:
-    """Real UTC time plus an offset the check can `advance`: durations measured on it are real,
-    and a check can jump past a TTL or an open-state wait without sleeping."""
-
-    def __init__(self) -> None:
-        self.offset = timedelta()
-
-    def __call__(self) -> datetime:
-        return datetime.now(UTC) + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += timedelta(seconds=seconds)
 
 
 # -- the exchange stages' kit ----------------------------------------------------------------
@@ -300,7 +128,7 @@ class ExchangeKit:
     breaker: ModuleType
     exchange: ModuleType
     provider: Any  # _provider.FxProvider
-    clock: FakeClock
+    clock: InstantClock
     engine: Engine
 
     def client(self, timeout: float = 1.0, breaker: Any = None) -> Any:

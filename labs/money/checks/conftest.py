@@ -1,4 +1,4 @@
-"""Fixtures for the money checks (on top of dojo.runner's database and learner)."""
+"""Fixtures for the money checks (on top of the kit's database and learner)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from _provider import FxProvider
-from _support import ExchangeKit, FakeClock, apply_schema, call, require_tables
+from _support import ExchangeKit
 from sqlalchemy import Engine
+
+from dojo.checks import InstantClock, apply_schema, call, require_tables
 
 # Enough connections for the widest race (40 workers) without queueing on the pool.
 RACE_POOL = {"pool_size": 45, "max_overflow": 0, "pool_timeout": 20}
@@ -61,13 +63,14 @@ def provider() -> Iterator[FxProvider]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> InstantClock:
+    """Real time the check can move on (`advance`) past a TTL or an open-state wait."""
+    return InstantClock()
 
 
 @pytest.fixture
 def kit(learner: Any, accounts: ModuleType, bank: Engine, provider: FxProvider,
-        clock: FakeClock) -> ExchangeKit:
+        clock: InstantClock) -> ExchangeKit:
     from _support import LATER_TABLES
 
     require_tables(bank, LATER_TABLES, "exchange")

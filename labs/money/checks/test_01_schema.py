@@ -10,15 +10,11 @@ import uuid
 from typing import Any
 
 import pytest
-from _support import (
-    TABLES,
-    columns,
-    explain,
-    first_line,
-    require_tables,
-    sqlstate,
-)
+from _support import READ, TABLES
 from sqlalchemy import Engine, text
+
+from dojo.checks import CheckFailure, first_line, require_tables, sqlstate
+from dojo.checks.database import columns
 
 pytestmark = pytest.mark.stage("schema")
 
@@ -65,15 +61,16 @@ def test_money_columns_are_numeric(bank: Engine) -> None:
         data_type = columns(bank, table_name)[column]
         if data_type != "numeric":
             wrong.append(f"{table_name}.{column} is {data_type}")
-    assert not wrong, explain(
-        "Money must be stored as exact decimals.",
-        expected="account.balance and posting.amount of type numeric (numeric(20,4), say)",
-        actual="; ".join(wrong),
-        state="double precision and real are binary fractions: 0.1 + 0.2 = "
-              "0.30000000000000004, and at 14 digits a cent no longer exists; the money "
-              "type knows no currency and depends on lc_monetary",
-        fix="balance numeric(20,4) NOT NULL DEFAULT 0, amount numeric(20,4) NOT NULL",
-        read="numbers")
+    if wrong:
+        raise CheckFailure(
+            "Money must be stored as exact decimals.",
+            expected="account.balance and posting.amount of type numeric (numeric(20,4), say)",
+            actual="; ".join(wrong),
+            evidence="double precision and real are binary fractions: 0.1 + 0.2 = "
+                     "0.30000000000000004, and at 14 digits a cent no longer exists; the money "
+                     "type knows no currency and depends on lc_monetary",
+            fix="balance numeric(20,4) NOT NULL DEFAULT 0, amount numeric(20,4) NOT NULL",
+            lesson=READ["numbers"])
     [account_id] = _accounts(bank, "USD")
     try:
         with bank.begin() as conn:
@@ -83,11 +80,12 @@ def test_money_columns_are_numeric(bank: Engine) -> None:
                                   {"id": account_id}).scalar_one()
     except Exception as exc:
         stored = f"refused: {first_line(exc)}"
-    assert stored.rstrip("0").rstrip(".") == "98765432109876.53", explain(
-        "A balance of 98765432109876.53 did not survive the round trip.",
-        expected="98765432109876.53 exactly", actual=f"{stored}",
-        fix="numeric with at least 2 decimals and 14 integer digits, e.g. numeric(20,4)",
-        read="numbers")
+    if stored.rstrip("0").rstrip(".") != "98765432109876.53":
+        raise CheckFailure(
+            "A balance of 98765432109876.53 did not survive the round trip.",
+            expected="98765432109876.53 exactly", actual=f"{stored}",
+            fix="numeric with at least 2 decimals and 14 integer digits, e.g. numeric(20,4)",
+            lesson=READ["numbers"])
 
 
 def test_customer_balance_cannot_go_negative(bank: Engine) -> None:
@@ -101,21 +99,23 @@ def test_customer_balance_cannot_go_negative(bank: Engine) -> None:
         (f"UPDATE account SET balance = -0.01 WHERE id = {account_id}", error),
         ("INSERT INTO account (kind, currency, balance) VALUES ('CUSTOMER', 'USD', -5)",
          insert_error)) if exc is None]
-    assert not accepted, explain(
-        "The database accepted a negative balance on a customer account.",
-        expected="CHECK constraint violation (SQLSTATE 23514) for a customer balance < 0",
-        actual="committed: " + "; ".join(accepted),
-        state="the conditional UPDATE is the mechanism, the CHECK is the safety net: the next "
-              "code path someone writes without WHERE balance >= :amount (an admin tool, a "
-              "fee job, a hot-fix) is stopped by the database, not by review",
-        fix="CONSTRAINT customer_balance_not_negative CHECK (kind = 'SYSTEM' OR balance >= 0)",
-        read="check")
+    if accepted:
+        raise CheckFailure(
+            "The database accepted a negative balance on a customer account.",
+            expected="CHECK constraint violation (SQLSTATE 23514) for a customer balance < 0",
+            actual="committed: " + "; ".join(accepted),
+            evidence="the conditional UPDATE is the mechanism, the CHECK is the safety net: the "
+                     "next code path someone writes without WHERE balance >= :amount (an admin "
+                     "tool, a fee job, a hot-fix) is stopped by the database, not by review",
+            fix="CONSTRAINT customer_balance_not_negative CHECK (kind = 'SYSTEM' OR balance >= 0)",
+            lesson=READ["check"])
     for exc in (error, insert_error):
-        assert sqlstate(exc) == "23514", explain(
-            "A negative customer balance was refused, but not by a CHECK constraint.",
-            expected="SQLSTATE 23514 (check_violation), from CHECK (... balance >= 0)",
-            actual=f"SQLSTATE {sqlstate(exc)}: {first_line(exc)}",
-            fix="declare the rule as a CHECK constraint on account", read="check")
+        if sqlstate(exc) != "23514":
+            raise CheckFailure(
+                "A negative customer balance was refused, but not by a CHECK constraint.",
+                expected="SQLSTATE 23514 (check_violation), from CHECK (... balance >= 0)",
+                actual=f"SQLSTATE {sqlstate(exc)}: {first_line(exc)}",
+                fix="declare the rule as a CHECK constraint on account", lesson=READ["check"])
 
 
 def test_ledger_is_append_only(bank: Engine) -> None:
@@ -124,11 +124,12 @@ def test_ledger_is_append_only(bank: Engine) -> None:
     entry, lonely = str(uuid.uuid4()), str(uuid.uuid4())
     setup = _attempt(bank, [_entry(entry), _posting(entry, a, "10.00", "USD"),
                             _posting(entry, b, "-10.00", "USD")])
-    assert setup is None, explain(
-        "A balanced entry (+10.00 and -10.00 USD) could not be written.",
-        expected="INSERT INTO ledger_entry (id, kind) and two INSERT INTO posting "
-                 "(entry_id, account_id, amount, currency) commit",
-        actual=first_line(setup), fix="give any extra column a default", read="schema")
+    if setup is not None:
+        raise CheckFailure(
+            "A balanced entry (+10.00 and -10.00 USD) could not be written.",
+            expected="INSERT INTO ledger_entry (id, kind) and two INSERT INTO posting "
+                     "(entry_id, account_id, amount, currency) commit",
+            actual=first_line(setup), fix="give any extra column a default", lesson=READ["schema"])
     attempts = {
         "UPDATE posting SET amount = 20.00": ("UPDATE posting SET amount = 20.00 "
                                               "WHERE entry_id = :e AND amount > 0", {"e": entry}),
@@ -142,16 +143,17 @@ def test_ledger_is_append_only(bank: Engine) -> None:
     _attempt(bank, [_entry(lonely)])
     if _attempt(bank, [("DELETE FROM ledger_entry WHERE id = :e", {"e": lonely})]) is None:
         accepted.append("DELETE FROM ledger_entry")
-    assert not accepted, explain(
-        "The ledger can be rewritten: history must be append-only.",
-        expected="every UPDATE and DELETE on posting and ledger_entry refused by the database",
-        actual="these committed: " + "; ".join(accepted),
-        state="a balance is explained by its postings; once a posting can be edited, no audit "
-              "or reconciliation can explain a balance. Mistakes are corrected with a new "
-              "REVERSAL entry",
-        fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises "
-            "(and BEFORE TRUNCATE, for each statement)",
-        read="schema")
+    if accepted:
+        raise CheckFailure(
+            "The ledger can be rewritten: history must be append-only.",
+            expected="every UPDATE and DELETE on posting and ledger_entry refused by the database",
+            actual="these committed: " + "; ".join(accepted),
+            evidence="a balance is explained by its postings; once a posting can be edited, no "
+                     "audit or reconciliation can explain a balance. Mistakes are corrected with "
+                     "a new REVERSAL entry",
+            fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises "
+                "(and BEFORE TRUNCATE, for each statement)",
+            lesson=READ["schema"])
 
 
 def test_entries_must_balance_per_currency(bank: Engine) -> None:
@@ -177,17 +179,18 @@ def test_entries_must_balance_per_currency(bank: Engine) -> None:
             wrong.append(f"balanced entry {label}: refused with {first_line(error)}")
         if not should_commit and error is None:
             wrong.append(f"unbalanced entry {label}: committed")
-    assert not wrong, explain(
-        "Ledger entries must balance, and the database must enforce it at commit.",
-        expected="an entry whose postings do not sum to zero per currency fails to COMMIT; a "
-                 "balanced one commits even though its postings arrive one INSERT at a time",
-        actual="; ".join(wrong),
-        state="a CHECK constraint sees one row, so it cannot sum an entry; an immediate "
-              "trigger sees the first posting alone and refuses every entry",
-        fix="CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
-            "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
-            "currency, raising if any sum is not zero",
-        read="schema")
+    if wrong:
+        raise CheckFailure(
+            "Ledger entries must balance, and the database must enforce it at commit.",
+            expected="an entry whose postings do not sum to zero per currency fails to COMMIT; a "
+                     "balanced one commits even though its postings arrive one INSERT at a time",
+            actual="; ".join(wrong),
+            evidence="a CHECK constraint sees one row, so it cannot sum an entry; an immediate "
+                     "trigger sees the first posting alone and refuses every entry",
+            fix="CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
+                "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
+                "currency, raising if any sum is not zero",
+            lesson=READ["schema"])
 
 
 def test_idempotency_keys_are_unique(bank: Engine) -> None:
@@ -196,22 +199,25 @@ def test_idempotency_keys_are_unique(bank: Engine) -> None:
     statement = ("INSERT INTO idempotency_key (key, request_hash) VALUES (:k, 'abc')",
                  {"k": "retry-me"})
     first = _attempt(bank, [statement])
-    assert first is None, explain(
-        "An idempotency key could not be stored.",
-        expected="INSERT INTO idempotency_key (key, request_hash) commits",
-        actual=first_line(first), fix="give the other columns defaults or NULL",
-        read="idempotency")
+    if first is not None:
+        raise CheckFailure(
+            "An idempotency key could not be stored.",
+            expected="INSERT INTO idempotency_key (key, request_hash) commits",
+            actual=first_line(first), fix="give the other columns defaults or NULL",
+            lesson=READ["idempotency"])
     second = _attempt(bank, [statement])
-    assert sqlstate(second) == "23505", explain(
-        "The same idempotency key could be stored twice.",
-        expected="the second INSERT of key 'retry-me' refused with SQLSTATE 23505 "
-                 "(unique_violation)",
-        actual="it committed" if second is None else first_line(second),
-        state="the unique index is what makes two racing retries wait for each other; "
-              "without it both see 'no such key' and both move the money",
-        fix="key text PRIMARY KEY (or UNIQUE)", read="idempotency")
-    assert response_type in ("jsonb", "json"), explain(
-        "The stored response should be structured.",
-        expected="idempotency_key.response of type jsonb", actual=response_type,
-        fix="response jsonb: the receipt the first request answered, replayed on a retry",
-        read="idempotency")
+    if sqlstate(second) != "23505":
+        raise CheckFailure(
+            "The same idempotency key could be stored twice.",
+            expected="the second INSERT of key 'retry-me' refused with SQLSTATE 23505 "
+                     "(unique_violation)",
+            actual="it committed" if second is None else first_line(second),
+            evidence="the unique index is what makes two racing retries wait for each other; "
+                     "without it both see 'no such key' and both move the money",
+            fix="key text PRIMARY KEY (or UNIQUE)", lesson=READ["idempotency"])
+    if response_type not in ("jsonb", "json"):
+        raise CheckFailure(
+            "The stored response should be structured.",
+            expected="idempotency_key.response of type jsonb", actual=response_type,
+            fix="response jsonb: the receipt the first request answered, replayed on a retry",
+            lesson=READ["idempotency"])

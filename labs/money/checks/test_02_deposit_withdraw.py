@@ -10,26 +10,21 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _observe import statement_log
 from _support import (
+    READ,
     assert_ledger_agrees,
     balance_of,
-    call,
     describe_errors,
-    explain,
     failures,
-    first_line,
-    fmt,
     ledger_table,
-    not_written,
     posted_sum,
     process_hammer,
-    raised,
-    scalar,
 )
 from sqlalchemy import Engine
 
+from dojo.checks import CheckFailure, call, first_line, fmt, raised, scalar
 from dojo.checks.faults import run_concurrently, slow_sql
+from dojo.checks.observers import record_sql
 
 pytestmark = pytest.mark.stage("deposit-withdraw")
 
@@ -56,73 +51,83 @@ def test_amounts_are_exact_decimals(accounts: ModuleType, bank: Engine) -> None:
     for op, amount, expected in steps:
         receipt = call(getattr(accounts, op), bank, account_id, Decimal(amount))
         got = getattr(receipt, "balance", receipt)
-        assert isinstance(got, Decimal) and got == Decimal(expected), explain(
-            f"{op}({fmt(Decimal(amount))}) returned the wrong balance.",
-            expected=f"Receipt.balance == Decimal('{expected}')",
-            actual=f"{type(got).__name__} {got!r}",
-            state="a float cannot hold 0.1 exactly (0.1 + 0.2 = 0.30000000000000004) and "
-                  "near 10^14 it cannot hold a cent at all; psycopg maps numeric to Decimal, "
-                  "so Decimal all the way needs no conversion anywhere",
-            fix="never call float(); pass the Decimal to SQL and return what RETURNING gives",
-            read="numbers")
+        if not (isinstance(got, Decimal) and got == Decimal(expected)):
+            raise CheckFailure(
+                f"{op}({fmt(Decimal(amount))}) returned the wrong balance.",
+                expected=f"Receipt.balance == Decimal('{expected}')",
+                actual=f"{type(got).__name__} {got!r}",
+                evidence="a float cannot hold 0.1 exactly (0.1 + 0.2 = 0.30000000000000004) and "
+                         "near 10^14 it cannot hold a cent at all; psycopg maps numeric to "
+                         "Decimal, so Decimal all the way needs no conversion anywhere",
+                fix="never call float(); pass the Decimal to SQL and return what RETURNING gives",
+                lesson=READ["numbers"])
     now = call(accounts.balance, bank, account_id)
-    assert isinstance(now, Decimal) and now == Decimal("98765432109876.52"), explain(
-        "balance() does not report the exact balance.",
-        expected="Decimal('98765432109876.52')", actual=f"{type(now).__name__} {now!r}",
-        read="numbers")
+    if not (isinstance(now, Decimal) and now == Decimal("98765432109876.52")):
+        raise CheckFailure(
+            "balance() does not report the exact balance.",
+            expected="Decimal('98765432109876.52')", actual=f"{type(now).__name__} {now!r}",
+            lesson=READ["numbers"])
     entries = _entries_on(bank, account_id)
-    assert entries == len(steps), explain(
-        "Every deposit and withdrawal is one ledger entry.",
-        expected=f"{len(steps)} entries with a posting on account {account_id}",
-        actual=f"{entries}", state=ledger_table(bank, account_id), read="schema")
+    if entries != len(steps):
+        raise CheckFailure(
+            "Every deposit and withdrawal is one ledger entry.",
+            expected=f"{len(steps)} entries with a posting on account {account_id}",
+            actual=f"{entries}", evidence=ledger_table(bank, account_id), lesson=READ["schema"])
     assert_ledger_agrees(bank, "after six deposits and withdrawals", [account_id])
 
 
 def test_float_amounts_are_refused(accounts: ModuleType, bank: Engine) -> None:
     account_id = call(accounts.open_account, bank, currency="USD")
     error = raised(accounts.deposit, bank, account_id, 0.1)
-    assert isinstance(error, TypeError | ValueError), explain(
-        "deposit() accepted a float amount.",
-        expected="TypeError (or ValueError): amounts are Decimal", actual=first_line(error),
-        state="a float that reaches the ledger is already wrong (0.1 is stored as "
-              "0.1000000000000000055511151231257827...); refuse it at the door",
-        fix="if not isinstance(amount, Decimal): raise TypeError(...)", read="numbers")
-    assert balance_of(bank, account_id) == 0, explain(
-        "A refused float deposit still moved money.", expected="balance 0.00",
-        actual=fmt(balance_of(bank, account_id)), read="numbers")
+    if not isinstance(error, TypeError | ValueError):
+        raise CheckFailure(
+            "deposit() accepted a float amount.",
+            expected="TypeError (or ValueError): amounts are Decimal", actual=first_line(error),
+            evidence="a float that reaches the ledger is already wrong (0.1 is stored as "
+                     "0.1000000000000000055511151231257827...); refuse it at the door",
+            fix="if not isinstance(amount, Decimal): raise TypeError(...)", lesson=READ["numbers"])
+    if balance_of(bank, account_id) != 0:
+        raise CheckFailure(
+            "A refused float deposit still moved money.", expected="balance 0.00",
+            actual=fmt(balance_of(bank, account_id)), lesson=READ["numbers"])
 
 
 def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engine,
                                                funded: Any) -> None:
     account_id = funded("100.00")
     error = raised(accounts.withdraw, bank, account_id, Decimal("100.01"))
-    assert isinstance(error, accounts.InsufficientFunds), explain(
-        "Withdrawing 100.01 from 100.00 must be refused.",
-        expected="accounts.InsufficientFunds", actual=first_line(error),
-        fix="UPDATE ... WHERE id = :id AND balance >= :amount; zero rows means insufficient "
-            "funds", read="race")
-    assert balance_of(bank, account_id) == Decimal("100.00") and \
-        _entries_on(bank, account_id) == 1, explain(
+    if not isinstance(error, accounts.InsufficientFunds):
+        raise CheckFailure(
+            "Withdrawing 100.01 from 100.00 must be refused.",
+            expected="accounts.InsufficientFunds", actual=first_line(error),
+            fix="UPDATE ... WHERE id = :id AND balance >= :amount; zero rows means insufficient "
+                "funds", lesson=READ["race"])
+    if not (balance_of(bank, account_id) == Decimal("100.00") and
+            _entries_on(bank, account_id) == 1):
+        raise CheckFailure(
             "A refused withdrawal must leave no trace.",
             expected="balance 100.00 and only the funding deposit in the ledger",
             actual=f"balance {fmt(balance_of(bank, account_id))}",
-            state=ledger_table(bank, account_id), read="race")
+            evidence=ledger_table(bank, account_id), lesson=READ["race"])
     missing = raised(accounts.withdraw, bank, 987654321, Decimal("1.00"))
-    assert isinstance(missing, accounts.AccountNotFound), explain(
-        "A withdrawal from an account that does not exist must say so.",
-        expected="accounts.AccountNotFound", actual=first_line(missing),
-        fix="zero rows from the conditional UPDATE: look the account up to tell 'no such "
-            "account' from 'insufficient funds'", read="race")
+    if not isinstance(missing, accounts.AccountNotFound):
+        raise CheckFailure(
+            "A withdrawal from an account that does not exist must say so.",
+            expected="accounts.AccountNotFound", actual=first_line(missing),
+            fix="zero rows from the conditional UPDATE: look the account up to tell 'no such "
+                "account' from 'insufficient funds'", lesson=READ["race"])
     for bad in ("0", "-5.00", "1.005"):
         error = raised(accounts.deposit, bank, account_id, Decimal(bad))
-        assert isinstance(error, ValueError), explain(
-            f"deposit(Decimal('{bad}')) must be refused.",
-            expected="ValueError (amounts are positive, with at most 2 decimals)",
-            actual=first_line(error), read="numbers")
+        if not isinstance(error, ValueError):
+            raise CheckFailure(
+                f"deposit(Decimal('{bad}')) must be refused.",
+                expected="ValueError (amounts are positive, with at most 2 decimals)",
+                actual=first_line(error), lesson=READ["numbers"])
     receipt = call(accounts.withdraw, bank, account_id, Decimal("100.00"))
-    assert receipt.balance == 0, explain(
-        "Withdrawing the whole balance is allowed.", expected="balance 0.00",
-        actual=fmt(receipt.balance), read="race")
+    if receipt.balance != 0:
+        raise CheckFailure(
+            "Withdrawing the whole balance is allowed.", expected="balance 0.00",
+            actual=fmt(receipt.balance), lesson=READ["race"])
     assert_ledger_agrees(bank, "after refused and accepted withdrawals", [account_id])
 
 
@@ -134,45 +139,43 @@ def test_concurrent_withdrawals_never_overdraw(accounts: ModuleType, bank: Engin
         def withdraw(_: int, account_id: int = account_id) -> Any:
             return accounts.withdraw(bank, account_id, Decimal("10.00"))
 
-        with statement_log(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
+        with record_sql(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
             outcomes = run_concurrently(withdraw, RACE_WORKERS, timeout=40)
-        for o in outcomes:
-            if isinstance(o.error, NotImplementedError):
-                not_written(o.error)
         ok = [o for o in outcomes if o.ok]
         unexpected = failures(outcomes, (accounts.InsufficientFunds,))
         balance, posted = balance_of(bank, account_id), posted_sum(bank, account_id)
         paid = Decimal("10.00") * len(ok)
-        assert not unexpected, explain(
-            f"{RACE_WORKERS} concurrent withdrawals of 10.00 from 100.00: some failed with "
-            f"errors (round {round_no}).",
-            expected="each withdrawal succeeds or raises InsufficientFunds",
-            actual=f"{len(unexpected)} raised something else",
-            state=describe_errors(unexpected) + "\n" + log.timeline(
-                [f"worker {o.index}" for o in unexpected[:2]]),
-            fix="one conditional UPDATE ... WHERE balance >= :amount needs no retries and "
-                "cannot fail on a race", read="race")
+        if unexpected:
+            raise CheckFailure(
+                f"{RACE_WORKERS} concurrent withdrawals of 10.00 from 100.00: some failed with "
+                f"errors (round {round_no}).",
+                expected="each withdrawal succeeds or raises InsufficientFunds",
+                actual=f"{len(unexpected)} raised something else",
+                evidence=describe_errors(unexpected) + "\n" + log.timeline(
+                    [f"worker {o.index}" for o in unexpected[:2]]),
+                fix="one conditional UPDATE ... WHERE balance >= :amount needs no retries and "
+                    "cannot fail on a race", lesson=READ["race"])
         if len(ok) == 10 and balance == 0 and posted == 0:
             continue
         winners = [f"worker {o.index}" for o in ok[:2]]
         anomaly = ("lost update" if posted != balance or balance != Decimal("100.00") - paid
                    else "overdraft")
-        pytest.fail(explain(
+        raise CheckFailure(
             f"{RACE_WORKERS} concurrent withdrawals of 10.00 from 100.00 broke the account: "
             f"a {anomaly} (round {round_no} of {RACE_ROUNDS}).",
             expected="exactly 10 succeed, 30 raise InsufficientFunds, balance 0.00, "
                      "postings sum 0.00",
             actual=f"{len(ok)} succeeded ({fmt(paid)} paid out); balance {fmt(balance)}; the "
                    f"account's postings sum to {fmt(posted)}",
-            state=f"two of the successful workers, statement by statement (every SELECT "
-                  f"answered {SLOW_READ * 1000:.0f} ms late):\n"
-                  + log.timeline(winners, match=r"\bbalance\b"),
+            evidence=f"two of the successful workers, statement by statement (every SELECT "
+                     f"answered {SLOW_READ * 1000:.0f} ms late):\n"
+                     + log.timeline(winners, match=r"\bbalance\b"),
             fix="do not read the balance and decide in Python: both workers read the same "
                 "balance and the second write overwrites the first (a lost update). Let the "
                 "database decide in one statement: UPDATE account SET balance = balance - "
                 ":amount WHERE id = :id AND balance >= :amount, and treat zero rows as "
                 "InsufficientFunds",
-            read="race lost-update"), pytrace=False)
+            lesson=(READ["race"], READ["lost-update"]))
     assert_ledger_agrees(bank, "after the concurrent withdrawals")
 
 
@@ -196,35 +199,39 @@ def test_processes_hammering_one_account_keep_it_exact(accounts: ModuleType, ban
     finally:
         done.set()
         watcher.join(5)
-    assert min(lowest, default=Decimal(0)) >= 0, explain(
-        "While 3 processes hammered the account, a reader saw a negative balance.",
-        expected="the balance never below 0.00", actual=f"lowest seen {fmt(min(lowest))}",
-        fix="withdraw with UPDATE ... WHERE balance >= :amount, and keep the CHECK",
-        read="check")
+    if not (min(lowest, default=Decimal(0)) >= 0):
+        raise CheckFailure(
+            "While 3 processes hammered the account, a reader saw a negative balance.",
+            expected="the balance never below 0.00", actual=f"lowest seen {fmt(min(lowest))}",
+            fix="withdraw with UPDATE ... WHERE balance >= :amount, and keep the CHECK",
+            lesson=READ["check"])
     broken = [o for o in outcomes if not o.ok]
-    assert not broken, explain(
-        "A hammering process did not finish.", expected="3 processes x 4 threads x 10 "
-        "operations, each returning", actual=describe_errors(broken), read="race")
+    if broken:
+        raise CheckFailure(
+            "A hammering process did not finish.", expected="3 processes x 4 threads x 10 "
+            "operations, each returning", actual=describe_errors(broken), lesson=READ["race"])
     results = [r for o in outcomes for r in o.value]
     errors = [r for r in results if r[2] not in ("ok", "refused")]
-    assert not errors, explain(
-        "Deposits and withdrawals from 3 processes at once raised errors.",
-        expected="each operation succeeds or raises InsufficientFunds",
-        actual=f"{len(errors)} errors, e.g. {errors[0][0]} {errors[0][1]}: {errors[0][2]}",
-        read="race")
+    if errors:
+        raise CheckFailure(
+            "Deposits and withdrawals from 3 processes at once raised errors.",
+            expected="each operation succeeds or raises InsufficientFunds",
+            actual=f"{len(errors)} errors, e.g. {errors[0][0]} {errors[0][1]}: {errors[0][2]}",
+            lesson=READ["race"])
     deposited = sum((Decimal(a) for op, a, r in results if op == "deposit" and r == "ok"),
                     Decimal(0))
     withdrawn = sum((Decimal(a) for op, a, r in results if op == "withdraw" and r == "ok"),
                     Decimal(0))
     expected = Decimal("200.00") + deposited - withdrawn
     balance, posted = balance_of(bank, account_id), posted_sum(bank, account_id)
-    assert balance == expected == posted, explain(
-        f"{len(results)} operations from 3 processes left the wrong balance.",
-        expected=f"200.00 + {fmt(deposited)} deposited - {fmt(withdrawn)} withdrawn = "
-                 f"{fmt(expected)}, and the postings agree",
-        actual=f"balance {fmt(balance)}, postings sum {fmt(posted)} "
-               f"(off by {fmt(balance - expected)}: "
-               f"{'lost updates' if balance != expected else 'postings out of step'})",
-        fix="each operation is one transaction: one conditional UPDATE and its postings",
-        read="race")
+    if not (balance == expected == posted):
+        raise CheckFailure(
+            f"{len(results)} operations from 3 processes left the wrong balance.",
+            expected=f"200.00 + {fmt(deposited)} deposited - {fmt(withdrawn)} withdrawn = "
+                     f"{fmt(expected)}, and the postings agree",
+            actual=f"balance {fmt(balance)}, postings sum {fmt(posted)} "
+                   f"(off by {fmt(balance - expected)}: "
+                   f"{'lost updates' if balance != expected else 'postings out of step'})",
+            fix="each operation is one transaction: one conditional UPDATE and its postings",
+            lesson=READ["race"])
     assert_ledger_agrees(bank, "after the process hammer")

@@ -8,24 +8,19 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _observe import statement_log
 from _support import (
+    READ,
     assert_ledger_agrees,
     balance_of,
-    call,
     describe_errors,
-    explain,
     failures,
-    first_line,
-    fmt,
     ledger_table,
-    not_written,
-    raised,
-    rows,
 )
 from sqlalchemy import Engine
 
+from dojo.checks import CheckFailure, call, first_line, fmt, raised, rows
 from dojo.checks.faults import run_concurrently, slow_sql
+from dojo.checks.observers import record_sql
 
 pytestmark = pytest.mark.stage("idempotency")
 
@@ -47,29 +42,33 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
     call(accounts.deposit, bank, account_id, Decimal("5.00"))  # another request, no key
     retry = call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="dep-1")
     balance = balance_of(bank, account_id)
-    assert balance == Decimal("115.00"), explain(
-        "A retried deposit (same idempotency key) moved the money again.",
-        expected="100.00 + 10.00 (key dep-1, once) + 5.00 = 115.00",
-        actual=f"balance {fmt(balance)}", state=ledger_table(bank, account_id),
-        fix="INSERT INTO idempotency_key ... ON CONFLICT DO NOTHING in the same transaction "
-            "as the money; zero rows inserted means 'seen before': return the stored response",
-        read="idempotency")
-    assert retry == first, explain(
-        "The retry must get the first answer back, not a new one.",
-        expected=f"the stored receipt {first}",
-        actual=f"{retry}",
-        state="the balance has moved since (a 5.00 deposit), so a recomputed answer differs: "
-              "the client that retried would see another balance and another entry id for "
-              "the same operation. Stored response: " + str(_key_rows(bank, "dep-1")),
-        fix="store the receipt in idempotency_key.response in the same transaction, and "
-            "return it on a retry", read="idempotency")
+    if balance != Decimal("115.00"):
+        raise CheckFailure(
+            "A retried deposit (same idempotency key) moved the money again.",
+            expected="100.00 + 10.00 (key dep-1, once) + 5.00 = 115.00",
+            actual=f"balance {fmt(balance)}", evidence=ledger_table(bank, account_id),
+            fix="INSERT INTO idempotency_key ... ON CONFLICT DO NOTHING in the same transaction "
+                "as the money; zero rows inserted means 'seen before': return the stored response",
+            lesson=READ["idempotency"])
+    if retry != first:
+        raise CheckFailure(
+            "The retry must get the first answer back, not a new one.",
+            expected=f"the stored receipt {first}",
+            actual=f"{retry}",
+            evidence="the balance has moved since (a 5.00 deposit), so a recomputed answer "
+                     "differs: the client that retried would see another balance and another "
+                     "entry id for the same operation. Stored response: "
+                     + str(_key_rows(bank, "dep-1")),
+            fix="store the receipt in idempotency_key.response in the same transaction, and "
+                "return it on a retry", lesson=READ["idempotency"])
     out = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
     again = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
-    assert again == out and balance_of(bank, account_id) == Decimal("114.00"), explain(
-        "A retried withdrawal moved the money again or answered differently.",
-        expected=f"balance 114.00 and the same receipt {out}",
-        actual=f"balance {fmt(balance_of(bank, account_id))}, receipt {again}",
-        read="idempotency")
+    if not (again == out and balance_of(bank, account_id) == Decimal("114.00")):
+        raise CheckFailure(
+            "A retried withdrawal moved the money again or answered differently.",
+            expected=f"balance 114.00 and the same receipt {out}",
+            actual=f"balance {fmt(balance_of(bank, account_id))}, receipt {again}",
+            lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after retried deposits and withdrawals", [account_id])
 
 
@@ -78,31 +77,31 @@ def test_refused_request_stores_nothing_under_its_key(accounts: ModuleType, bank
     account_id = funded("20.00")
     first = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
                    idempotency_key="wd-big")
-    if isinstance(first, NotImplementedError):
-        not_written(first)
-    assert isinstance(first, accounts.InsufficientFunds), explain(
-        "Setting up: withdrawing 50.00 from 20.00 must be refused.",
-        expected="accounts.InsufficientFunds", actual=first_line(first), read="race")
+    if not isinstance(first, accounts.InsufficientFunds):
+        raise CheckFailure(
+            "Setting up: withdrawing 50.00 from 20.00 must be refused.",
+            expected="accounts.InsufficientFunds", actual=first_line(first), lesson=READ["race"])
     stored_after_refusal = _key_rows(bank, "wd-big")
     call(accounts.deposit, bank, account_id, Decimal("100.00"))
     retry = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
                    idempotency_key="wd-big")
     balance = balance_of(bank, account_id)
-    assert retry is None and balance == Decimal("70.00"), explain(
-        "A withdrawal refused for insufficient funds was retried with the same key after "
-        "a deposit, and the retry was not treated as a new attempt.",
-        expected="the retry withdraws: balance 20.00 + 100.00 - 50.00 = 70.00",
-        actual=f"the retry {'raised ' + first_line(retry) if retry else 'returned'}; "
-               f"balance {fmt(balance)}",
-        state="idempotency_key rows for wd-big right after the refusal:\n"
-              + (str(stored_after_refusal) if stored_after_refusal else "(none)")
-              + "\nthe refusal moved no money, so there is nothing to protect from a "
-                "second execution; storing it turns a temporary 'not now' into a "
-                "permanent 'no' for that key",
-        fix="claim the key in the money transaction and let the refusal roll it back with "
-            "everything else (raise InsufficientFunds inside engine.begin()): a refused "
-            "request stores nothing, its retry is a new attempt",
-        read="idempotency")
+    if not (retry is None and balance == Decimal("70.00")):
+        raise CheckFailure(
+            "A withdrawal refused for insufficient funds was retried with the same key after "
+            "a deposit, and the retry was not treated as a new attempt.",
+            expected="the retry withdraws: balance 20.00 + 100.00 - 50.00 = 70.00",
+            actual=f"the retry {'raised ' + first_line(retry) if retry else 'returned'}; "
+                   f"balance {fmt(balance)}",
+            evidence="idempotency_key rows for wd-big right after the refusal:\n"
+                     + (str(stored_after_refusal) if stored_after_refusal else "(none)")
+                     + "\nthe refusal moved no money, so there is nothing to protect from a "
+                    "second execution; storing it turns a temporary 'not now' into a "
+                    "permanent 'no' for that key",
+            fix="claim the key in the money transaction and let the refusal roll it back with "
+                "everything else (raise InsufficientFunds inside engine.begin()): a refused "
+                "request stores nothing, its retry is a new attempt",
+            lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after a refused and a retried withdrawal", [account_id])
 
 
@@ -117,19 +116,21 @@ def test_same_key_for_another_request_is_a_conflict(accounts: ModuleType, bank: 
     ]
     for label, fn, target, amount in reuses:
         error = raised(fn, bank, target, Decimal(amount), idempotency_key="k-1")
-        assert isinstance(error, accounts.IdempotencyConflict), explain(
-            f"Key k-1 (a deposit of 10.00) was reused to {label}.",
-            expected="accounts.IdempotencyConflict: a client bug, refused loudly",
-            actual=first_line(error) if error else "it returned (the old receipt, or moved "
-                                                   "money)",
-            state="answering the old receipt would tell the client its new request "
-                  "succeeded when nothing happened; moving money would defeat the key",
-            fix="store a hash of the request (operation, accounts, amount) with the key and "
-                "compare it on a conflict", read="idempotency")
+        if not isinstance(error, accounts.IdempotencyConflict):
+            raise CheckFailure(
+                f"Key k-1 (a deposit of 10.00) was reused to {label}.",
+                expected="accounts.IdempotencyConflict: a client bug, refused loudly",
+                actual=first_line(error) if error else "it returned (the old receipt, or moved "
+                                                       "money)",
+                evidence="answering the old receipt would tell the client its new request "
+                         "succeeded when nothing happened; moving money would defeat the key",
+                fix="store a hash of the request (operation, accounts, amount) with the key and "
+                    "compare it on a conflict", lesson=READ["idempotency"])
     balances = (balance_of(bank, account_id), balance_of(bank, other_id))
-    assert balances == (Decimal("110.00"), Decimal("100.00")), explain(
-        "A refused key reuse still moved money.", expected="balances 110.00 and 100.00",
-        actual=f"{fmt(balances[0])} and {fmt(balances[1])}", read="idempotency")
+    if balances != (Decimal("110.00"), Decimal("100.00")):
+        raise CheckFailure(
+            "A refused key reuse still moved money.", expected="balances 110.00 and 100.00",
+            actual=f"{fmt(balances[0])} and {fmt(balances[1])}", lesson=READ["idempotency"])
 
 
 def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
@@ -141,11 +142,8 @@ def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
         def retry(_: int, account_id: int = account_id, key: str = key) -> Any:
             return accounts.deposit(bank, account_id, Decimal("10.00"), idempotency_key=key)
 
-        with statement_log(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
+        with record_sql(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
             outcomes = run_concurrently(retry, RACERS, timeout=40)
-        for o in outcomes:
-            if isinstance(o.error, NotImplementedError):
-                not_written(o.error)
         ok = [o for o in outcomes if o.ok]
         broken = failures(outcomes)
         balance = balance_of(bank, account_id)
@@ -156,22 +154,22 @@ def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
         anomaly = ("the deposit was applied more than once" if balance > Decimal("110.00")
                    else "some retries failed instead of getting the stored answer" if broken
                    else "retries got different answers")
-        pytest.fail(explain(
+        raise CheckFailure(
             f"{RACERS} retries of one deposit (key {key}) arrived at the same moment: "
             f"{anomaly} (round {round_no}).",
             expected="balance 110.00 (the deposit once), one ledger entry, and every retry "
                      "returns the same receipt",
             actual=f"balance {fmt(balance)}; {len(entries)} different entry ids returned; "
                    f"{len(broken)} retries raised",
-            state=(describe_errors(broken) + "\n" if broken else "")
-                  + "two retries, statement by statement (every SELECT answered "
+            evidence=(describe_errors(broken) + "\n" if broken else "")
+                     + "two retries, statement by statement (every SELECT answered "
                     f"{SLOW_READ * 1000:.0f} ms late):\n"
-                  + log.timeline(movers or [f"worker {o.index}" for o in broken[:2]],
+                     + log.timeline(movers or [f"worker {o.index}" for o in broken[:2]],
                                  match=r"idempotency_key|balance"),
             fix="checking whether the key exists and then inserting it is a check-then-act "
                 "race (exists-then-insert): every retry sees 'no key'. Claim the key first "
                 "with INSERT ... ON CONFLICT DO NOTHING on its unique index, in the "
                 "transaction that moves the money: a racing duplicate waits for the first to "
                 "commit, then reads the stored response",
-            read="idempotency check-then-act"), pytrace=False)
+            lesson=(READ["idempotency"], READ["check-then-act"]))
     assert_ledger_agrees(bank, "after racing retries")

@@ -10,26 +10,19 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _observe import statement_log
 from _support import (
+    READ,
     assert_ledger_agrees,
     balance_of,
-    call,
     describe_errors,
-    explain,
     failures,
-    first_line,
-    fmt,
     ledger_table,
-    not_written,
-    raised,
-    rows,
-    scalar,
-    sqlstate,
 )
 from sqlalchemy import Engine
 
+from dojo.checks import CheckFailure, call, first_line, fmt, raised, rows, scalar, sqlstate
 from dojo.checks.faults import run_concurrently, slow_sql
+from dojo.checks.observers import record_sql
 
 pytestmark = pytest.mark.stage("transfer")
 
@@ -46,21 +39,24 @@ def test_transfer_moves_money_between_accounts(accounts: ModuleType, bank: Engin
     a, b = funded("100.00"), funded("50.00")
     receipt = call(accounts.transfer, bank, a, b, Decimal("30.00"))
     got = (balance_of(bank, a), balance_of(bank, b))
-    assert got == (Decimal("70.00"), Decimal("80.00")), explain(
-        "transfer(a, b, 30.00) moved the wrong amounts.", expected="a 70.00, b 80.00",
-        actual=f"a {fmt(got[0])}, b {fmt(got[1])}", read="transfer")
-    assert (receipt.from_balance, receipt.to_balance) == got, explain(
-        "The TransferReceipt must carry both balances right after the transfer.",
-        expected=f"from_balance {fmt(got[0])}, to_balance {fmt(got[1])}",
-        actual=f"{receipt}", read="transfer")
+    if got != (Decimal("70.00"), Decimal("80.00")):
+        raise CheckFailure(
+            "transfer(a, b, 30.00) moved the wrong amounts.", expected="a 70.00, b 80.00",
+            actual=f"a {fmt(got[0])}, b {fmt(got[1])}", lesson=READ["transfer"])
+    if (receipt.from_balance, receipt.to_balance) != got:
+        raise CheckFailure(
+            "The TransferReceipt must carry both balances right after the transfer.",
+            expected=f"from_balance {fmt(got[0])}, to_balance {fmt(got[1])}",
+            actual=f"{receipt}", lesson=READ["transfer"])
     legs = rows(bank, "SELECT account_id, amount FROM posting WHERE entry_id = :e "
                       "ORDER BY amount", e=receipt.entry_id)
-    assert [(r["account_id"], r["amount"]) for r in legs] == [(a, Decimal("-30")),
-                                                              (b, Decimal("30"))], explain(
-        "A transfer is one ledger entry with two postings.",
-        expected=f"entry {receipt.entry_id}: account {a} -30.00, account {b} +30.00",
-        actual=str([(r["account_id"], fmt(r["amount"])) for r in legs]) or "no postings",
-        read="schema")
+    if not ([(r["account_id"], r["amount"]) for r in legs] == [(a, Decimal("-30")),
+            (b, Decimal("30"))]):
+        raise CheckFailure(
+            "A transfer is one ledger entry with two postings.",
+            expected=f"entry {receipt.entry_id}: account {a} -30.00, account {b} +30.00",
+            actual=str([(r["account_id"], fmt(r["amount"])) for r in legs]) or "no postings",
+            lesson=READ["schema"])
     eur = funded("10.00", currency="EUR")
     refusals = [
         ("transfer(a, b, 70.01) with 70.00 in a", (a, b, "70.01"), accounts.InsufficientFunds),
@@ -71,19 +67,24 @@ def test_transfer_moves_money_between_accounts(accounts: ModuleType, bank: Engin
     ]
     for label, (src, dst, amount), wanted in refusals:
         error = raised(accounts.transfer, bank, src, dst, Decimal(amount))
-        assert isinstance(error, wanted), explain(
-            f"{label} must be refused.", expected=f"{wanted.__module__}.{wanted.__name__}",
-            actual=first_line(error), read="transfer")
+        if not isinstance(error, wanted):
+            raise CheckFailure(
+                f"{label} must be refused.", expected=f"{wanted.__module__}.{wanted.__name__}",
+                actual=first_line(error), lesson=READ["transfer"])
     after = (balance_of(bank, a), balance_of(bank, b), balance_of(bank, eur))
-    assert after == (Decimal("70.00"), Decimal("80.00"), Decimal("10.00")), explain(
-        "A refused transfer moved money.", expected="70.00, 80.00 and 10.00 EUR unchanged",
-        actual=", ".join(fmt(x) for x in after), state=ledger_table(bank, a), read="transfer")
+    if after != (Decimal("70.00"), Decimal("80.00"), Decimal("10.00")):
+        raise CheckFailure(
+            "A refused transfer moved money.", expected="70.00, 80.00 and 10.00 EUR unchanged",
+            actual=", ".join(fmt(x) for x in after), evidence=ledger_table(bank, a),
+            lesson=READ["transfer"])
     first = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
     again = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
-    assert again == first and balance_of(bank, a) == Decimal("75.00"), explain(
-        "A retried transfer (same idempotency key) must move the money once.",
-        expected=f"a 75.00 and the same receipt twice ({first})",
-        actual=f"a {fmt(balance_of(bank, a))}, retry answered {again}", read="idempotency")
+    if not (again == first and balance_of(bank, a) == Decimal("75.00")):
+        raise CheckFailure(
+            "A retried transfer (same idempotency key) must move the money once.",
+            expected=f"a 75.00 and the same receipt twice ({first})",
+            actual=f"a {fmt(balance_of(bank, a))}, retry answered {again}",
+            lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after transfers and refusals")
 
 
@@ -96,11 +97,8 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
             src, dst = (a, b) if index % 2 == 0 else (b, a)
             return accounts.transfer(bank, src, dst, Decimal("1.00"))
 
-        with statement_log(bank) as log, slow_sql(bank, SLOW_LOCK, match=LOCKING):
+        with record_sql(bank) as log, slow_sql(bank, SLOW_LOCK, match=LOCKING):
             outcomes = run_concurrently(move, OPPOSITE_WORKERS, timeout=40)
-        for o in outcomes:
-            if isinstance(o.error, NotImplementedError):
-                not_written(o.error)
         deadlocks = log.errors("40P01")
         dead_workers = sorted({s.worker for s in deadlocks}
                               | {f"worker {o.index}" for o in outcomes
@@ -110,33 +108,36 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
                 next(o.error for o in outcomes if sqlstate(o.error) == "40P01"))
             detail = re.sub(rf"relation {_oid(bank)} of database \d+", "table account",
                             detail or "")
-            pytest.fail(explain(
+            raise CheckFailure(
                 f"{OPPOSITE_WORKERS} transfers between accounts {a} and {b}, half each way, "
                 f"deadlocked (round {round_no} of {OPPOSITE_ROUNDS}).",
                 expected="every transfer commits; no deadlock (SQLSTATE 40P01), not even one "
                          "your code retried",
                 actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s), in "
                        f"{', '.join(dead_workers[:6])}",
-                state=f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
-                      f"the workers in that cycle (row locks answered "
-                      f"{SLOW_LOCK * 1000:.0f} ms late):\n"
-                      + log.timeline((log.pids_in(detail) or _pair(dead_workers))[:2]
+                evidence=f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
+                         f"the workers in that cycle (row locks answered "
+                         f"{SLOW_LOCK * 1000:.0f} ms late):\n"
+                         + log.timeline((log.pids_in(detail) or _pair(dead_workers))[:2]
                                      + [w for w in dead_workers[:1] if not log.pids_in(detail)],
                                      match=r"\baccount\b"),
                 fix="each transaction locked 'from' first and 'to' second, so A->B holds A "
                     "and waits for B while B->A holds B and waits for A. Lock both rows in "
                     "one global order, whatever the direction: SELECT ... FROM account "
                     "WHERE id IN (:a, :b) ORDER BY id FOR UPDATE",
-                read="transfer deadlock"), pytrace=False)
+                lesson=(READ["transfer"], READ["deadlock"]))
         broken = failures(outcomes)
-        assert not broken, explain(
-            f"Opposite transfers between {a} and {b} failed (round {round_no}).",
-            expected="all succeed (both accounts hold 1000.00)",
-            actual=f"{len(broken)} raised", state=describe_errors(broken), read="transfer")
+        if broken:
+            raise CheckFailure(
+                f"Opposite transfers between {a} and {b} failed (round {round_no}).",
+                expected="all succeed (both accounts hold 1000.00)",
+                actual=f"{len(broken)} raised", evidence=describe_errors(broken),
+                lesson=READ["transfer"])
         total = balance_of(bank, a) + balance_of(bank, b)
-        assert total == Decimal("2000.00"), explain(
-            "Opposite transfers changed the total.", expected="2000.00",
-            actual=fmt(total), state=ledger_table(bank, a), read="transfer")
+        if total != Decimal("2000.00"):
+            raise CheckFailure(
+                "Opposite transfers changed the total.", expected="2000.00",
+                actual=fmt(total), evidence=ledger_table(bank, a), lesson=READ["transfer"])
     assert_ledger_agrees(bank, "after opposite transfers")
 
 
@@ -173,30 +174,30 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
 
     with slow_sql(bank, 0.02, match=r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update)"):
         outcomes = run_concurrently(work, len(plans), timeout=45)
-    for o in outcomes:
-        if isinstance(o.error, NotImplementedError):
-            not_written(o.error)
     broken = failures(outcomes)
-    assert not broken, explain(
-        "Concurrent transfers among five accounts raised errors.",
-        expected="each transfer succeeds or raises InsufficientFunds",
-        actual=f"{len(broken)} workers raised", state=describe_errors(broken),
-        read="transfer")
+    if broken:
+        raise CheckFailure(
+            "Concurrent transfers among five accounts raised errors.",
+            expected="each transfer succeeds or raises InsufficientFunds",
+            actual=f"{len(broken)} workers raised", evidence=describe_errors(broken),
+            lesson=READ["transfer"])
     balances = {i: balance_of(bank, i) for i in ids}
     total = sum(balances.values(), Decimal(0))
     receipts = [r for o in outcomes for r in o.value if r is not None]
     entries = int(scalar(bank, "SELECT count(DISTINCT entry_id) FROM posting "
                                "WHERE account_id = ANY(:ids) AND amount < 0", ids=ids))
-    assert total == Decimal("500.00") and min(balances.values()) >= 0, explain(
-        f"{len(receipts)} concurrent transfers among five accounts of 100.00 changed the "
-        "total or overdrew an account.",
-        expected="the total stays 500.00 and no balance goes below 0",
-        actual=f"total {fmt(total)}; balances "
-               + ", ".join(f"{i}: {fmt(v)}" for i, v in balances.items()),
-        fix="lock both rows (ORDER BY id FOR UPDATE) before reading the source balance, "
-            "then update both in the same transaction", read="transfer")
-    assert entries == len(receipts), explain(
-        "Every successful transfer is one ledger entry, and only those are.",
-        expected=f"{len(receipts)} transfer entries",
-        actual=f"{entries} entries with a debit on these accounts", read="schema")
+    if not (total == Decimal("500.00") and min(balances.values()) >= 0):
+        raise CheckFailure(
+            f"{len(receipts)} concurrent transfers among five accounts of 100.00 changed the "
+            "total or overdrew an account.",
+            expected="the total stays 500.00 and no balance goes below 0",
+            actual=f"total {fmt(total)}; balances "
+                   + ", ".join(f"{i}: {fmt(v)}" for i, v in balances.items()),
+            fix="lock both rows (ORDER BY id FOR UPDATE) before reading the source balance, "
+                "then update both in the same transaction", lesson=READ["transfer"])
+    if entries != len(receipts):
+        raise CheckFailure(
+            "Every successful transfer is one ledger entry, and only those are.",
+            expected=f"{len(receipts)} transfer entries",
+            actual=f"{entries} entries with a debit on these accounts", lesson=READ["schema"])
     assert_ledger_agrees(bank, "after concurrent transfers", ids)

@@ -14,23 +14,19 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _observe import SESSION_COLUMNS, ensure_pgrowlocks, row_locks, sessions
 from _support import (
+    READ,
     assert_ledger_agrees,
     balance_of,
     describe_errors,
-    explain,
     failures,
-    first_line,
-    fmt,
-    not_written,
     posted_sum,
-    raised,
-    table,
 )
 from sqlalchemy import Engine
 
+from dojo.checks import CheckFailure, Running, first_line, fmt, in_thread, raised, table
 from dojo.checks.faults import run_concurrently
+from dojo.checks.observers import SESSION_COLUMNS, ensure_pgrowlocks, row_locks, sessions
 
 pytestmark = pytest.mark.stage("lost-updates")
 
@@ -64,7 +60,22 @@ class StallingRule:
             self.go.wait(10)
         if self.pause:
             time.sleep(self.pause)  # a pricing call
-        return self.compute(balance)  # type: ignore[no-any-return]
+        return self.compute(balance)
+
+
+def start_interest(accounts: ModuleType, bank: Engine, account_id: int,
+                   rule: StallingRule) -> Running:
+    """apply_interest in a thread, once its rule has been called (and is stalled)."""
+    job = in_thread(accounts.apply_interest, bank, account_id, rule)
+    if not rule.entered.wait(5):
+        job.join(5)
+        if isinstance(job.error, CheckFailure):
+            raise job.error  # a stub: not written yet
+        raise CheckFailure("apply_interest() never called the interest rule.",
+                           expected="rule(balance) called within 5 s",
+                           actual=first_line(job.error) if job.error
+                           else f"returned {job.value}", lesson=READ["locking"])
+    return job
 
 
 def test_interest_sees_a_deposit_made_while_it_computed(accounts: ModuleType, bank: Engine,
@@ -72,61 +83,42 @@ def test_interest_sees_a_deposit_made_while_it_computed(accounts: ModuleType, ba
     account_id = funded("1000.00")
     have_rowlocks = ensure_pgrowlocks(bank)
     rule = StallingRule()
-    box: dict[str, Any] = {}
-
-    def interest() -> None:
-        try:
-            box["result"] = accounts.apply_interest(bank, account_id, rule)
-        except BaseException as exc:  # reported below
-            box["error"] = exc
-
-    worker = threading.Thread(target=interest, daemon=True, name="dojo-worker-interest")
-    worker.start()
-    if not rule.entered.wait(5):
-        worker.join(5)
-        if isinstance(box.get("error"), NotImplementedError):
-            not_written(box["error"])
-        pytest.fail(explain("apply_interest() never called the interest rule.",
-                            expected="rule(balance) called within 5 s",
-                            actual=first_line(box.get("error")) if "error" in box
-                            else f"returned {box.get('result')}", read="locking"),
-                    pytrace=False)
-    deposit: dict[str, Any] = {}
-    depositor = threading.Thread(target=lambda: deposit.update(error=raised(
-        accounts.deposit, bank, account_id, Decimal("50.00"))), daemon=True)
+    interest = start_interest(accounts, bank, account_id, rule)
     started = time.monotonic()
-    depositor.start()
-    depositor.join(3)
+    depositor = in_thread(raised, accounts.deposit, bank, account_id, Decimal("50.00"))
+    blocked = not depositor.join(3)
     waited = time.monotonic() - started
-    blocked = depositor.is_alive()
     evidence = ""
     if blocked:
-        evidence = (table(sessions(bank), SESSION_COLUMNS) + "\nrow locks on account: "
+        evidence = (table(sessions(bank, ("account",)), SESSION_COLUMNS)
+                    + "\nrow locks on account: "
                     + (", ".join(f"{r['row_id']} ({r['modes']}) by {r['pids']}"
-                                 for r in row_locks(bank)) if have_rowlocks else "n/a"))
+                                 for r in row_locks(bank, "account")) if have_rowlocks else "n/a"))
     rule.go.set()
-    worker.join(15)
+    interest.join(15)
     depositor.join(15)
-    assert not blocked, explain(
-        f"A deposit on account {account_id} waited {waited:.1f} s while apply_interest's rule "
-        "was still computing.",
-        expected="the deposit commits at once: no lock is held while the rule runs",
-        actual="the deposit was blocked until the rule returned",
-        state="pg_stat_activity + pg_locks while the rule was stalled:\n" + evidence,
-        fix="the rule may call a pricing service and take seconds; a row lock (SELECT ... "
-            "FOR UPDATE) held through it blocks every payment on the account. Read balance "
-            "and version without a lock, compute, then UPDATE ... WHERE version = :read",
-        read="locking")
-    if "error" in box:
-        pytest.fail(explain("apply_interest() raised after a deposit slipped in.",
-                            expected="it detects the change and retries by itself",
-                            actual=first_line(box["error"]), read="locking"), pytrace=False)
-    result = box.get("result")
+    if blocked:
+        raise CheckFailure(
+            f"A deposit on account {account_id} waited {waited:.1f} s while apply_interest's rule "
+            "was still computing.",
+            expected="the deposit commits at once: no lock is held while the rule runs",
+            actual="the deposit was blocked until the rule returned",
+            evidence="pg_stat_activity + pg_locks while the rule was stalled:\n" + evidence,
+            fix="the rule may call a pricing service and take seconds; a row lock (SELECT ... "
+                "FOR UPDATE) held through it blocks every payment on the account. Read balance "
+                "and version without a lock, compute, then UPDATE ... WHERE version = :read",
+            lesson=READ["locking"])
+    if interest.error is not None:
+        raise CheckFailure("apply_interest() raised after a deposit slipped in.",
+                           expected="it detects the change and retries by itself",
+                           actual=first_line(interest.error), lesson=READ["locking"])
+    result = interest.value
     final = balance_of(bank, account_id)
     expected = Decimal("1050.00") + one_percent(Decimal("1050.00"))
     seen = ", ".join(fmt(b) for b in rule.seen)
-    assert final == expected and result is not None and \
-        result.balance_before == Decimal("1050.00"), explain(
+    if not (final == expected and result is not None and
+            result.balance_before == Decimal("1050.00")):
+        raise CheckFailure(
             "A deposit committed while apply_interest was computing, and the result lost "
             "it: a lost update." if final < Decimal("1050.00") + Decimal("10.00")
             else "apply_interest credited interest computed from a balance that no longer "
@@ -135,15 +127,15 @@ def test_interest_sees_a_deposit_made_while_it_computed(accounts: ModuleType, ba
                      f"{fmt(expected)}",
             actual=f"balance {fmt(final)}; the rule was given: {seen}; apply_interest "
                    f"returned {result}",
-            state="the interleaving the check forced:\n"
-                  "  1. apply_interest read balance 1000.00 and called the rule\n"
-                  "  2. while the rule ran, deposit(50.00) committed: balance 1050.00\n"
-                  f"  3. apply_interest wrote its result: the balance became {fmt(final)}, "
-                  f"though the postings say {fmt(posted_sum(bank, account_id))}",
+            evidence="the interleaving the check forced:\n"
+                     "  1. apply_interest read balance 1000.00 and called the rule\n"
+                     "  2. while the rule ran, deposit(50.00) committed: balance 1050.00\n"
+                     f"  3. apply_interest wrote its result: the balance became {fmt(final)}, "
+                     f"though the postings say {fmt(posted_sum(bank, account_id))}",
             fix="UPDATE account SET balance = :new, version = version + 1 WHERE id = :id AND "
                 "version = :read_version; zero rows means someone changed the account: read "
                 "it again and recompute. Every other balance change must bump version too",
-            read="locking lost-update")
+            lesson=(READ["locking"], READ["lost-update"]))
     assert_ledger_agrees(bank, "after interest and a concurrent deposit", [account_id])
 
 
@@ -161,54 +153,28 @@ def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
     for label, delta, move in moves:
         account_id = funded("1000.00")
         rule = StallingRule()
-        box: dict[str, Any] = {}
-
-        def interest(account_id: int = account_id, rule: StallingRule = rule,
-                     box: dict[str, Any] = box) -> None:
-            try:
-                box["result"] = accounts.apply_interest(bank, account_id, rule)
-            except BaseException as exc:  # reported below
-                box["error"] = exc
-
-        worker = threading.Thread(target=interest, daemon=True, name="dojo-worker-interest")
-        worker.start()
-        if not rule.entered.wait(5):
-            worker.join(5)
-            if isinstance(box.get("error"), NotImplementedError):
-                not_written(box["error"])
-            pytest.fail(explain("apply_interest() never called the interest rule.",
-                                expected="rule(balance) called within 5 s",
-                                actual=first_line(box.get("error")) if "error" in box
-                                else f"returned {box.get('result')}", read="locking"),
-                        pytrace=False)
-        moved: dict[str, Any] = {}
-        mover = threading.Thread(
-            target=lambda a=account_id, m=move, out=moved: out.update(error=raised(m, a)),
-            daemon=True)
-        mover.start()
-        mover.join(3)
-        blocked = mover.is_alive()
+        interest = start_interest(accounts, bank, account_id, rule)
+        mover = in_thread(raised, move, account_id)
+        blocked = not mover.join(3)
         rule.go.set()
-        worker.join(15)
-        mover.join(15)
-        if moved.get("error") is not None:
-            if isinstance(moved["error"], NotImplementedError):
-                not_written(moved["error"])
-            pytest.fail(explain(f"Setting up: {label} raised while apply_interest computed.",
-                                expected="it commits", actual=first_line(moved["error"]),
-                                read="locking"), pytrace=False)
-        if "error" in box:
-            pytest.fail(explain(f"apply_interest() raised after {label} slipped in.",
-                                expected="it detects the change and retries by itself",
-                                actual=first_line(box["error"]), read="locking"),
-                        pytrace=False)
+        interest.join(15)
+        move_error = mover.result(15)  # what the move raised (its NotWritten propagates)
+        if move_error is not None:
+            raise CheckFailure(f"Setting up: {label} raised while apply_interest computed.",
+                               expected="it commits", actual=first_line(move_error),
+                               lesson=READ["locking"])
+        if interest.error is not None:
+            raise CheckFailure(f"apply_interest() raised after {label} slipped in.",
+                               expected="it detects the change and retries by itself",
+                               actual=first_line(interest.error), lesson=READ["locking"])
         start = Decimal("1000.00") + delta
         expected = start + one_percent(start)
-        result = box.get("result")
+        result = interest.value
         final = balance_of(bank, account_id)
         seen = ", ".join(fmt(b) for b in rule.seen)
-        assert not blocked and final == expected and result is not None and \
-            result.balance_before == start, explain(
+        if not (not blocked and final == expected and result is not None and
+                result.balance_before == start):
+            raise CheckFailure(
                 f"{label} committed while apply_interest was computing, and apply_interest "
                 "did not notice: its optimistic check only sees changes that bump version.",
                 expected=f"the rule called again with {fmt(start)} and the balance "
@@ -216,18 +182,18 @@ def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
                 actual=f"balance {fmt(final)}; the rule was given: {seen}; apply_interest "
                        f"returned {result}" + ("; the move waited for the rule" if blocked
                                                else ""),
-                state="the interleaving the check forced:\n"
-                      "  1. apply_interest read balance 1000.00 (and its version), called "
-                      "the rule\n"
-                      f"  2. while the rule ran, {label} committed: balance {fmt(start)}\n"
-                      f"  3. apply_interest wrote {fmt(final)}; the postings say "
-                      f"{fmt(posted_sum(bank, account_id))}"
-                      + ("" if final == expected else " (a lost update)"),
+                evidence="the interleaving the check forced:\n"
+                         "  1. apply_interest read balance 1000.00 (and its version), called "
+                         "the rule\n"
+                         f"  2. while the rule ran, {label} committed: balance {fmt(start)}\n"
+                         f"  3. apply_interest wrote {fmt(final)}; the postings say "
+                         f"{fmt(posted_sum(bank, account_id))}"
+                         + ("" if final == expected else " (a lost update)"),
                 fix="every statement that changes a balance (deposit, withdraw, both legs of "
                     "a transfer, the exchange debit and credit) must also SET version = "
                     "version + 1, or the UPDATE ... WHERE version = :read of apply_interest "
                     "matches a row that has changed (a trigger that bumps it works too)",
-                read="locking lost-update")
+                lesson=(READ["locking"], READ["lost-update"]))
     assert_ledger_agrees(bank, "after interest racing withdrawals and transfers")
 
 
@@ -245,14 +211,13 @@ def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engi
         return accounts.deposit(bank, account_id, amounts[index - interest_workers])
 
     outcomes = run_concurrently(work, interest_workers + len(amounts), timeout=40)
-    for o in outcomes:
-        if isinstance(o.error, NotImplementedError):
-            not_written(o.error)
     broken = failures(outcomes)
-    assert not broken, explain(
-        "Interest and deposits on one account at once raised errors.",
-        expected="every apply_interest retries until it wins; every deposit commits",
-        actual=f"{len(broken)} raised", state=describe_errors(broken), read="locking")
+    if broken:
+        raise CheckFailure(
+            "Interest and deposits on one account at once raised errors.",
+            expected="every apply_interest retries until it wins; every deposit commits",
+            actual=f"{len(broken)} raised", evidence=describe_errors(broken),
+            lesson=READ["locking"])
     history = []
     for o in outcomes:
         if o.index < interest_workers:
@@ -283,16 +248,17 @@ def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engi
         problems.append(f"the last operation ended at {fmt(expected_start)}, but the balance "
                         f"is {fmt(final)}")
     lines = [f"{fmt(b):>10} -> {fmt(a):<10} {label}" for b, a, label in history]
-    assert not problems, explain(
-        f"{len(history)} operations ({interest_workers} interest, {len(amounts)} deposits) "
-        "do not form one history: some started from a balance another had already changed "
-        "(a lost update).",
-        expected="sorted by the balance they started from, each operation starts where the "
-                 "previous one ended, from 1000.00 to the final balance",
-        actual="; ".join(problems[:4]),
-        state="each operation, as it reported itself (before -> after):\n"
-              + "\n".join(lines[:24]),
-        fix="every write that depends on a read must fail when the row changed in between: "
-            "UPDATE ... WHERE version = :read_version (and version = version + 1 in every "
-            "balance change), retrying on zero rows", read="locking")
+    if problems:
+        raise CheckFailure(
+            f"{len(history)} operations ({interest_workers} interest, {len(amounts)} deposits) "
+            "do not form one history: some started from a balance another had already changed "
+            "(a lost update).",
+            expected="sorted by the balance they started from, each operation starts where the "
+                     "previous one ended, from 1000.00 to the final balance",
+            actual="; ".join(problems[:4]),
+            evidence="each operation, as it reported itself (before -> after):\n"
+                     + "\n".join(lines[:24]),
+            fix="every write that depends on a read must fail when the row changed in between: "
+                "UPDATE ... WHERE version = :read_version (and version = version + 1 in every "
+                "balance change), retrying on zero rows", lesson=READ["locking"])
     assert_ledger_agrees(bank, "after concurrent interest and deposits", [account_id])

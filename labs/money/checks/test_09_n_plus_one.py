@@ -9,15 +9,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _observe import count_queries, query_summary
-from _support import (
-    call,
-    explain,
-    fmt,
-    rows,
-    table,
-)
+from _support import READ
 from sqlalchemy import Engine, text
+
+from dojo.checks import CheckFailure, call, fmt, rows, table
+from dojo.checks.observers import count_queries, query_summary
 
 pytestmark = pytest.mark.stage("n-plus-one")
 
@@ -110,17 +106,18 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
     got = call(statements.statements, bank, [busy, quiet, empty, 987654321], recent=RECENT)
     expected = _expected(bank, [busy, quiet, empty])
     problems = _differences(got, expected)
-    assert not problems, explain(
-        "statements() must return each account's balance and its latest postings, newest "
-        "first.",
-        expected=f"for accounts {busy} (7 postings), {quiet} (8) and {empty} (none): the "
-                 f"latest {RECENT} postings by posting id, descending; unknown id 987654321 "
-                 "left out",
-        actual="; ".join(problems[:4]),
-        state=table([{"account": a, "id": i, "kind": k, "amount": m}
-                     for a, want in expected.items() for i, _, k, m in want["recent"]],
-                    ("account", "id", "kind", "amount")),
-        read="n-plus-one")
+    if problems:
+        raise CheckFailure(
+            "statements() must return each account's balance and its latest postings, newest "
+            "first.",
+            expected=f"for accounts {busy} (7 postings), {quiet} (8) and {empty} (none): the "
+                     f"latest {RECENT} postings by posting id, descending; unknown id 987654321 "
+                     "left out",
+            actual="; ".join(problems[:4]),
+            evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
+                         for a, want in expected.items() for i, _, k, m in want["recent"]],
+                        ("account", "id", "kind", "amount")),
+            lesson=READ["n-plus-one"])
 
 
 def test_statements_use_a_bounded_number_of_queries(learner: Any, accounts: ModuleType,
@@ -135,21 +132,23 @@ def test_statements_use_a_bounded_number_of_queries(learner: Any, accounts: Modu
             got = call(statements.statements, bank, chosen, recent=RECENT)
         counts[size] = list(queries)
         problems = _differences(got, _expected(bank, chosen))
-        assert not problems, explain(
-            f"statements() for {size} accounts returned wrong statements.",
-            expected=f"each account's balance and its latest {RECENT} postings, newest first",
-            actual="; ".join(problems[:3]), read="n-plus-one")
+        if problems:
+            raise CheckFailure(
+                f"statements() for {size} accounts returned wrong statements.",
+                expected=f"each account's balance and its latest {RECENT} postings, newest first",
+                actual="; ".join(problems[:3]), lesson=READ["n-plus-one"])
     small, large = len(counts[10]), len(counts[100])
-    assert large <= MAX_QUERIES and large <= small, explain(
-        f"statements() for 100 accounts sent {large} queries ({small} for 10 accounts): the "
-        "number of queries grows with the number of accounts, the N+1 query problem.",
-        expected=f"at most {MAX_QUERIES} queries, the same for 10 accounts as for 100",
-        actual=f"{large} queries for 100 accounts, {small} for 10",
-        state="the statements it sent for 100 accounts, grouped:\n"
-              + query_summary(counts[100]),
-        fix="one query for the accounts and then one (lazy load) per account for its "
-            "postings is N+1. Load the postings of all the accounts at once: WHERE account_id "
-            "= ANY(:ids) with a window (row_number() OVER (PARTITION BY account_id ORDER BY "
-            "id DESC)) or LEFT JOIN LATERAL (... ORDER BY id DESC LIMIT :recent); with the "
-            "ORM, selectinload instead of lazy loading",
-        read="n-plus-one count-queries")
+    if not (large <= MAX_QUERIES and large <= small):
+        raise CheckFailure(
+            f"statements() for 100 accounts sent {large} queries ({small} for 10 accounts): the "
+            "number of queries grows with the number of accounts, the N+1 query problem.",
+            expected=f"at most {MAX_QUERIES} queries, the same for 10 accounts as for 100",
+            actual=f"{large} queries for 100 accounts, {small} for 10",
+            evidence="the statements it sent for 100 accounts, grouped:\n"
+                     + query_summary(counts[100]),
+            fix="one query for the accounts and then one (lazy load) per account for its "
+                "postings is N+1. Load the postings of all the accounts at once: WHERE account_id "
+                "= ANY(:ids) with a window (row_number() OVER (PARTITION BY account_id ORDER BY "
+                "id DESC)) or LEFT JOIN LATERAL (... ORDER BY id DESC LIMIT :recent); with the "
+                "ORM, selectinload instead of lazy loading",
+            lesson=(READ["n-plus-one"], READ["count-queries"]))

@@ -1,77 +1,25 @@
-"""Kafka helpers for the outbox checks: read a topic completely, deliver records, and watch a
-consumer's offset commits against the database."""
+"""Kafka helpers for the outbox checks: the outbox's records as a table, records delivered to
+the learner's consumer, and a consumer proxy that checks every offset commit against the
+database. Reading a topic completely is the kit's `read_topic`."""
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from _support import table
 from sqlalchemy import Engine, text
+
+from dojo.checks import table
+from dojo.checks.observers import Record
 
 # -- Kafka ------------------------------------------------------------------------------------
 
-FENCE = "dojo-fence"
-
-
-@dataclass(frozen=True)
-class Record:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-
-    def header(self, name: str) -> str | None:
-        values = [v for k, v in self.headers if k == name]
-        return values[-1].decode(errors="replace") if values and values[-1] is not None \
-            else None
-
-
-def read_topic(kafka: Any, topic: str, partitions: int, timeout: float = 15.0) -> list[Record]:
-    """Everything in `topic` now. A fence record is appended to each partition and read back,
-    so the read is complete without trusting the broker's high watermark."""
-    from confluent_kafka import TopicPartition
-
-    fence_id = uuid.uuid4().hex.encode()
-    fencer = kafka.producer(**{"linger.ms": 0})
-    for partition in range(partitions):
-        fencer.produce(topic, value=b"", partition=partition, headers=[(FENCE, fence_id)])
-    if fencer.flush(10):
-        raise RuntimeError("the check could not write its fence records to Kafka")
-    consumer = kafka.consumer()
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[Record] = []
-    fenced: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(fenced) < partitions and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            headers = list(msg.headers() or [])
-            fence = [v for k, v in headers if k == FENCE]
-            if fence:
-                if fence[0] == fence_id:
-                    fenced.add(msg.partition())
-                continue
-            records.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                  headers))
-    finally:
-        consumer.close()
-    if len(fenced) < partitions:
-        raise RuntimeError(f"the check's fence records did not come back within {timeout} s")
-    return records
-
-
 def records_table(records: Sequence[Record], limit: int = 12) -> str:
-    return table([{"partition": r.partition, "offset": r.offset,
-                   "key": r.key.decode(errors="replace") if r.key is not None else None,
-                   "event-id": r.header("event-id"), "event-type": r.header("event-type")}
+    """The outbox's records: where each landed, its key, event id and type."""
+    return table([{"partition": r.partition, "offset": r.offset, "key": r.key_text,
+                   "event-id": r.text("event-id"), "event-type": r.text("event-type")}
                   for r in records], ("partition", "offset", "key", "event-id", "event-type"),
                  limit)
 
@@ -99,7 +47,8 @@ def deliver(kafka: Any, events: Sequence[tuple[str, str, Any]], *,
         if msg is not None and not msg.error():
             out.append(msg)
     consumer.close()
-    assert len(out) == len(events), f"the check read back {len(out)} of {len(events)} records"
+    if len(out) != len(events):
+        raise RuntimeError(f"the check read back {len(out)} of {len(events)} records it wrote")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the outbox checks (on top of dojo.runner's database, kafka and learner)."""
+"""Fixtures for the outbox checks (on top of the kit's database, kafka and learner)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _support import apply_schema, call
 from sqlalchemy import Engine
+
+from dojo.checks import apply_schema, call
 
 _PRODUCERS: dict[str, Any] = {}  # one idempotent producer per distinct config, for the session
 

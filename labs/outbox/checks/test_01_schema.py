@@ -8,17 +8,16 @@ import pytest
 from _support import (
     DOCUMENTED_CLAIM,
     READ,
-    explain,
     explain_uses_partial_index,
     fill_with_published_rows,
-    indent,
     indexes,
     insert_event,
     require_table,
-    table,
 )
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
+
+from dojo.checks import CheckFailure, indent, table
 
 pytestmark = pytest.mark.stage("schema")
 SEE = READ["schema"]
@@ -91,33 +90,36 @@ def test_outbox_table_has_every_column(outbox):
            for p in problems):
         hint = ("\n  timestamp without time zone stores wall-clock time with no zone: two "
                 "relays on servers in different zones would disagree about when a lease ends.")
-    assert not problems, explain(
-        "outbox_event does not have the columns the relay, the consumer and the metrics need."
-        + hint,
-        expected="the 13 columns of the README's table, with those types and NULL rules",
-        actual=f"{len(problems)} column(s) differ",
-        state=table(problems, ("column", "expected", "found"), limit=20),
-        read=SEE)
+    if problems:
+        raise CheckFailure(
+            "outbox_event does not have the columns the relay, the consumer and the metrics need."
+            + hint,
+            expected="the 13 columns of the README's table, with those types and NULL rules",
+            actual=f"{len(problems)} column(s) differ",
+            evidence=table(problems, ("column", "expected", "found"), limit=20),
+            lesson=SEE)
 
 
 def test_outbox_keys(outbox):
     require_table(outbox, "outbox_event", "schema")
     found = indexes(outbox)
     primary = [ix for ix in found if ix["is_primary"]]
-    assert primary and primary[0]["columns"] == ["id"], explain(
-        "The event id must be the primary key: consumers deduplicate on it.",
-        expected="PRIMARY KEY (id)",
-        actual=f"primary key on {primary[0]['columns']}" if primary else "no primary key",
-        state=index_table(found), read=SEE)
+    if not (primary and primary[0]["columns"] == ["id"]):
+        raise CheckFailure(
+            "The event id must be the primary key: consumers deduplicate on it.",
+            expected="PRIMARY KEY (id)",
+            actual=f"primary key on {primary[0]['columns']}" if primary else "no primary key",
+            evidence=index_table(found), lesson=SEE)
     wanted = {"aggregate_type", "aggregate_id", "aggregate_version"}
     unique = [ix for ix in found if ix["is_unique"] and not ix["predicate"]
               and set(ix["columns"]) == wanted]
-    assert unique, explain(
-        "Two events of one aggregate must never share a version: without a unique key, two "
-        "concurrent updates can both write version 2 and the consumer cannot order them.",
-        expected="UNIQUE (aggregate_type, aggregate_id, aggregate_version)",
-        actual="no unique constraint or index on exactly those three columns",
-        state=index_table(found), read=SEE)
+    if not unique:
+        raise CheckFailure(
+            "Two events of one aggregate must never share a version: without a unique key, two "
+            "concurrent updates can both write version 2 and the consumer cannot order them.",
+            expected="UNIQUE (aggregate_type, aggregate_id, aggregate_version)",
+            actual="no unique constraint or index on exactly those three columns",
+            evidence=index_table(found), lesson=SEE)
     aggregate = "5b1f8e36-9a55-4d1c-8c1e-0d6a4f3b2a10"
     insert_event(outbox, aggregate_id=aggregate, version=1)
     with pytest.raises(IntegrityError):
@@ -129,23 +131,25 @@ def test_partial_index_on_unpublished_rows(outbox):
     found = indexes(outbox)
     partial = [ix for ix in found if ix["predicate"] and
                "published_at IS NULL" in ix["predicate"]]
-    assert partial, explain(
-        "The relay looks for unpublished rows many times a second. Published rows pile up "
-        "(millions, until cleanup), so its index should hold only the unpublished ones.",
-        expected="an index on outbox_event with WHERE published_at IS NULL, e.g. "
-                 "CREATE INDEX … ON outbox_event (created_at) WHERE published_at IS NULL",
-        actual="no partial index with that predicate",
-        state=index_table(found), read=SEE)
+    if not partial:
+        raise CheckFailure(
+            "The relay looks for unpublished rows many times a second. Published rows pile up "
+            "(millions, until cleanup), so its index should hold only the unpublished ones.",
+            expected="an index on outbox_event with WHERE published_at IS NULL, e.g. "
+                     "CREATE INDEX … ON outbox_event (created_at) WHERE published_at IS NULL",
+            actual="no partial index with that predicate",
+            evidence=index_table(found), lesson=SEE)
 
 
 def test_claim_query_uses_the_partial_index(outbox):
     require_table(outbox, "outbox_event", "schema")
     fill_with_published_rows(outbox)
     ok, partial, plan = explain_uses_partial_index(outbox, DOCUMENTED_CLAIM)
-    assert ok, explain(
-        "With 20,000 published rows and 30 unpublished ones, the README's claim query should "
-        "read the small partial index, not scan the table.",
-        expected=f"an Index Scan using a partial index ({', '.join(partial) or 'none found'})",
-        actual="the plan below",
-        state="EXPLAIN" + DOCUMENTED_CLAIM.rstrip() + "\n\n" + indent(plan, 2),
-        read=SEE)
+    if not ok:
+        raise CheckFailure(
+            "With 20,000 published rows and 30 unpublished ones, the README's claim query should "
+            "read the small partial index, not scan the table.",
+            expected=f"an Index Scan using a partial index ({', '.join(partial) or 'none found'})",
+            actual="the plan below",
+            evidence="EXPLAIN" + DOCUMENTED_CLAIM.rstrip() + "\n\n" + indent(plan, 2),
+            lesson=SEE)

@@ -9,14 +9,13 @@ import pytest
 from _support import (
     MISTAKES,
     READ,
-    call,
-    explain,
     insert_event,
     outbox_rows,
     require_table,
-    table,
 )
 from sqlalchemy import text
+
+from dojo.checks import CheckFailure, call, table
 
 pytestmark = pytest.mark.stage("backoff")
 SEE = READ["backoff"]
@@ -59,14 +58,16 @@ def require_recorded_failure(engine: Any, event_id: str, attempt: int,
     now = row(engine, event_id)
     history.append({"attempt": now["attempt_count"], "retry_in": now["retry_in"],
                     "published_at": now["published_at"], "last_error": now["last_error"]})
-    assert now["published_at"] is None, explain(
-        "The row whose payload is too large to send was marked published.",
-        expected="published_at NULL (it was never acknowledged)",
-        actual=f"published_at {now['published_at']} — did producer_config change "
-               "message.max.bytes? Keep the base settings.",
-        read=MISTAKES)
-    assert now["attempt_count"] == attempt and now["last_error"] and \
-        now["retry_in"] is not None and now["retry_in"] > 0, explain(
+    if now["published_at"] is not None:
+        raise CheckFailure(
+            "The row whose payload is too large to send was marked published.",
+            expected="published_at NULL (it was never acknowledged)",
+            actual=f"published_at {now['published_at']} — did producer_config change "
+                   "message.max.bytes? Keep the base settings.",
+            lesson=MISTAKES)
+    if not (now["attempt_count"] == attempt and now["last_error"] and
+            now["retry_in"] is not None and now["retry_in"] > 0):
+        raise CheckFailure(
             f"After failed attempt {attempt}, the row must say when to try again: "
             "next_attempt_at in the future (and the claim must skip it until then), with "
             "the error in last_error. Without next_attempt_at the relay retries it on every "
@@ -74,8 +75,8 @@ def require_recorded_failure(engine: Any, event_id: str, attempt: int,
             expected=f"attempt_count {attempt}, last_error set, next_attempt_at in the future",
             actual=f"attempt_count {now['attempt_count']}, last_error "
                    f"{(now['last_error'] or '')[:60]!r}, next attempt in {now['retry_in']} s",
-            state=table(history, ("attempt", "retry_in", "published_at", "last_error")),
-            read=SEE)
+            evidence=table(history, ("attempt", "retry_in", "published_at", "last_error")),
+            lesson=SEE)
     return float(now["retry_in"])
 
 
@@ -94,10 +95,11 @@ def test_failing_row_backs_off_exponentially(outbox, learner, kafka, relay_produ
         relay_pass(relay, outbox, producer, topic)
         require_recorded_failure(outbox, bad, 1, history)
     stuck = outbox_rows(outbox, "published_at IS NULL AND id <> CAST(:id AS uuid)", id=bad)
-    assert not stuck, explain(
-        "The good rows must be published while the poison row fails.",
-        expected="every other row published", actual=f"{len(stuck)} still unpublished",
-        state=table(outbox_rows(outbox), ROW_COLUMNS), read=SEE)
+    if stuck:
+        raise CheckFailure(
+            "The good rows must be published while the poison row fails.",
+            expected="every other row published", actual=f"{len(stuck)} still unpublished",
+            evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE)
     for attempt in range(2, 6):
         fast_forward(outbox, bad)
         relay_pass(relay, outbox, producer, topic)
@@ -105,16 +107,17 @@ def test_failing_row_backs_off_exponentially(outbox, learner, kafka, relay_produ
     flat = [(i + 1, round(a, 2), round(b, 2)) for i, (a, b) in enumerate(zip(delays, delays[1:],
                                                                             strict=False))
             if b < 1.2 * a and b < 0.8 * MAXIMUM]
-    assert 0.5 * BASE <= delays[0] <= 2.5 * BASE and not flat, explain(
-        "The delay before the next attempt must start near backoff_base_seconds and grow "
-        "exponentially (×2 per failure, jitter within ±25% is fine). A fixed delay keeps "
-        "hitting a broken dependency at the same rate for ever.",
-        expected=f"first delay ≈ {BASE:.0f} s, then each at least 1.2× the one before "
-                 "(1, 2, 4, 8, 16 s)",
-        actual=f"delays {[round(d, 2) for d in delays]} s"
-               + (f"; not growing after attempts {[f[0] for f in flat]}" if flat else ""),
-        state=table(history, ("attempt", "retry_in", "published_at", "last_error")),
-        read=SEE)
+    if not (0.5 * BASE <= delays[0] <= 2.5 * BASE and not flat):
+        raise CheckFailure(
+            "The delay before the next attempt must start near backoff_base_seconds and grow "
+            "exponentially (×2 per failure, jitter within ±25% is fine). A fixed delay keeps "
+            "hitting a broken dependency at the same rate for ever.",
+            expected=f"first delay ≈ {BASE:.0f} s, then each at least 1.2× the one before "
+                     "(1, 2, 4, 8, 16 s)",
+            actual=f"delays {[round(d, 2) for d in delays]} s"
+                   + (f"; not growing after attempts {[f[0] for f in flat]}" if flat else ""),
+            evidence=table(history, ("attempt", "retry_in", "published_at", "last_error")),
+            lesson=SEE)
 
 
 def test_backoff_is_capped(outbox, learner, kafka, relay_producer):
@@ -124,11 +127,12 @@ def test_backoff_is_capped(outbox, learner, kafka, relay_producer):
     bad = poison(outbox, attempt_count=40)  # a row that has failed for days
     relay_pass(relay, outbox, relay_producer(**SMALL_MESSAGES), topic)
     delay = require_recorded_failure(outbox, bad, 41, [])
-    assert 0.5 * MAXIMUM <= delay <= 1.25 * MAXIMUM, explain(
-        "After many failures the delay must stop growing at backoff_max_seconds, or a row "
-        "would wait for years (2^40 seconds) after an outage that lasted an hour.",
-        expected=f"next attempt in about {MAXIMUM:.0f} s (backoff_max_seconds)",
-        actual=f"next attempt in {delay:.0f} s", read=SEE)
+    if not (0.5 * MAXIMUM <= delay <= 1.25 * MAXIMUM):
+        raise CheckFailure(
+            "After many failures the delay must stop growing at backoff_max_seconds, or a row "
+            "would wait for years (2^40 seconds) after an outage that lasted an hour.",
+            expected=f"next attempt in about {MAXIMUM:.0f} s (backoff_max_seconds)",
+            actual=f"next attempt in {delay:.0f} s", lesson=SEE)
 
 
 def test_failing_row_does_not_block_the_others(outbox, learner, kafka, relay_producer):
@@ -142,10 +146,11 @@ def test_failing_row_does_not_block_the_others(outbox, learner, kafka, relay_pro
         relay_pass(relay, outbox, producer, topic, batch_size=1)
     rows = outbox_rows(outbox)
     stuck = [r for r in rows if r["id"] in good and r["published_at"] is None]
-    assert not stuck, explain(
-        "With batch_size=1 the poison row is the oldest, so a relay without backoff claims it "
-        "on every poll and nothing behind it ever leaves: head-of-line blocking.",
-        expected="5 passes: 1 failure, then the 4 good rows published",
-        actual=f"{len(stuck)} of 4 good rows still unpublished; the poison row was tried "
-               f"{row(outbox, bad)['attempt_count']} time(s)",
-        state=table(rows, ROW_COLUMNS), read=SEE)
+    if stuck:
+        raise CheckFailure(
+            "With batch_size=1 the poison row is the oldest, so a relay without backoff claims it "
+            "on every poll and nothing behind it ever leaves: head-of-line blocking.",
+            expected="5 passes: 1 failure, then the 4 good rows published",
+            actual=f"{len(stuck)} of 4 good rows still unpublished; the poison row was tried "
+                   f"{row(outbox, bad)['attempt_count']} time(s)",
+            evidence=table(rows, ROW_COLUMNS), lesson=SEE)

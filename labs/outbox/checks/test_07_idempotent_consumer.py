@@ -9,16 +9,11 @@ from typing import Any
 
 import pytest
 from _kafka_support import CommitWatch, deliver
-from _support import (
-    CONSUMER,
-    call,
-    explain,
-    require_table,
-    table,
-)
+from _support import CONSUMER, require_table
 from confluent_kafka import TopicPartition
 from sqlalchemy import Engine, text
 
+from dojo.checks import CheckFailure, call, raised, table
 from dojo.checks.faults import duplicate_and_reorder, run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("idempotent-consumer")
@@ -67,12 +62,13 @@ def test_processed_event_table(outbox):
                            AND i.indnkeyatts = 1 AND i.indkey[0] = a.attnum) AS is_unique
             FROM pg_attribute a WHERE a.attrelid = 'processed_event'::regclass
               AND a.attname = 'event_id' AND NOT a.attisdropped""")).all()
-    assert rows and rows[0].type in ("uuid", "text") and rows[0].is_unique, explain(
-        "processed_event remembers which events were applied. Its event_id must be unique on "
-        "its own, so the database — not a check in your code — decides who is first.",
-        expected="processed_event(event_id uuid PRIMARY KEY, processed_at timestamptz …)",
-        actual=f"event_id column: {rows[0].type if rows else 'missing'}, unique: "
-               f"{rows[0].is_unique if rows else '-'}", read=MARKER)
+    if not (rows and rows[0].type in ("uuid", "text") and rows[0].is_unique):
+        raise CheckFailure(
+            "processed_event remembers which events were applied. Its event_id must be unique on "
+            "its own, so the database — not a check in your code — decides who is first.",
+            expected="processed_event(event_id uuid PRIMARY KEY, processed_at timestamptz …)",
+            actual=f"event_id column: {rows[0].type if rows else 'missing'}, unique: "
+                   f"{rows[0].is_unique if rows else '-'}", lesson=MARKER)
 
 
 def test_duplicates_apply_once(outbox, learner, kafka):
@@ -84,12 +80,13 @@ def test_duplicates_apply_once(outbox, learner, kafka):
     messages = deliver(kafka, duplicate_and_reorder(events, copies=3, seed=11))
     results = [call(consumer.handle_record, outbox, m) for m in messages]
     want = {a: (2, 300), b: (2, 700)}
-    assert stats(outbox) == want and results.count(True) == 4, explain(
-        "Each of 4 events was delivered 3 times, shuffled (at-least-once delivery does this "
-        "after a relay crash or a consumer rebalance). The effect must happen once per event.",
-        expected=f"customer_stats {want}; handle_record True 4 times, False 8 times",
-        actual=f"customer_stats {stats(outbox)}; True {results.count(True)} times",
-        state=state(outbox), read=DUPLICATES)
+    if not (stats(outbox) == want and results.count(True) == 4):
+        raise CheckFailure(
+            "Each of 4 events was delivered 3 times, shuffled (at-least-once delivery does this "
+            "after a relay crash or a consumer rebalance). The effect must happen once per event.",
+            expected=f"customer_stats {want}; handle_record True 4 times, False 8 times",
+            actual=f"customer_stats {stats(outbox)}; True {results.count(True)} times",
+            evidence=state(outbox), lesson=DUPLICATES)
 
 
 def test_event_id_comes_from_the_header(outbox, learner, kafka):
@@ -109,16 +106,19 @@ def test_event_id_comes_from_the_header(outbox, learner, kafka):
     for msg in messages:
         try:
             outcomes.append(call(consumer.handle_record, outbox, msg))
+        except CheckFailure:
+            raise  # a stub: not written yet
         except Exception as exc:  # reported with the evidence below
             outcomes.append(f"raised {type(exc).__name__}: {exc}")
-    assert stats(outbox) == {customer: (1, 150)} and outcomes == [True, False, True], explain(
-        "The deduplication key is the event id in the record's `event-id` header: the relay "
-        "sets it from the outbox row and it never changes. The payload is the event's data; "
-        "its shape evolves (v2 adds, renames, re-generates fields), and a business id like "
-        "order_id is shared by every event of that order.",
-        expected="placed (header X) → True; the same event again (header X, payload with "
-                 "another event_id) → False; total-changed of the same order (header Y) → True",
-        actual=f"{outcomes}", state=state(outbox), read=THE_KEY)
+    if not (stats(outbox) == {customer: (1, 150)} and outcomes == [True, False, True]):
+        raise CheckFailure(
+            "The deduplication key is the event id in the record's `event-id` header: the relay "
+            "sets it from the outbox row and it never changes. The payload is the event's data; "
+            "its shape evolves (v2 adds, renames, re-generates fields), and a business id like "
+            "order_id is shared by every event of that order.",
+            expected="placed (header X) → True; the same event again (header X, payload with "
+                     "another event_id) → False; total-changed of the same order (header Y) → True",
+            actual=f"{outcomes}", evidence=state(outbox), lesson=THE_KEY)
 
 
 def test_racing_consumers_apply_once(outbox, learner, kafka):
@@ -128,31 +128,32 @@ def test_racing_consumers_apply_once(outbox, learner, kafka):
         customer = str(uuid.uuid4())
         [message] = deliver(kafka, [(str(uuid.uuid4()), PLACED, placed(customer, 500))])
         # Two consumers got the same event (a rebalance handed it over mid-processing).
+        def handle(_: int, message: Any = message) -> Any:
+            return call(consumer.handle_record, outbox, message)
+
         with slow_sql(outbox, 0.05):
-            outcomes = run_concurrently(
-                lambda i, m=message: call(consumer.handle_record, outbox, m), 2, timeout=20)
+            outcomes = run_concurrently(handle, 2, timeout=20)
         errors = [o.error for o in outcomes if o.error is not None]
-        for error in errors:
-            if isinstance(error, pytest.fail.Exception):
-                raise error  # "not written yet", as the worker reported it
         values = [o.value for o in outcomes if o.error is None]
-        assert not errors, explain(
-            f"Two consumers handled the same event at the same moment (round {round_no}) and "
-            "one of them crashed. Checking processed_event first and inserting afterwards is "
-            "a check-then-act race: both see 'not processed', both apply the effect, one then "
-            "hits the primary key. Let the database decide in one statement: INSERT INTO "
-            "processed_event … ON CONFLICT DO NOTHING, then apply the effect only if a row "
-            "was inserted — the twin waits for the first commit and inserts nothing.",
-            expected="one handle_record returns True, the other False, neither raises",
-            actual="; ".join(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                             for e in errors), state=state(outbox),
-            read=RACE)
-        assert sorted(values) == [False, True] and stats(outbox)[customer] == (1, 500), explain(
-            f"Two consumers handled the same event at once (round {round_no}); the effect "
-            "must happen exactly once.",
-            expected="True once, False once; orders_placed 1",
-            actual=f"returned {values}; customer_stats {stats(outbox).get(customer)}",
-            state=state(outbox), read=TWINS)
+        if errors:
+            raise CheckFailure(
+                f"Two consumers handled the same event at the same moment (round {round_no}) and "
+                "one of them crashed. Checking processed_event first and inserting afterwards is "
+                "a check-then-act race: both see 'not processed', both apply the effect, one then "
+                "hits the primary key. Let the database decide in one statement: INSERT INTO "
+                "processed_event … ON CONFLICT DO NOTHING, then apply the effect only if a row "
+                "was inserted — the twin waits for the first commit and inserts nothing.",
+                expected="one handle_record returns True, the other False, neither raises",
+                actual="; ".join(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                                 for e in errors), evidence=state(outbox),
+                lesson=RACE)
+        if not (sorted(values) == [False, True] and stats(outbox)[customer] == (1, 500)):
+            raise CheckFailure(
+                f"Two consumers handled the same event at once (round {round_no}); the effect "
+                "must happen exactly once.",
+                expected="True once, False once; orders_placed 1",
+                actual=f"returned {values}; customer_stats {stats(outbox).get(customer)}",
+                evidence=state(outbox), lesson=TWINS)
 
 
 def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
@@ -166,24 +167,25 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
         consumer.apply_effect(conn, event_type, payload)  # some of the work happened…
         raise RuntimeError("the effect failed halfway (injected by the check)")
 
-    raised: BaseException | None = None
+    error: BaseException | None = None
     try:
         call(consumer.handle_record, outbox, message, effect=effect_that_fails)
     except RuntimeError as exc:
-        raised = exc
+        error = exc
     after_failure = state(outbox)
     marked = event_id in processed(outbox)
-    assert raised is not None and not marked and customer not in stats(outbox), explain(
-        "The effect failed, so nothing may remain: no marker, no half effect, and the error "
-        "propagates so the record is not committed and comes again. If the marker commits in "
-        "its own transaction, the redelivery finds it and skips: the event is LOST. The marker "
-        "and the effect must be in the same transaction.",
-        expected="handle_record raises; processed_event without the event; customer_stats "
-                 "untouched",
-        actual=f"{'raised' if raised else 'did not raise'}; marker "
-               f"{'present' if marked else 'absent'}; customer_stats "
-               f"{stats(outbox).get(customer)}", state=after_failure,
-        read=MARKER)
+    if not (error is not None and not marked and customer not in stats(outbox)):
+        raise CheckFailure(
+            "The effect failed, so nothing may remain: no marker, no half effect, and the error "
+            "propagates so the record is not committed and comes again. If the marker commits in "
+            "its own transaction, the redelivery finds it and skips: the event is LOST. The marker "
+            "and the effect must be in the same transaction.",
+            expected="handle_record raises; processed_event without the event; customer_stats "
+                     "untouched",
+            actual=f"{'raised' if error else 'did not raise'}; marker "
+                   f"{'present' if marked else 'absent'}; customer_stats "
+                   f"{stats(outbox).get(customer)}", evidence=after_failure,
+            lesson=MARKER)
     seen: dict[str, Any] = {}
 
     def effect_that_looks(conn: Any, event_type: str, payload: Any) -> None:
@@ -193,11 +195,12 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
             seen["committed"] = marker_count(other, event_id)
 
     applied = call(consumer.handle_record, outbox, message, effect=effect_that_looks)
-    assert applied is True and stats(outbox)[customer] == (1, 700), explain(
-        "Redelivered after the failure, the event must be processed now.",
-        expected="True; orders_placed 1, total 700",
-        actual=f"{applied}; {stats(outbox).get(customer)}", state=state(outbox),
-        read=MARKER)
+    if not (applied is True and stats(outbox)[customer] == (1, 700)):
+        raise CheckFailure(
+            "Redelivered after the failure, the event must be processed now.",
+            expected="True; orders_placed 1, total 700",
+            actual=f"{applied}; {stats(outbox).get(customer)}", evidence=state(outbox),
+            lesson=MARKER)
     # One transaction: either the effect's connection already sees the (uncommitted) marker,
     # or — marker written after the effect — both rows were written by the same transaction.
     with outbox.connect() as conn:
@@ -207,20 +210,21 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
             {"e": event_id, "c": customer}).one()
     marker_first = seen.get("on its connection") == 1 and seen.get("committed") == 0
     together = xmins[0] is not None and xmins[0] == xmins[1]
-    assert marker_first or together, explain(
-        "The effect did not run in the marker's transaction: handle_record gave effect() a "
-        "connection of its own. Each commits separately, so a crash (or a failed commit) "
-        "between the two leaves an effect without its marker — the redelivery applies it "
-        "again — or a marker without its effect. Call effect(conn, …) with the same "
-        "connection, inside the same `with engine.begin() as conn:` block, as the "
-        "INSERT INTO processed_event.",
-        expected="while the effect runs, its connection sees the uncommitted marker row "
-                 "(and no other session does); or both rows written by one transaction",
-        actual=f"marker rows seen on the effect's connection: "
-               f"{seen.get('on its connection')}, committed (seen by another session): "
-               f"{seen.get('committed')}; writing transaction (xmin) of the marker "
-               f"{xmins[0]}, of the customer_stats row {xmins[1]}",
-        state=state(outbox), read=MARKER)
+    if not (marker_first or together):
+        raise CheckFailure(
+            "The effect did not run in the marker's transaction: handle_record gave effect() a "
+            "connection of its own. Each commits separately, so a crash (or a failed commit) "
+            "between the two leaves an effect without its marker — the redelivery applies it "
+            "again — or a marker without its effect. Call effect(conn, …) with the same "
+            "connection, inside the same `with engine.begin() as conn:` block, as the "
+            "INSERT INTO processed_event.",
+            expected="while the effect runs, its connection sees the uncommitted marker row "
+                     "(and no other session does); or both rows written by one transaction",
+            actual=f"marker rows seen on the effect's connection: "
+                   f"{seen.get('on its connection')}, committed (seen by another session): "
+                   f"{seen.get('committed')}; writing transaction (xmin) of the marker "
+                   f"{xmins[0]}, of the customer_stats row {xmins[1]}",
+            evidence=state(outbox), lesson=MARKER)
 
 
 def marker_count(conn: Any, event_id: str) -> int:
@@ -235,7 +239,8 @@ def produce_events(kafka: Any, topic: str, events: list[tuple[str, str, Any]]) -
     for event_id, event_type, payload in events:
         producer.produce(topic, key=b"k", value=json.dumps(payload).encode(), headers=[
             ("event-id", event_id.encode()), ("event-type", event_type.encode())])
-    assert producer.flush(10) == 0
+    if producer.flush(10):
+        raise RuntimeError(f"the check could not write its records to {topic}")
 
 
 def committed_offset(consumer: Any, topic: str) -> int | None:
@@ -269,23 +274,25 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
     kafka_consumer = group_consumer(kafka, topic, group)
     watch = CommitWatch(kafka_consumer, outbox)
     handled = call(consumer_module.consume, outbox, watch, max_records=3, timeout_seconds=10)
-    assert not watch.violations, explain(
-        "consume() committed a Kafka offset before the database transaction of that record "
-        "had committed. If the process dies between the two, Kafka thinks the record is done "
-        "and it is never redelivered: the event is lost. Commit the offset only after the "
-        "database commit (a crash then redelivers, and the marker makes that harmless).",
-        expected="at every offset commit, every record below it already in processed_event",
-        actual=f"{len(watch.violations)} offset commit(s) ahead of the database",
-        state=table(watch.violations, ("partition", "committed up to", "records below it",
-                                       "processed_event rows")),
-        read=OFFSETS)
+    if watch.violations:
+        raise CheckFailure(
+            "consume() committed a Kafka offset before the database transaction of that record "
+            "had committed. If the process dies between the two, Kafka thinks the record is done "
+            "and it is never redelivered: the event is lost. Commit the offset only after the "
+            "database commit (a crash then redelivers, and the marker makes that harmless).",
+            expected="at every offset commit, every record below it already in processed_event",
+            actual=f"{len(watch.violations)} offset commit(s) ahead of the database",
+            evidence=table(watch.violations, ("partition", "committed up to", "records below it",
+                                           "processed_event rows")),
+            lesson=OFFSETS)
     offset = committed_offset(kafka_consumer, topic)
-    assert handled == 3 and offset == 3, explain(
-        "After handling 3 records, the group's committed offset must say so (next to read: 3), "
-        "or a restarted consumer handles them all again.",
-        expected="consume returns 3; committed offset 3",
-        actual=f"consume returned {handled!r}; committed offset {offset}",
-        state=f"commits seen: {watch.commits}", read=OFFSETS)
+    if not (handled == 3 and offset == 3):
+        raise CheckFailure(
+            "After handling 3 records, the group's committed offset must say so (next to read: 3), "
+            "or a restarted consumer handles them all again.",
+            expected="consume returns 3; committed offset 3",
+            actual=f"consume returned {handled!r}; committed offset {offset}",
+            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS)
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
@@ -306,31 +313,31 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
             raise RuntimeError("the effect failed (injected by the check)")
 
     first = group_consumer(kafka, topic, group)
-    raised: BaseException | None = None
-    try:
-        call(consumer_module.consume, outbox, first, max_records=3, timeout_seconds=10,
-             effect=effect)
-    except Exception as exc:  # expected: the injected failure, propagated
-        raised = exc
+    # expected: the injected failure, propagated
+    error = raised(consumer_module.consume, outbox, first, max_records=3, timeout_seconds=10,
+                   effect=effect)
     offset = committed_offset(first, topic)
     first.close()
-    assert raised is not None, explain(
-        "The second record's effect raised, but consume() carried on. A consumer that skips "
-        "a failed record (and commits past it) loses it; stop, and let the record come again "
-        "(a dead letter topic is the next lab).",
-        expected="consume() raises the effect's error", actual="it returned normally",
-        state=state(outbox), read=OFFSETS)
-    assert offset in (None, 1), explain(
-        "The second record's effect failed, so consume() must stop with the error and leave "
-        "that record's offset uncommitted: the next consumer of the group starts from it.",
-        expected="committed offset 1 (the failed record is next)",
-        actual=f"committed offset {offset}", state=state(outbox), read=OFFSETS)
+    if error is None:
+        raise CheckFailure(
+            "The second record's effect raised, but consume() carried on. A consumer that skips "
+            "a failed record (and commits past it) loses it; stop, and let the record come again "
+            "(a dead letter topic is the next lab).",
+            expected="consume() raises the effect's error", actual="it returned normally",
+            evidence=state(outbox), lesson=OFFSETS)
+    if offset not in (None, 1):
+        raise CheckFailure(
+            "The second record's effect failed, so consume() must stop with the error and leave "
+            "that record's offset uncommitted: the next consumer of the group starts from it.",
+            expected="committed offset 1 (the failed record is next)",
+            actual=f"committed offset {offset}", evidence=state(outbox), lesson=OFFSETS)
     second = group_consumer(kafka, topic, group)
     handled = call(consumer_module.consume, outbox, second, max_records=3 - (offset or 0),
                    timeout_seconds=5)
-    assert stats(outbox).get(customer) == (3, 300), explain(
-        "A new consumer in the same group resumed from the committed offset; all three "
-        "orders must now be counted, each once.",
-        expected="orders_placed 3, total 300", actual=f"{stats(outbox).get(customer)} after "
-        f"the second consume handled {handled}", state=state(outbox),
-        read=OFFSETS)
+    if stats(outbox).get(customer) != (3, 300):
+        raise CheckFailure(
+            "A new consumer in the same group resumed from the committed offset; all three "
+            "orders must now be counted, each once.",
+            expected="orders_placed 3, total 300", actual=f"{stats(outbox).get(customer)} after "
+            f"the second consume handled {handled}", evidence=state(outbox),
+            lesson=OFFSETS)

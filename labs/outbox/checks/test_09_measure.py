@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from _support import (
     READ,
-    call,
-    explain,
     insert_event,
     insert_many,
     require_table,
 )
 from sqlalchemy import text
+
+from dojo.checks import CheckFailure, call
 
 pytestmark = pytest.mark.stage("measure")
 SEE = READ["measure"]
@@ -20,7 +20,10 @@ SEE = READ["measure"]
 def test_pending_count_counts_unpublished_rows(outbox, learner):
     require_table(outbox, "outbox_event", "measure")
     metrics = learner.module("metrics")
-    assert call(metrics.pending_count, outbox) == 0
+    empty = call(metrics.pending_count, outbox)
+    if empty != 0:
+        raise CheckFailure("An empty outbox has nothing pending.", expected="0",
+                           actual=f"{empty!r}", lesson=SEE)
     insert_many(outbox, 20, published=True, created_ago=100, published_ago=50)
     ids = [insert_event(outbox, created_ago=10.0 - i) for i in range(7)]
     with outbox.begin() as conn:  # two leased by a relay, two backing off: still pending
@@ -32,11 +35,12 @@ def test_pending_count_counts_unpublished_rows(outbox, learner):
                           "interval '1 min', attempt_count = 3, last_error = 'timeout' "
                           "WHERE id = ANY(CAST(:ids AS uuid[]))"), {"ids": ids[2:4]})
     pending = call(metrics.pending_count, outbox)
-    assert pending == 7, explain(
-        "outbox_pending_count is every unpublished row — leased, backing off or waiting. "
-        "It is the gauge that shows a relay falling behind.",
-        expected="7 (20 published rows do not count)", actual=f"{pending!r}",
-        read=SEE)
+    if pending != 7:
+        raise CheckFailure(
+            "outbox_pending_count is every unpublished row — leased, backing off or waiting. "
+            "It is the gauge that shows a relay falling behind.",
+            expected="7 (20 published rows do not count)", actual=f"{pending!r}",
+            lesson=SEE)
 
 
 def test_oldest_pending_age(outbox, learner):
@@ -47,12 +51,13 @@ def test_oldest_pending_age(outbox, learner):
     insert_event(outbox, created_ago=42)
     insert_event(outbox, created_ago=10)
     age = call(metrics.oldest_pending_age_seconds, outbox)
-    assert empty is None and age is not None and 41 <= age <= 44, explain(
-        "The oldest pending age is now − created_at of the oldest unpublished row: it grows "
-        "while the relay is stuck even when no new events arrive (the pending count may not).",
-        expected="None on an empty outbox; then ≈ 42 s (the published row from 500 s ago "
-                 "does not count)", actual=f"{empty!r}, then {age!r}",
-        read=SEE)
+    if not (empty is None and age is not None and 41 <= age <= 44):
+        raise CheckFailure(
+            "The oldest pending age is now − created_at of the oldest unpublished row: it grows "
+            "while the relay is stuck even when no new events arrive (the pending count may not).",
+            expected="None on an empty outbox; then ≈ 42 s (the published row from 500 s ago "
+                     "does not count)", actual=f"{empty!r}, then {age!r}",
+            lesson=SEE)
 
 
 def seed_ages(engine) -> None:
@@ -85,16 +90,17 @@ def test_publish_age_quantiles(outbox, learner):
     wide = call(metrics.publish_age_seconds, outbox, 0.95, window_seconds=10_000)
     ok = (none is None and p50 is not None and p95 is not None and 49 <= p50 <= 52
           and 94 <= p95 <= 96.5 and wide is not None and wide >= 4000)
-    assert ok, explain(
-        "Publish age is published_at − created_at of each event published in the window: "
-        "how long an event waited in the outbox. Its p95 is the delivery SLO (alert when it "
-        "passes, say, 30 s). It is not now − created_at, and unpublished rows have no publish "
-        "age yet (the pending gauges cover them).",
-        expected="None with nothing published; p50 ≈ 50 s and p95 ≈ 95 s over the last 15 "
-                 "min (ages 1…100 s); p95 ≥ 4000 s with window_seconds=10000 (the 5000 s "
-                 "events from two hours ago join)",
-        actual=f"{none!r}; p50 {p50!r}, p95 {p95!r}; wide window p95 {wide!r}",
-        read=SEE)
+    if not ok:
+        raise CheckFailure(
+            "Publish age is published_at − created_at of each event published in the window: "
+            "how long an event waited in the outbox. Its p95 is the delivery SLO (alert when it "
+            "passes, say, 30 s). It is not now − created_at, and unpublished rows have no publish "
+            "age yet (the pending gauges cover them).",
+            expected="None with nothing published; p50 ≈ 50 s and p95 ≈ 95 s over the last 15 "
+                     "min (ages 1…100 s); p95 ≥ 4000 s with window_seconds=10000 (the 5000 s "
+                     "events from two hours ago join)",
+            actual=f"{none!r}; p50 {p50!r}, p95 {p95!r}; wide window p95 {wide!r}",
+            lesson=SEE)
 
 
 def test_benchmark_compares_batch_sizes(outbox, learner, kafka, relay_producer):
@@ -111,12 +117,13 @@ def test_benchmark_compares_batch_sizes(outbox, learner, kafka, relay_producer):
     last = results[-1]
     consistent = truth is not None and last.p95_seconds is not None and \
         abs(float(truth) - last.p95_seconds) <= max(0.005, 0.05 * float(truth))
-    assert [r.batch_size for r in results] == [1, 100] and \
-        all(r.published == r.placed > 0 and r.pending_left == 0 for r in results) and \
-        consistent and "batch 1" in report and "batch 100" in report, explain(
+    if not ([r.batch_size for r in results] == [1, 100] and
+            all(r.published == r.placed > 0 and r.pending_left == 0 for r in results) and
+            consistent and "batch 1" in report and "batch 100" in report):
+        raise CheckFailure(
             "The benchmark (python bench.py) runs the relay at batch size 1 and 100 under the "
             "same load. Every order placed must be published, and its p95 must agree with "
             "the database.",
             expected="both runs: published = placed, nothing pending; p95 ≈ the p95 the check "
                      f"computes from the rows ({truth})",
-            actual=f"\n{report}", read=SEE)
+            actual=f"\n{report}", lesson=SEE)

@@ -77,6 +77,9 @@ def run_in_subprocess(target: str, *args: Any, timeout: float = 30.0,
 
     Returns:
         A ProcessResult; `value` is the target's return value decoded from JSON.
+
+    Raises:
+        NotWritten: the target reached a learner function that is still a stub.
     """
     with tempfile.TemporaryDirectory(prefix="dojo-child-") as tmp:
         spec = Path(tmp, "spec.json")
@@ -102,6 +105,10 @@ def run_in_subprocess(target: str, *args: Any, timeout: float = 30.0,
         if result_file.exists():
             outcome = json.loads(result_file.read_text())
             value, error = outcome.get("value"), outcome.get("error")
+            if outcome.get("stub"):
+                from dojo.checks.learner import NotWritten
+
+                raise NotWritten(*outcome["stub"])
         code = proc.returncode
         return ProcessResult(
             exit_code=None if timed_out else (code if code >= 0 else None),
@@ -135,6 +142,12 @@ def _child_main(spec_path: str) -> None:
     try:
         value = _load_target(spec["target"])(*spec["args"])
         outcome = {"value": value}
+    except NotImplementedError as exc:  # a stub: the parent raises NotWritten
+        from dojo.checks.learner import not_written
+
+        stub = not_written(exc)
+        outcome = {"error": traceback.format_exc(),
+                   "stub": [stub.function, stub.todo, stub.where]}
     except BaseException:  # the parent wants to see whatever happened
         outcome = {"error": traceback.format_exc()}
     Path(spec["result"]).write_text(json.dumps(outcome, default=str))

@@ -9,6 +9,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from dojo.checks.learner import NotWritten, not_written
+
 T = TypeVar("T")
 
 # -- races ------------------------------------------------------------------------------------
@@ -33,8 +35,19 @@ def _process_worker(fn: Callable[[int], Any], index: int, barrier: Any, queue: A
     started = time.monotonic()
     try:
         queue.put((index, fn(index), None, time.monotonic() - started))
+    except NotImplementedError as exc:  # a stub: the parent raises it as NotWritten
+        queue.put((index, None, not_written(exc), time.monotonic() - started))
     except BaseException as exc:  # reported to the parent
         queue.put((index, None, f"{type(exc).__name__}: {exc}", time.monotonic() - started))
+
+
+def _raise_stub(outcomes: list[Outcome]) -> None:
+    """A worker that reached a stub makes the race meaningless: fail with NotWritten."""
+    for outcome in outcomes:
+        if isinstance(outcome.error, NotWritten):
+            raise outcome.error
+        if isinstance(outcome.error, NotImplementedError):
+            raise not_written(outcome.error) from outcome.error
 
 
 def run_concurrently(fn: Callable[[int], Any], n: int, *, processes: bool = False,
@@ -44,12 +57,18 @@ def run_concurrently(fn: Callable[[int], Any], n: int, *, processes: bool = Fals
     Threads by default (the learner's code shares nothing but what it is given); with
     `processes=True`, spawned processes (fn and results must pickle; errors come back as text
     in a RuntimeError). Workers still running after `timeout` are reported as TimeoutError.
+    Worker threads are named `dojo-worker-<index>` (`record_sql` shows them as "worker 3").
 
     Returns:
         One Outcome per worker, in index order.
+
+    Raises:
+        NotWritten: a worker reached a learner function that is still a stub.
     """
     if processes:
-        return _run_processes(fn, n, timeout)
+        done = _run_processes(fn, n, timeout)
+        _raise_stub(done)
+        return done
     barrier = threading.Barrier(n)
     outcomes: dict[int, Outcome] = {}
 
@@ -73,9 +92,11 @@ def run_concurrently(fn: Callable[[int], Any], n: int, *, processes: bool = Fals
     deadline = time.monotonic() + timeout
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    return [outcomes.get(i, Outcome(i, error=TimeoutError(f"worker {i} still running after "
-                                                          f"{timeout} s")))
-            for i in range(n)]
+    found = [outcomes.get(i, Outcome(i, error=TimeoutError(f"worker {i} still running after "
+                                                           f"{timeout} s")))
+             for i in range(n)]
+    _raise_stub(found)
+    return found
 
 
 def _run_processes(fn: Callable[[int], Any], n: int, timeout: float) -> list[Outcome]:
@@ -95,8 +116,10 @@ def _run_processes(fn: Callable[[int], Any], n: int, timeout: float) -> list[Out
                                                                   time.monotonic()))
         except Exception:
             break
-        outcomes[index] = Outcome(index, value=value, duration=duration,
-                                  error=RuntimeError(error) if error else None)
+        outcomes[index] = Outcome(
+            index, value=value, duration=duration,
+            error=error if isinstance(error, BaseException) else
+            RuntimeError(error) if error else None)
     for proc in procs:
         proc.join(max(0.0, deadline - time.monotonic()))
         if proc.is_alive():

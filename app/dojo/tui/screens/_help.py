@@ -1,4 +1,5 @@
-"""`?`: every key of every screen, read from the bindings themselves so it cannot drift."""
+"""`?`: the keys of the screen it was opened on, then those that work everywhere, read from
+the bindings themselves so it cannot drift."""
 
 from __future__ import annotations
 
@@ -58,8 +59,17 @@ def sections() -> list[tuple[str, list[type[DOMNode]]]]:
     ]
 
 
+def section_for(screen: type[DOMNode] | None) -> tuple[str, list[type[DOMNode]]] | None:
+    """The section of `screen` (a screen class), None for a screen without one."""
+    for title, owners in sections():
+        if screen is not None and owners and owners[0] is screen:
+            return title, owners
+    return None
+
+
 class HelpScreen(ModalScreen[None]):
-    """Lists the keys by screen; Esc, q or ? closes it."""
+    """The keys of `screen` (the screen `?` was pressed on) and the global ones; Esc, q or
+    ? closes it. Without a screen it lists every screen's keys."""
 
     DEFAULT_CSS = """
     HelpScreen {
@@ -80,13 +90,20 @@ class HelpScreen(ModalScreen[None]):
         Binding("k,up", "scroll(-1)", "Up", show=False),
     ]
 
+    def __init__(self, screen: type[DOMNode] | None = None) -> None:
+        super().__init__()
+        self.for_screen = screen
+
     def compose(self) -> ComposeResult:
+        everywhere = sections()[0]
+        own = section_for(self.for_screen)
+        shown = [own, everywhere] if own else sections()
         with VerticalScroll(id="help-body"):
             yield Static(Content.assemble(
-                ("Interview Dojo", "bold"),
-                ("  ·  Ctrl+P opens the command palette: every lesson and lab by name, the "
-                 "main actions, themes.", "$text-muted")))
-            for title, owners in sections():
+                ("Ctrl+P", "bold $text-accent"),
+                (" finds any action of this screen, lesson or lab by name, with its key.",
+                 "$text-muted")))
+            for title, owners in shown:
                 yield Static(title, classes="help-title")
                 yield Static(self._keys(owners))
 
@@ -118,7 +135,8 @@ class HelpScreen(ModalScreen[None]):
         return Content("\n").join(lines)
 
     def on_mount(self) -> None:
-        self.query_one("#help-body").border_title = "Keys"
+        own = section_for(self.for_screen)
+        self.query_one("#help-body").border_title = f"Keys · {own[0]}" if own else "Keys"
 
     def action_scroll(self, step: int) -> None:
         body = self.query_one("#help-body")

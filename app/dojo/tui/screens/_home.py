@@ -12,17 +12,18 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from dojo.tui.navigation import (
     ContinueLast,
     OpenLab,
     OpenLesson,
     OpenProgress,
+    StartDrill,
     StartMock,
 )
 from dojo.tui.overview import Overview, gather, when
-from dojo.tui.widgets import LessonList, ServicesPanel
+from dojo.tui.widgets import KeyFooter, LessonList, PathBar, ServicesPanel
 
 if TYPE_CHECKING:
     from dojo.tui.session import Session
@@ -34,33 +35,38 @@ class HomeScreen(Screen[None]):
     """The first screen. Everything on it loads in a worker after the first frame."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "continue", "Continue"),
-        Binding("d", "app.drill", "Drill"),
-        Binding("m", "mock", "Mock interview"),
-        Binding("p", "progress", "Progress"),
-        Binding("u", "services_up", "Start services"),
+        Binding("n", "next_step", "Next", tooltip="the next step of the interview path"),
+        Binding("c", "continue", "Continue", tooltip="where you left off"),
+        Binding("d", "app.drill", "Drill", tooltip="the cards due now, then new ones"),
+        Binding("m", "mock", "Mock", tooltip="a mock interview: questions with follow-ups"),
+        Binding("p", "progress", "Progress", tooltip="mastery, lab stages, review history"),
+        Binding("u", "services_up", "Services", tooltip="start PostgreSQL and Kafka"),
         Binding("q", "app.quit", "Quit"),
     ]
 
     @dataclass
     class _Loaded(Message):
         overview: Overview | None
+        generation: int
         error: str = ""
 
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.overview: Overview | None = None
+        self._generation = 0  # a gather older than the latest is dropped when it lands
+        self._left = False  # another screen covered Home since it last gathered
 
     def compose(self) -> ComposeResult:
         yield Header()
+        yield PathBar(id="home-path")
         with Horizontal(id="home-main"):
             yield LessonList(id="home-lessons")
             with Vertical(id="home-side"):
                 yield Static("loading…", id="home-continue", classes="home-box")
                 yield Static("", id="home-today", classes="home-box")
                 yield ServicesPanel(self.session.services, id="home-services")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "prepare for a senior backend interview"
@@ -69,22 +75,31 @@ class HomeScreen(Screen[None]):
         self.query_one(LessonList).focus()
         self.call_after_refresh(self.reload)
 
+    def on_screen_suspend(self) -> None:
+        self._left = True
+
     def on_screen_resume(self) -> None:
-        if self.overview is not None:
+        """Back on Home from a lesson, a drill or a lab: show what changed there (also when
+        the first load has not landed yet: it was gathered before the visit)."""
+        if self._left:
+            self._left = False
             self.reload()
 
     def reload(self) -> None:
-        self._gather()
+        self._generation += 1
+        self._gather(self._generation)
 
-    @work(thread=True, exclusive=True, group="home")
-    def _gather(self) -> None:
+    @work(thread=True, group="home")
+    def _gather(self, generation: int) -> None:
         try:
-            self.post_message(self._Loaded(gather(self.session)))
+            self.post_message(self._Loaded(gather(self.session), generation))
         except Exception as exc:  # shown on screen: the app must open even on bad content
-            self.post_message(self._Loaded(None, f"{type(exc).__name__}: {exc}"))
+            self.post_message(self._Loaded(None, generation, f"{type(exc).__name__}: {exc}"))
 
     @on(_Loaded)
     def _loaded(self, message: _Loaded) -> None:
+        if message.generation != self._generation:
+            return  # a newer gather is on its way
         if message.overview is None:
             self.query_one("#home-continue", Static).update(
                 Content.styled(f"could not load: {message.error}", "$text-error"))
@@ -92,6 +107,8 @@ class HomeScreen(Screen[None]):
         first = self.overview is None
         self.overview = overview = message.overview
         self.query_one(LessonList).show(overview)
+        if overview.path is not None:
+            self.query_one(PathBar).show(overview.path)
         self._draw_continue(overview)
         self._draw_today(overview)
         if first and overview.problems:
@@ -102,8 +119,9 @@ class HomeScreen(Screen[None]):
         box = self.query_one("#home-continue", Static)
         last = overview.last
         if last is None:
-            box.update(Content.assemble(("Start with the first lesson:\n", "$text-muted"),
-                                        "Enter opens the highlighted one."))
+            box.update(Content.assemble(("Nothing yet. ", "$text-muted"),
+                                        ("n", "bold $text-accent"), " follows the path above; ",
+                                        "Enter opens the highlighted lesson."))
             return
         box.update(Content.assemble((last.label, "bold"), "\n", (last.where, "$text-muted"),
                                     "\n", ("c", "bold $text-accent"), " to go on"))
@@ -155,6 +173,26 @@ class HomeScreen(Screen[None]):
             self.notify("Nothing to continue yet: open a lesson with Enter.", timeout=4)
             return
         self.post_message(ContinueLast())
+
+    def action_next_step(self) -> None:
+        """n: the next step of the guided path, wherever it is."""
+        path = self.overview.path if self.overview else None
+        if path is None:
+            return
+        step = path.next_step
+        question = step.question
+        if step.kind == "done" or question is None:
+            self.action_mock()
+        elif step.kind == "read":
+            self.post_message(OpenLesson(question.lesson.id))
+        elif step.kind == "drill":
+            scheduler = self.session.scheduler
+            cards = question.lesson.cards
+            order = scheduler.new(cards) + scheduler.due(cards, self.session.now())
+            self.post_message(StartDrill(tuple(dict.fromkeys(card.id for card in order or cards)),
+                                         f"Drill: {question.lesson.title}"))
+        else:
+            self.post_message(OpenLab(step.lab, step.stage))
 
     def action_mock(self) -> None:
         if not self.session.loaded:

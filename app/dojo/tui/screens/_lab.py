@@ -18,12 +18,34 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from dojo.runner import workspace
-from dojo.runner.results import CheckResult, CheckStarted, RunSummary, StageSummary
-from dojo.tui.pages import diff_page, files_page, lab_overview_page, lab_stage_page, read_lab_readme
-from dojo.tui.widgets import CheckLog, CheckRunner, DocumentView, ServicesPanel, StageList
+from dojo.runner.results import (
+    CheckResult,
+    CheckStarted,
+    RunSummary,
+    ServicesReady,
+    ServicesStarting,
+    StageSummary,
+)
+from dojo.tui.navigation import OpenLesson
+from dojo.tui.pages import (
+    diff_page,
+    files_page,
+    lab_overview_page,
+    lab_stage_page,
+    link_titles,
+    read_lab_readme,
+)
+from dojo.tui.widgets import (
+    CheckLog,
+    CheckRunner,
+    DocumentView,
+    KeyFooter,
+    ServicesPanel,
+    StageList,
+)
 from dojo.tui.widgets._stage_list import OVERVIEW, StageState
 
 if TYPE_CHECKING:
@@ -38,15 +60,17 @@ class LabScreen(Screen[None]):
     """One lab, checked against the learner's workspace."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "back", "Back"),
-        Binding("r", "run", "Run"),
-        Binding("s", "run_stage", "Stage"),
-        Binding("w", "watch", "Watch"),
-        Binding("h", "hint", "Hint"),
-        Binding("e", "edit", "Edit"),
-        Binding("d", "diff", "Diff"),
-        Binding("x", "reset", "Reset"),
-        Binding("S", "solution", "Solution", show=False),
+        Binding("q,escape", "back", "Back", tooltip="back to where the lab was opened"),
+        Binding("r", "run", "Run", tooltip="check from stage 1 up to the first that fails"),
+        Binding("s", "run_stage", "Stage", tooltip="check only the highlighted stage"),
+        Binding("w", "watch", "Watch", tooltip="re-check on every save, the stage you are "
+                                                "on first"),
+        Binding("h", "hint", "Hint", tooltip="the next hint for the stage"),
+        Binding("e", "edit", "Edit", tooltip="open a file of the workspace in $EDITOR"),
+        Binding("d", "diff", "Diff", tooltip="your changes against the starter"),
+        Binding("x", "reset", "Reset", tooltip="put the starter files back (asks first)"),
+        Binding("S", "solution", "Solution", show=False,
+                tooltip="the reference solution (press twice)"),
         Binding("c", "cancel", "Stop the run", show=False),
         Binding("u", "services_up", "Start services", show=False),
         Binding("i", "tab('lab-instructions')", "Instructions", show=False),
@@ -91,7 +115,7 @@ class LabScreen(Screen[None]):
                 with TabPane("Diff", id="lab-diff"):
                     yield DocumentView(id="lab-diff-doc")
         yield CheckRunner(self.lab, self.impl, self.session.services, id="lab-runner")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def runner(self) -> CheckRunner:
@@ -108,8 +132,8 @@ class LabScreen(Screen[None]):
         self.sub_title = self.lab.title
         outcome = workspace.start(self.lab)
         if outcome.created:
-            self.notify(f"Your files are in workspace/{self.lab.id}/ — edit them there (e).",
-                        title="Lab started", timeout=6)
+            self.notify(f"Your files and the lab's README are in {outcome.path}/ — edit them "
+                        "there (e opens your editor).", title="Lab started", timeout=10)
         elif outcome.copied:
             self.notify(f"Restored missing starter files: {', '.join(outcome.copied)}",
                         timeout=6)
@@ -132,19 +156,25 @@ class LabScreen(Screen[None]):
 
     def _show_stage(self, stage_id: str) -> None:
         doc = self.query_one("#lab-doc", DocumentView)
+        title_of = link_titles(self.session.catalog)
         if stage_id == OVERVIEW:
-            doc.blocks = tuple(lab_overview_page(self.lab, self.readme,
-                                                 f"workspace/{self.lab.id}/"))
+            doc.blocks = tuple(lab_overview_page(self.lab, self.readme, f"{self.impl}/",
+                                                 title_of))
         else:
             doc.blocks = tuple(lab_stage_page(self.lab, self.lab.stage(stage_id), self.readme,
-                                              self._hints.get(stage_id, [])))
+                                              self._hints.get(stage_id, []), title_of))
+
+    def on_document_view_link_followed(self, message: DocumentView.LinkFollowed) -> None:
+        """A lesson section named in the instructions opens on top of the lab."""
+        lesson_id, _, section = message.target.removeprefix("lesson:").partition("#")
+        self.post_message(OpenLesson(lesson_id, section))
 
     def on_stage_list_highlighted(self, message: StageList.Highlighted) -> None:
         self._show_stage(message.stage_id)
 
     def on_stage_list_chosen(self, message: StageList.Chosen) -> None:
-        """Enter on a stage: its instructions take the focus (j/k scroll them, Tab or
-        Shift+Tab goes back to the stages)."""
+        """Enter on a stage: its instructions take the focus (j/k scroll them, Tab picks a
+        link, Esc goes back to the stages)."""
         self.query_one(TabbedContent).active = "lab-instructions"
         self.query_one("#lab-doc", DocumentView).focus()
 
@@ -194,6 +224,17 @@ class LabScreen(Screen[None]):
         self._start(RunOptions(stop_at_failing_stage=True),
                     "checking up to the first stage that does not pass")
 
+    def _watch_run(self) -> None:
+        """A re-check on save: the stage being worked on first (its result in seconds), then
+        the stages before it (did the edit break one?), then the later ones."""
+        from dojo.runner.execute import RunOptions
+
+        stage = self._first_unfinished()
+        number = self.lab.stage_ids.index(stage) + 1
+        earlier = f", then 1–{number - 1}" if number > 2 else ", then 1" if number == 2 else ""
+        self._start(RunOptions(stop_at_failing_stage=True, first_stage=stage),
+                    f"watch: stage {number} {stage} first{earlier}")
+
     def action_run_stage(self) -> None:
         from dojo.runner.execute import RunOptions
 
@@ -212,13 +253,16 @@ class LabScreen(Screen[None]):
         self.query_one(TabbedContent).active = "lab-results"
         self._awaiting_done = self.runner.run(options)
 
-    def on_check_runner_progress(self, message: CheckRunner.Progress) -> None:
-        self.query_one(CheckLog).note(" ".join(message.line.split()))
-        self.query_one(ServicesPanel).check()
-
     def on_check_runner_event(self, message: CheckRunner.Event) -> None:
         event = message.event
         log = self.query_one(CheckLog)
+        if isinstance(event, ServicesStarting):
+            log.services_starting(event)
+            return
+        if isinstance(event, ServicesReady):
+            log.services_ready(event)
+            self.query_one(ServicesPanel).check()
+            return
         stages = self.query_one(StageList)
         if event.stage != self._current_stage:
             self._finish_stage(self._current_stage)
@@ -265,7 +309,7 @@ class LabScreen(Screen[None]):
             self._summarise(message.summary)
         if self._rerun:
             self._rerun = False
-            self.action_run()
+            self._watch_run()
 
     def _summarise(self, summary: RunSummary) -> None:
         ran = [stage for stage in summary.stages() if stage.ran]
@@ -301,8 +345,9 @@ class LabScreen(Screen[None]):
         watching = not self.runner.watching
         self.runner.set_watching(watching)
         if watching:
-            self.notify(f"Watching workspace/{self.lab.id}: every save re-checks.", timeout=3)
-            self.action_run()
+            self.notify(f"Watching workspace/{self.lab.id}: every save re-checks, the stage "
+                        "you are on first.", timeout=4)
+            self._watch_run()
         else:
             self.notify("Stopped watching.", timeout=2)
         self._draw_watch()
@@ -310,11 +355,11 @@ class LabScreen(Screen[None]):
     def on_check_runner_saved(self, message: CheckRunner.Saved) -> None:
         if not self.runner.watching:
             return
-        if self.runner.busy:  # start again from the top with the new code, like rustlings
+        if self.runner.busy:  # start again with the new code, like rustlings
             self._rerun = True
             self.runner.cancel()
         else:
-            self.action_run()
+            self._watch_run()
 
     # --- the learner's files ---------------------------------------------------------------
 
@@ -416,5 +461,13 @@ class LabScreen(Screen[None]):
         self.query_one(ServicesPanel).start()
 
     def action_back(self) -> None:
+        """Esc or q: from a pane (instructions, results, diff) back to the stages; from the
+        stages back to where the lab was opened."""
+        stages = self.query_one(StageList)
+        side = self.query_one("#lab-side")
+        if not stages.has_focus:
+            side.display = True
+            stages.focus()
+            return
         self.dismiss()
 

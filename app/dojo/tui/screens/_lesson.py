@@ -10,11 +10,11 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
-from dojo.tui.navigation import OpenLab, StartDrill
-from dojo.tui.pages import lesson_page
-from dojo.tui.widgets import DocumentView, SearchBar, TableOfContents
+from dojo.tui.navigation import OpenLab, OpenLesson, StartDrill
+from dojo.tui.pages import TitleOf, lesson_page, link_titles
+from dojo.tui.widgets import DocumentView, KeyFooter, SearchBar, TableOfContents
 
 if TYPE_CHECKING:
     from dojo.content import Lesson
@@ -27,10 +27,12 @@ WIDE_ENOUGH_FOR_CONTENTS = 100
 class LessonScreen(Screen[None]):
     """Reads one lesson and records where the learner is as they scroll."""
 
+    AUTO_FOCUS = "#lesson-view"  # the page, never the contents (t goes there)
+
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "back", "Back"),
+        Binding("q,escape", "back", "Back"),
         Binding("slash", "search", "Search"),
-        Binding("t", "toggle_contents", "Contents"),
+        Binding("t", "toggle_contents", "Contents", tooltip="into the contents and back"),
         Binding("o", "open_lab", "Lab"),
         Binding("d", "drill", "Drill cards"),
         Binding("right_square_bracket", "section(1)", "Next section", show=False),
@@ -45,6 +47,8 @@ class LessonScreen(Screen[None]):
         self._start = (section, position)
         self._save_timer: Timer | None = None
         self._finished = False
+        self._search_from = 0  # the top line when `/` was pressed: Esc goes back there
+        self._title_of: TitleOf = link_titles(session.catalog, lesson.id)
 
     # --- layout ----------------------------------------------------------------------------
 
@@ -53,16 +57,16 @@ class LessonScreen(Screen[None]):
         with Horizontal(id="lesson-main"):
             yield TableOfContents(self.lesson, id="lesson-contents")
             with Vertical(id="lesson-page"):
-                yield DocumentView(lesson_page(self.lesson, self._links()), id="lesson-view")
+                yield DocumentView(lesson_page(self.lesson, self._links(), self._title_of),
+                                   id="lesson-view")
                 yield Static("", id="lesson-status")
-        yield SearchBar(id="lesson-search")
-        yield Footer()
+                yield SearchBar(id="lesson-search")
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = self.lesson.title
         self.sub_title = f"lesson {self.lesson.dir.name[:2]}"
-        if self.app.size.width < WIDE_ENOUGH_FOR_CONTENTS:
-            self.query_one(TableOfContents).display = False
+        self.query_one(TableOfContents).display = self._wide
         view = self.query_one(DocumentView)
         section, position = self._start
         if position is not None:
@@ -70,6 +74,7 @@ class LessonScreen(Screen[None]):
         elif section:
             view.go_to(section)
         view.focus()
+        view.opens_prompt = frozenset({"slash"})
         self.watch(view, "scroll_y", self._scrolled, init=False)
         self.session.store.set_last_place("lesson", self.lesson.id, section)
         self._draw_status()
@@ -115,6 +120,19 @@ class LessonScreen(Screen[None]):
     def on_document_view_search_changed(self, message: DocumentView.SearchChanged) -> None:
         self._draw_status()
 
+    def on_document_view_link_selected(self, message: DocumentView.LinkSelected) -> None:
+        self._draw_status()
+
+    def on_document_view_link_followed(self, message: DocumentView.LinkFollowed) -> None:
+        """A cross-reference: a section of this lesson scrolls there; another lesson opens
+        on top (Esc comes back here)."""
+        lesson_id, _, section = message.target.removeprefix("lesson:").partition("#")
+        if lesson_id == self.lesson.id:
+            self.query_one(DocumentView).go_to(section)
+            self.query_one(DocumentView).action_clear()
+        else:
+            self.post_message(OpenLesson(lesson_id, section))
+
     def _save_soon(self) -> None:
         if self._save_timer is not None:
             self._save_timer.stop()
@@ -144,56 +162,107 @@ class LessonScreen(Screen[None]):
                     title = f"{section.title} › {sub.title}"
         lines = len(view.document.lines) if view.document else 0
         shown = min(100, round(100 * (view.top_line + view.size.height) / lines)) if lines else 0
-        parts: list[str | tuple[str, str]] = [("§ ", "$text-primary"), title,
+        place: list[str | tuple[str, str]] = [("§ ", "$text-primary"), title,
                                               (f"  {shown}%", "$text-muted")]
-        if view.search_query:
-            found = (f"  /{view.search_query}  {view.current_match} of {view.match_count}"
-                     if view.match_count else f"  /{view.search_query}  no match")
-            parts.append((found, "$text-accent"))
-            if view.match_count:
-                parts.append(("  n next · N previous", "$text-muted"))
+        parts: list[str | tuple[str, str]] = place
+        # what the reader is doing comes first, so a narrow line cuts the section title
+        if view.selected_link:
+            lesson_id, _, slug = view.selected_link.removeprefix("lesson:").partition("#")
+            parts = [("→ ", "$text-accent"),
+                     (self._title_of(lesson_id, slug) or view.selected_link, "bold"),
+                     ("  Enter opens · Tab next · Esc", "$text-muted")]
+        elif view.search_query:
+            found = (f"/{view.search_query}  {view.current_match} of {view.match_count}"
+                     if view.match_count else f"/{view.search_query}  no match")
+            parts = [(found, "$text-accent"),
+                     ("  n next · N previous · Esc clears  " if view.match_count
+                      else "  Esc clears  ", "$text-muted"), *place]
         self.query_one("#lesson-status", Static).update(Content.assemble(*parts))
 
     # --- actions ---------------------------------------------------------------------------
 
     def action_back(self) -> None:
+        """Esc or q: from the contents back to the page; from the page back to where the
+        lesson was opened."""
+        if self.query_one(TableOfContents).has_focus:
+            self._back_to_page()
+            return
         if self.query_one(DocumentView).document is not None:
             self._save()
         self.dismiss()
 
     def action_search(self) -> None:
-        self.query_one(SearchBar).open()
+        """/: a prompt in place of the status line; matches light up as they are typed."""
+        view = self.query_one(DocumentView)
+        self._search_from = view.top_line
+        self.query_one("#lesson-status").display = False
+        bar = self.query_one(SearchBar)
+        bar.open()
+        view.attach_prompt(bar)
+
+    def _close_search(self) -> None:
+        self.query_one(DocumentView).detach_prompt()
+        self.query_one(SearchBar).close()
+        self.query_one("#lesson-status").display = True
+        self.query_one(DocumentView).focus()
+
+    def on_search_bar_typed(self, message: SearchBar.Typed) -> None:
+        view = self.query_one(DocumentView)
+        if message.query.strip():
+            view.search(message.query, start=self._search_from)
+        else:
+            view.clear_search()
+            view.go_to(line=self._search_from)
 
     def on_search_bar_search(self, message: SearchBar.Search) -> None:
-        bar, view = self.query_one(SearchBar), self.query_one(DocumentView)
-        bar.close()
-        view.focus()
+        view = self.query_one(DocumentView)
+        self._close_search()
         if not message.query.strip():
             view.clear_search()
             return
-        if not view.search(message.query):
+        if view.search_query != message.query.strip():
+            view.search(message.query, start=self._search_from)
+        if not view.match_count:
             self.notify(f"no match for “{message.query.strip()}”", severity="warning",
                         timeout=3)
 
     def on_search_bar_cancelled(self, message: SearchBar.Cancelled) -> None:
-        self.query_one(SearchBar).close()
-        self.query_one(DocumentView).focus()
+        """Esc in the prompt: no search, and the page where it was before `/`."""
+        view = self.query_one(DocumentView)
+        self._close_search()
+        view.clear_search()
+        view.go_to(line=self._search_from)
+
+    @property
+    def _wide(self) -> bool:
+        return self.app.size.width >= WIDE_ENOUGH_FOR_CONTENTS
+
+    def _fit_contents(self) -> None:
+        """The contents stay beside the page when there is room; below 100 columns they show
+        only while in use (t)."""
+        contents = self.query_one(TableOfContents)
+        contents.display = self._wide or self.focused is contents
+
+    def on_resize(self) -> None:
+        self._fit_contents()
 
     def action_toggle_contents(self) -> None:
+        """t: into the contents (shown if hidden), or from them back to the page."""
         contents = self.query_one(TableOfContents)
-        contents.display = not contents.display
-        if contents.display:
-            contents.mark(self.query_one(DocumentView).section)
-            contents.focus()
-        else:
-            self.query_one(DocumentView).focus()
+        if contents.has_focus:
+            self._back_to_page()
+            return
+        contents.display = True
+        contents.mark(self.query_one(DocumentView).section)
+        contents.focus()
+
+    def _back_to_page(self) -> None:
+        self.query_one(DocumentView).focus()
+        self.query_one(TableOfContents).display = self._wide
 
     def on_table_of_contents_selected(self, message: TableOfContents.Selected) -> None:
-        view = self.query_one(DocumentView)
-        view.go_to(message.slug)
-        if self.app.size.width < WIDE_ENOUGH_FOR_CONTENTS:
-            self.query_one(TableOfContents).display = False
-        view.focus()
+        self.query_one(DocumentView).go_to(message.slug)
+        self._back_to_page()
 
     def action_section(self, step: int) -> None:
         view = self.query_one(DocumentView)

@@ -11,9 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
-from dojo.tui.widgets import AnswerPanel
+from dojo.tui.widgets import AnswerPanel, KeyFooter
 
 if TYPE_CHECKING:
     from dojo.content import Card
@@ -43,7 +43,7 @@ class MockScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield AnswerPanel(id="mock-answer", cursor_blink=getattr(self.app, "cursor_blink", True))
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = f"Mock interview · {len(self.interview.questions)} questions"

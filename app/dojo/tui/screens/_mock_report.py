@@ -10,10 +10,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from dojo.tui.navigation import OpenLab, OpenLesson, StartDrill
+from dojo.tui.widgets import KeyFooter
 from dojo.tui.widgets._meter import fit, meter
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class MockReportScreen(Screen[None]):
     """Enter on an action goes there; Esc returns Home."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "back", "Back"),
+        Binding("q,escape", "back", "Back"),
     ]
 
     def __init__(self, session: Session, report: MockReport) -> None:
@@ -115,7 +116,7 @@ class MockReportScreen(Screen[None]):
         with VerticalScroll(id="report-body"):
             yield Static(report_content(self.report), id="report-text")
         yield OptionList(*self._actions(), id="report-actions")
-        yield Footer()
+        yield KeyFooter()
 
     def _actions(self) -> list[Option]:
         actions = []

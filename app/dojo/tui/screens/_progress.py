@@ -14,9 +14,10 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from dojo.tui.overview import TRACK_TITLES, Overview, gather
+from dojo.tui.widgets import KeyFooter
 from dojo.tui.widgets._meter import fit, meter, percent, stage_marks
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ def lessons_block(overview: Overview, width: int) -> Content:
             parts += [(TRACK_TITLES.get(track, track), "bold $text-primary"), "\n"]
         read_style = {"read": "$text-success", "reading": "$text-accent"}.get(row.read,
                                                                           "$text-muted")
-        lab = f"{row.lab_passed}/{row.lab_total}" if row.lab_total else \
-            ("coming" if row.labs_coming else "—")
+        lab = row.lab_label().replace("soon", "coming") or "—"
         parts += [(f"{row.lesson.dir.name[:2]} ", "$text-muted"), fit(row.lesson.title,
                                                                     title_width),
                   " ", (f"{row.read:<8}", read_style), meter(row.mastery, 10),
@@ -94,7 +94,7 @@ class ProgressScreen(Screen[None]):
     """Read-only; loads in a worker and scrolls with j/k."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "back", "Back"),
+        Binding("q,escape", "back", "Back"),
         Binding("j", "scroll(1)", "Down", show=False),
         Binding("k", "scroll(-1)", "Up", show=False),
     ]
@@ -117,7 +117,7 @@ class ProgressScreen(Screen[None]):
             yield Static("", id="progress-labs")
             yield Static("Review history", classes="section-title")
             yield Static("", id="progress-history")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = "Progress"

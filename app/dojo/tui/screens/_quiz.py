@@ -9,10 +9,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Header, Static
+from textual.widgets import ContentSwitcher, Header, Static
 
 from dojo.tui.overview import when
-from dojo.tui.widgets import AnswerPanel, GradeBar, ScoreCard
+from dojo.tui.widgets import AnswerPanel, GradeBar, KeyFooter, ScoreCard
 from dojo.tui.widgets._grade_bar import short_interval
 from dojo.tui.widgets._score_card import POINT_KEYS
 
@@ -26,7 +26,7 @@ class QuizScreen(Screen[None]):
     """Every answer and every grade is written to the store the moment it is given."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "leave", "Leave"),
+        Binding("escape,q", "leave", "Leave"),
         Binding("1", "grade(1)", "Again"),
         Binding("2", "grade(2)", "Hard"),
         Binding("3", "grade(3)", "Good"),
@@ -68,7 +68,7 @@ class QuizScreen(Screen[None]):
                 yield GradeBar(id="quiz-grades")
             yield Static("", id="quiz-ready")
             yield Static("", id="quiz-done")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = self.round_title

@@ -7,17 +7,17 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
 from dojo.tui.document import Block
-from dojo.tui.widgets import DocumentView
+from dojo.tui.widgets import DocumentView, KeyFooter
 
 
 class ViewerScreen(Screen[None]):
     """Reads like a lesson: j/k, g/G, Ctrl+D/U, ←/→ for wide code."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "close", "Close"),
+        Binding("q,escape", "close", "Close"),
     ]
 
     def __init__(self, title: str, blocks: list[Block]) -> None:
@@ -28,7 +28,7 @@ class ViewerScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield DocumentView(self.blocks, id="viewer-doc")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.title = self.view_title

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from dojo.tui.widgets._countdown_clock import CountdownClock
     from dojo.tui.widgets._document_view import DocumentView
     from dojo.tui.widgets._grade_bar import GradeBar
+    from dojo.tui.widgets._key_footer import KeyFooter
     from dojo.tui.widgets._lesson_list import LessonList
+    from dojo.tui.widgets._path_bar import PathBar
     from dojo.tui.widgets._score_card import ScoreCard
     from dojo.tui.widgets._search_bar import SearchBar
     from dojo.tui.widgets._services_panel import ServicesPanel
@@ -27,7 +29,9 @@ _MODULES = {
     "CountdownClock": "_countdown_clock",
     "DocumentView": "_document_view",
     "GradeBar": "_grade_bar",
+    "KeyFooter": "_key_footer",
     "LessonList": "_lesson_list",
+    "PathBar": "_path_bar",
     "ScoreCard": "_score_card",
     "SearchBar": "_search_bar",
     "ServicesPanel": "_services_panel",
@@ -42,7 +46,9 @@ __all__ = [
     "CountdownClock",
     "DocumentView",
     "GradeBar",
+    "KeyFooter",
     "LessonList",
+    "PathBar",
     "ScoreCard",
     "SearchBar",
     "ServicesPanel",

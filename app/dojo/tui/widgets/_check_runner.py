@@ -1,7 +1,8 @@
 """`CheckRunner`: runs a lab's checks and watches its files, in workers, posting messages.
 
 It draws nothing; the lab screen mounts it and renders what it posts. Learner code runs in
-the runner's child process (`dojo.runner.execute.CheckRun`), never here.
+the runner's child process (`dojo.runner.execute.CheckRun`), never here; the run itself
+starts the services the lab needs (`ServicesStarting` / `ServicesReady` events).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.worker import get_current_worker
 
-from dojo.runner.results import CheckResult, CheckStarted, RunSummary
+from dojo.runner.results import CheckResult, RunEvent, RunSummary
 
 if TYPE_CHECKING:
     from dojo.content.labs import Lab
@@ -37,9 +38,9 @@ def files_state(folder: Path, names: tuple[str, ...]) -> dict[str, tuple[int, in
 
 
 class CheckRunner(Widget):
-    """`run(options)` checks `impl` (services first, when the lab needs them and they are
-    down); each stage's result is written to the store as soon as the stage finishes.
-    `watch(True)` posts `Saved` whenever a learner file changes."""
+    """`run(options)` checks `impl` (the run starts the services first, when the lab needs
+    them and they are down); each stage's result is written to the store as soon as the
+    stage finishes. `watch(True)` posts `Saved` whenever a learner file changes."""
 
     DEFAULT_CSS = """
     CheckRunner { display: none; }
@@ -47,15 +48,9 @@ class CheckRunner(Widget):
 
     @dataclass
     class Event(Message):
-        """A check started or has a result."""
+        """Services are starting or ready, a check started, or a check has a result."""
 
-        event: CheckStarted | CheckResult
-
-    @dataclass
-    class Progress(Message):
-        """A line from the service manager while it starts services."""
-
-        line: str
+        event: RunEvent
 
     @dataclass
     class Done(Message):
@@ -118,15 +113,6 @@ class CheckRunner(Widget):
         from dojo.runner.execute import CheckRun
 
         worker = get_current_worker()
-        if self.lab.services:
-            try:
-                if not all(status.state in ("up", "external")
-                           for status in self.services.status()):
-                    self.post_message(self.Progress("starting PostgreSQL and Kafka…"))
-                    self.services.up(log=self._relay)
-            except Exception as exc:
-                self.post_message(self.Done(None, False, f"services did not start: {exc}"))
-                return
         run = CheckRun(self.lab, self.impl, options)
         self._run = run
         stage, results = "", list[CheckResult]()
@@ -145,9 +131,6 @@ class CheckRunner(Widget):
         if results and not cancelled:  # a stage cut short is not recorded
             progress.record_stage_results(self.lab, RunSummary((stage,), results))
         self.post_message(self.Done(run.summary, cancelled))
-
-    def _relay(self, line: str) -> None:
-        self.post_message(self.Progress(line))
 
     def set_watching(self, on: bool) -> None:
         """Start or stop watching the learner files."""

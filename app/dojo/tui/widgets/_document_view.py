@@ -5,37 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import on, work
 from textual.binding import Binding, BindingType
-from textual.events import Resize
+from textual.events import Click, Key, Resize
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widgets import Input
 
 from dojo.tui.document import Block, Palette, Prose, RenderedDocument, render_document
+from dojo.tui.widgets._page_marks import Match, find_matches, mark_spans, pick_link, type_into
 
 MATCH_STYLE = Style(reverse=True)
 CURRENT_MATCH_STYLE = Style(reverse=True, bold=True, underline=True)
 MORE_STYLE = Style(bold=True, dim=True)
-
-
-@dataclass(frozen=True)
-class Match:
-    line: int
-    start: int  # cells
-    end: int
+LINK_SELECTED_STYLE = Style(reverse=True)
 
 
 class DocumentView(ScrollView, can_focus=True):
     """Shows a document (`dojo.tui.document` blocks), re-laid out when the width changes.
 
     Prose wraps; fenced blocks keep their width and scroll sideways with ←/→ while the prose
-    stays put. Search is case-insensitive, per line, highlighting every match.
+    stays put. Search is case-insensitive, per line, highlighting every match. Links (lesson
+    cross-references): Tab and Shift+Tab pick one, Enter or a click follows it
+    (`DocumentView.LinkFollowed`); on a page without links Tab moves the focus as usual.
     """
 
     DEFAULT_CSS = """
@@ -63,6 +60,10 @@ class DocumentView(ScrollView, can_focus=True):
         Binding("right", "scroll_right", "Wide code right", show=False),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
+        Binding("tab", "next_link(1)", "Next link", show=False),
+        Binding("shift+tab", "next_link(-1)", "Previous link", show=False),
+        Binding("enter", "follow_link", "Follow the link", show=False),
+        Binding("escape", "clear", "Clear search/link", show=False),
     ]
 
     @dataclass
@@ -100,6 +101,28 @@ class DocumentView(ScrollView, can_focus=True):
             return self.view
 
     @dataclass
+    class LinkSelected(Message):
+        """Tab moved to a link (`target` is "" when none is selected any more)."""
+
+        view: DocumentView
+        target: str
+
+        @property
+        def control(self) -> DocumentView:
+            return self.view
+
+    @dataclass
+    class LinkFollowed(Message):
+        """Enter or a click on a link: the screen goes there (`lesson:<id>[#section]`)."""
+
+        view: DocumentView
+        target: str
+
+        @property
+        def control(self) -> DocumentView:
+            return self.view
+
+    @dataclass
     class _Laid(Message):
         document: RenderedDocument
         width: int
@@ -124,6 +147,10 @@ class DocumentView(ScrollView, can_focus=True):
         self._matches: list[Match] = []
         self._by_line: dict[int, list[int]] = {}
         self._current = -1
+        self._link = -1  # the selected link, an index into document.links
+        self.opens_prompt: frozenset[str] = frozenset()  # keys whose binding opens a prompt
+        self._prompt: Input | None = None  # the prompt open now (see on_key)
+        self._pending_keys: list[Key] | None = None  # typed before the prompt had the focus
         if blocks:
             self.set_reactive(DocumentView.blocks, tuple(blocks))
 
@@ -167,6 +194,7 @@ class DocumentView(ScrollView, can_focus=True):
 
     def watch_blocks(self) -> None:
         self._query, self._matches, self._by_line, self._current = "", [], {}, -1
+        self._link = -1
         self._stale = True
         self._layout(keep_place=False)
 
@@ -201,7 +229,10 @@ class DocumentView(ScrollView, can_focus=True):
         message.stop()
         if message.generation != self._generation:
             return
+        selected = self.selected_link
         self._document = message.document
+        self._link = next((n for n, link in enumerate(message.document.links)
+                           if link.target == selected), -1) if selected else -1
         self._laid_width = message.width
         self._laid_generation = message.generation
         self.virtual_size = Size(message.document.width, len(message.document.lines))
@@ -247,6 +278,8 @@ class DocumentView(ScrollView, can_focus=True):
         strip = line.strip
         if index in self._by_line:
             strip = self._highlight(strip, index)
+        if self._link >= 0:
+            strip = self._highlight_link(strip, index)
         if not line.scrolls:
             return strip.crop_extend(0, width, base).apply_style(base)
         # wide code and diagrams: ‹ and › at the edges say there is more to the side (←/→)
@@ -260,24 +293,17 @@ class DocumentView(ScrollView, can_focus=True):
         return Strip.join(pieces).apply_style(base)
 
     def _highlight(self, strip: Strip, index: int) -> Strip:
-        cuts: list[int] = []
-        styles: list[Style | None] = []
-        position = 0
-        for number in self._by_line[index]:
-            match = self._matches[number]
-            if match.start < position:
-                continue
-            cuts += [match.start, match.end]
-            styles += [None, CURRENT_MATCH_STYLE if number == self._current else MATCH_STYLE]
-            position = match.end
-        cuts.append(strip.cell_length)
-        styles.append(None)
-        pieces = strip.divide(cuts)
-        out: list[Strip] = []
-        for piece, style in zip(pieces, styles, strict=False):
-            out.append(piece if style is None else
-                       Strip(list(Segment.apply_style(list(piece), None, style))))
-        return Strip.join(out)
+        return mark_spans(strip, [
+            (self._matches[n].start, self._matches[n].end,
+             CURRENT_MATCH_STYLE if n == self._current else MATCH_STYLE)
+            for n in self._by_line[index]])
+
+    def _highlight_link(self, strip: Strip, index: int) -> Strip:
+        document = self._document
+        if document is None or self._link >= len(document.links):
+            return strip
+        return mark_spans(strip, [(start, end, LINK_SELECTED_STYLE) for line, start, end
+                                  in document.links[self._link].spans if line == index])
 
     # --- moving --------------------------------------------------------------------------
 
@@ -323,13 +349,111 @@ class DocumentView(ScrollView, can_focus=True):
         """1-based number of the current match, 0 when there is none."""
         return self._current + 1 if self._matches else 0
 
-    def search(self, query: str) -> int:
-        """Highlight every match of `query` and go to the first one below the top line."""
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # When these have nothing to act on, the key falls through to the screen and the
+        # app: Esc goes back, Tab moves the focus.
+        if action == "clear":
+            return bool(self._query) or self._link >= 0
+        if action == "next_link":
+            return bool(self._document and self._document.links)
+        if action == "follow_link":
+            return self._link >= 0
+        return True
+
+    def action_clear(self) -> None:
+        """Esc: the selected link, then the search, is cleared."""
+        if self._link >= 0:
+            self._select_link(-1)
+        else:
+            self.clear_search()
+
+    def attach_prompt(self, prompt: Input) -> None:
+        """A prompt opened from this page (`/`): keys typed before it had the focus go to it,
+        in order, and so does anything still queued here."""
+        self._prompt = prompt
+        pending, self._pending_keys = self._pending_keys, None
+        for key in pending or []:
+            type_into(prompt, key)
+
+    def detach_prompt(self) -> None:
+        self._prompt = None
+        self._pending_keys = None
+
+    def on_key(self, event: Key) -> None:
+        """Keys arrive here in the order typed, but the screen's binding for `/` runs only
+        after this page has handled the keys queued behind it: a fast typist's `/poison`
+        would hit the page's own keys (`o` opens the lab). So after a key in `opens_prompt`,
+        keys are held here until the prompt is attached, and then typed into it."""
+        if self._prompt is not None or self._pending_keys is not None:
+            event.stop()
+            event.prevent_default()
+            if self._prompt is not None:
+                type_into(self._prompt, event)
+            else:
+                self._pending_keys.append(event)  # type: ignore[union-attr]
+        elif event.key in self.opens_prompt:
+            self._pending_keys = []  # the event itself goes on to the screen's binding
+
+    # --- links ---------------------------------------------------------------------------
+
+    @property
+    def selected_link(self) -> str:
+        """The target of the link Tab selected, "" when none is."""
+        document = self._document
+        if document is None or not 0 <= self._link < len(document.links):
+            return ""
+        return document.links[self._link].target
+
+    def _visible(self, line: int) -> bool:
+        return self.top_line <= line < self.top_line + self.scrollable_content_region.height
+
+    def action_next_link(self, step: int) -> None:
+        """Tab / Shift+Tab: the next (previous) link after the selected one, or the first
+        (last) on screen when the selected one is not in view."""
+        document = self._document
+        if document is None or not document.links:
+            return
+        self._select_link(pick_link(document.links, self._link, self.top_line,
+                                    self.scrollable_content_region.height, step))
+
+    def _select_link(self, index: int) -> None:
+        self._link = index
+        document = self._document
+        if index >= 0 and document is not None:
+            line = document.links[index].line
+            if not self._visible(line):
+                height = self.scrollable_content_region.height
+                self.scroll_to(y=max(0, line - height // 3), animate=False, immediate=True,
+                               force=True)
+        self.refresh()
+        self.post_message(self.LinkSelected(self, self.selected_link))
+
+    def action_follow_link(self) -> None:
+        if self.selected_link:
+            self.post_message(self.LinkFollowed(self, self.selected_link))
+
+    def on_click(self, event: Click) -> None:
+        """A click on a link follows it."""
+        document = self._document
+        if document is None:
+            return
+        region = self.scrollable_content_region
+        line = self.top_line + event.y - (region.y - self.region.y)
+        cell = round(self.scroll_x) + event.x - (region.x - self.region.x)
+        for link in document.links:
+            if link.covers(line, cell):
+                event.stop()
+                self.post_message(self.LinkFollowed(self, link.target))
+                return
+
+    def search(self, query: str, start: int | None = None) -> int:
+        """Highlight every match of `query` and go to the first one at or below line `start`
+        (default: the top line)."""
         self._query = query.strip()
         self._current = -1
         self._find(self._query, keep_current=False)
         if self._matches:
-            top = self.top_line
+            top = self.top_line if start is None else start
             after = [n for n, match in enumerate(self._matches) if match.line >= top]
             self._current = after[0] if after else 0
             self._show_current()
@@ -354,19 +478,10 @@ class DocumentView(ScrollView, can_focus=True):
 
     def _find(self, query: str, keep_current: bool) -> None:
         document = self._document
-        self._matches, self._by_line = [], {}
-        if not query or document is None:
-            return
-        needle = query.lower()
-        for index, line in enumerate(document.lines):
-            haystack = line.text.lower()
-            start = haystack.find(needle)
-            while start != -1:
-                begin = cell_len(line.text[:start])
-                end = begin + cell_len(line.text[start:start + len(needle)])
-                self._by_line.setdefault(index, []).append(len(self._matches))
-                self._matches.append(Match(index, begin, end))
-                start = haystack.find(needle, start + max(1, len(needle)))
+        self._matches = find_matches(document.lines, query) if document is not None else []
+        self._by_line = {}
+        for number, match in enumerate(self._matches):
+            self._by_line.setdefault(match.line, []).append(number)
         if keep_current and self._matches:
             self._current = min(max(self._current, 0), len(self._matches) - 1)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 READ_MARKS = {"read": ("●", "$text-success"), "reading": ("◐", "$text-accent"),
               "unread": ("·", "$text-muted")}
 LEGEND = "● read ◐ reading · mastery · lab stages"
+MIN_TITLE = 30  # below this the lab column names its labs by count
 
 
 class LessonList(OptionList):
@@ -77,13 +78,20 @@ class LessonList(OptionList):
             return
         keep = self.highlighted_option.id if self.highlighted_option else None
         self._width = width = max(self.scrollable_content_region.width, 40)
+        # whole lab names when the titles keep room enough, `2 labs 0/4` when they would not
+        short = False
+        lab_width = max((len(row.lab_label()) for row in overview.lessons), default=0)
+        if width - 13 - lab_width < MIN_TITLE:
+            short = True
+            lab_width = max((len(row.lab_label(short)) for row in overview.lessons), default=0)
         options: list[Option] = []
         track = ""
         for row in overview.lessons:
             if row.lesson.track != track:
                 track = row.lesson.track
                 options.append(Option(TRACK_TITLES.get(track, track), disabled=True))
-            options.append(Option(self._lesson_line(row, width), id=f"lesson:{row.lesson.id}"))
+            options.append(Option(self._lesson_line(row, width, lab_width, short),
+                                  id=f"lesson:{row.lesson.id}"))
         if overview.labs:
             options.append(Option("Labs", disabled=True))
             for lab in overview.labs:
@@ -94,10 +102,9 @@ class LessonList(OptionList):
         self.highlighted = ids.index(keep) if keep is not None and keep in ids else first
 
     @staticmethod
-    def _lesson_line(row: LessonRow, width: int) -> Content:
-        lab = f"{row.lab_passed}/{row.lab_total}" if row.lab_total else \
-            ("soon" if row.labs_coming else "")
-        title_width = max(12, width - 4 - 2 - 5 - 6)
+    def _lesson_line(row: LessonRow, width: int, lab_width: int, short: bool) -> Content:
+        lab = row.lab_label(short)
+        title_width = max(12, width - 13 - lab_width)
         mark, mark_style = READ_MARKS[row.read]
         mastery_style = "$text-success" if row.mastery >= 0.8 else \
             "$text-accent" if row.mastery > 0 else "$text-muted"
@@ -106,7 +113,8 @@ class LessonList(OptionList):
             fit(row.lesson.title, title_width),
             " ", (mark, mark_style),
             (f"{percent(row.mastery)} ", mastery_style),
-            (f"{lab:>5}", "$text-success" if row.lab_total and row.lab_passed == row.lab_total
+            (f" {lab:>{lab_width}}" if lab_width else "",
+             "$text-success" if row.lab_total and row.lab_passed == row.lab_total
              else "$text-muted"),
         )
 

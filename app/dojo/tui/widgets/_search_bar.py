@@ -1,4 +1,5 @@
-"""`SearchBar`: the `/` prompt at the bottom of a page, as in vim and less."""
+"""`SearchBar`: the `/` prompt at the bottom of a page, as in vim and less: it takes the place
+of the page's status line while open, and every keystroke searches (incremental)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from textual.widgets import Input
 
 
 class SearchBar(Input):
-    """Enter posts `SearchBar.Search`; Escape posts `SearchBar.Cancelled`. Hidden until
-    `open()`; the screen hides it again when either message arrives."""
+    """Each change posts `SearchBar.Typed`, Enter `SearchBar.Search`, Escape
+    `SearchBar.Cancelled`. Hidden until `open()`; the screen hides it again when Search or
+    Cancelled arrives."""
 
     DEFAULT_CSS = """
     SearchBar {
-        dock: bottom;
         display: none;
         height: 1;
         border: none;
@@ -41,6 +42,17 @@ class SearchBar(Input):
             return self.bar
 
     @dataclass
+    class Typed(Message):
+        """The query changed (every keystroke)."""
+
+        bar: SearchBar
+        query: str
+
+        @property
+        def control(self) -> SearchBar:
+            return self.bar
+
+    @dataclass
     class Cancelled(Message):
         bar: SearchBar
 
@@ -49,8 +61,8 @@ class SearchBar(Input):
             return self.bar
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(placeholder="/ search this page · Enter finds · empty Enter clears · "
-                                     "Esc cancels", id=id)
+        super().__init__(placeholder="search this page: matches light up as you type · Enter "
+                                     "keeps them · Esc cancels", id=id)
 
     def on_mount(self) -> None:
         self.cursor_blink = getattr(self.app, "cursor_blink", True)
@@ -58,10 +70,21 @@ class SearchBar(Input):
     def open(self, text: str = "") -> None:
         self.value = text
         self.add_class("-open")
-        self.focus()
+        # focus now, not after the queue (focus() would): the keys typed right after `/`
+        # are already on their way and must land here, not on the page's own bindings
+        self.screen.set_focus(self)
 
     def close(self) -> None:
         self.remove_class("-open")
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-open")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        if self.is_open:
+            self.post_message(self.Typed(self, event.value))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
+from textual.events import Resize
 from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -33,6 +34,8 @@ class TableOfContents(Tree[str]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "first", "First section", show=False),
+        Binding("G,end", "last", "Last section", show=False),
     ]
 
     @dataclass
@@ -50,7 +53,11 @@ class TableOfContents(Tree[str]):
         self.auto_expand = False
         self.guide_depth = 2
         self._entries: dict[str, TreeNode[str]] = {}
+        self._titles: dict[str, str] = {}  # slug -> the whole title (labels may be cut)
+        self._fitted = 0
         for section in lesson.sections:
+            self._titles[section.slug] = section.title
+            self._titles.update({sub.slug: sub.title for sub in section.subsections})
             if section.subsections:
                 node = self.root.add(section.title, data=section.slug, expand=True)
                 for sub in section.subsections:
@@ -67,6 +74,22 @@ class TableOfContents(Tree[str]):
                 self.move_cursor_to_line(0)
         elif self.cursor_node is not node:
             self.move_cursor(node, animate=False)
+
+    def on_resize(self, event: Resize) -> None:
+        """Titles longer than the column end in an ellipsis instead of being cut mid-word."""
+        room = self.scrollable_content_region.width - 2  # the ▼ / ├ in front of a title
+        if room == self._fitted or room <= 4:
+            return
+        self._fitted = room
+        for slug, node in self._entries.items():
+            title = self._titles[slug]
+            node.set_label(title if len(title) <= room else title[:room - 1] + "…")
+
+    def action_first(self) -> None:
+        self.move_cursor_to_line(0, animate=False)
+
+    def action_last(self) -> None:
+        self.move_cursor_to_line(self.last_line, animate=False)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[str]) -> None:
         event.stop()
