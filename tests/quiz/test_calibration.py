@@ -69,7 +69,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "kafka-ordering-producer-retries": "partial 20 < wrong-right-words 40",
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
-    "kafka-ordering-spot-acks": "strong 80 < negated 100; partial 60 < negated 100",
     "kafka-ordering-spot-executor": "partial 60 < negated 100",
     "outbox-polling-or-debezium": "held out: partial 54 < negated 71",
     "outbox-spot-after-commit": "partial 50 < negated 75",
@@ -83,7 +82,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "transactional-self-invocation": "strong 70 < negated 85",
     "lessons-incident-story": "partial 20 < wrong-right-words 40; partial 20 < negated 100",
     "lessons-knowledge-vs-shape": "partial 33 < negated 67",
-    "lessons-spot-memorise": "strong 80 < negated 100; partial 80 < negated 100",
     "lessons-spot-no-story": "partial 20 < wrong-right-words 40; partial 20 < negated 80",
     "lessons-spot-separate-facts": "held out: partial 20 < negated 80",
     "lessons-startup-chain": "held out: partial 67 < negated 100",
@@ -92,7 +90,7 @@ KNOWN_MISORDERED: dict[str, str] = {
     "locking-isolation": "partial 83 < negated 100",
     "locking-spot-synchronized": "strong 80 < negated 100; partial 80 < negated 100",
     "mistakes-spot-design-code": "held out: partial 50 < negated 100",
-    "mistakes-spot-dlt-name": "held out: partial 60 < negated 80",
+    "mistakes-spot-connect-tolerance": "partial 60 < negated 80",
     "mistakes-spot-kafka-builtin": "partial 50 < negated 88",
     "mistakes-spot-no-alert": "partial 80 < negated 100",
     "mistakes-spot-outage-dlq": ("held out: partial 40 < wrong-right-words 60; "

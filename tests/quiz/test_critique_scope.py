@@ -68,3 +68,43 @@ def test_an_echo_of_the_cards_question_claims_nothing() -> None:
     assert score_answer(card, echo).result("p").verdict is Verdict.MADE
     claim = "The outbox replaces the marker table, so the outbox stays."
     assert score_answer(card, claim).result("p").verdict is Verdict.CONTRADICTED
+
+
+def card_with(says: str) -> Card:
+    point = KeyPoint("p", "The main class sits in the root package", (), 1,
+                     (parse_cue("main class + root package", {}),))
+    mis = Misconception("p", "The claim", (parse_cue(says, {}),), (), 1)
+    return Card("t", "followup", "q?", "a", "", (point,), "lesson", Path("cards.yaml"), 1,
+                (mis,))
+
+
+def verdict(says: str, answer: str) -> Verdict:
+    return score_answer(card_with(says), answer).result("p").verdict
+
+
+def test_a_misconception_lies_in_one_claim() -> None:
+    says = "default scan > covers | reaches > com acme wallet"
+    assert verdict(says, "The default scan covers com.acme.wallet.") is Verdict.CONTRADICTED
+    # A semicolon starts another claim.
+    assert verdict(says, "The default scan would only cover boot; it belongs in "
+                         "com.acme.wallet.") is Verdict.MISSED
+    # Six clause breaks apart is no one claim either.
+    spread = ("@Transactional works through a proxy, and warmUp calls refresh, so the proxy is "
+              "bypassed, which matters, and during @PostConstruct it is missing.")
+    assert verdict("transactional > works > during > postconstruct", spread) is Verdict.MISSED
+    assert verdict("transactional > works > during > postconstruct",
+                   "@Transactional works fine during @PostConstruct.") is Verdict.CONTRADICTED
+
+
+def test_a_setting_switched_off_denies_its_name() -> None:
+    says = "turn on open in view"
+    assert verdict(says, "Turning on spring.jpa.open-in-view=false helps.") is Verdict.MISSED
+    assert verdict(says, "Turning on spring.jpa.open-in-view helps.") is Verdict.CONTRADICTED
+    tokens = tokenize("open-in-view=false")
+    match = match_cue(parse_cue("open in view + false", {}), tokens)
+    assert match is not None and not match.negated
+
+
+def test_a_judgement_before_a_colon_covers_what_follows() -> None:
+    assert critique("scan* far too", "Scanning com is a bad idea: it scans far too much.")
+    assert not critique("scan* far too", "Scanning com is fine and it scans far too much.")

@@ -75,3 +75,12 @@ def test_a_point_over_several_clauses_takes_the_polarity_of_its_claim() -> None:
                     by_clause=True) == "negated"
     # A misconception keeps the strict rule: any negated idea blocks it.
     assert polarity("provider + hold + connection", because) == "negated"
+
+
+def test_no_need_to_denies_the_verb_phrase_it_carries() -> None:
+    assert polarity("configure + dead letter queue",
+                    "There's no need to configure a dead letter queue.") == "negated"
+    assert polarity("retry + permanent", "There is no reason to retry a permanent error.") \
+        == "negated"
+    assert polarity("retries + reorder", "With no idempotence, retries reorder batches.") \
+        == "affirmed"

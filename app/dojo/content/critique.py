@@ -10,7 +10,8 @@ nothing. The shapes recognised, for a critique word W and a claim X in one sente
 - X is / was / becomes … W: "X is the classic mistake", "X, which is a bug", "that's wrong",
   "X is a bad idea";
 - W is / of / with / to / that … X: "the mistake is to X", "the problem with X", "the danger
-  of X", and W followed by a colon, which covers the rest of its sentence ("Pitfalls: X, Y");
+  of X", and W followed by a colon, which covers the rest of its sentence ("Pitfalls: X, Y",
+  "a bad idea: it scans far too much");
 - X, then a consequence (lose, stall, risk) later in the sentence: "X loses messages", "X, so
   the partition stalls"; or the consequence first and X as its condition or cause: "we lose
   the message if X";
@@ -70,7 +71,8 @@ def criticised(tokens: Sequence[Token], match: CueMatch) -> bool:
                                     or _called_before(tokens, index, first)
                                     or _qualifies(tokens, index, used)):
             return True
-        if word in _VERDICTS and _called_after(tokens, used, index):
+        if word in _VERDICTS and (_called_after(tokens, used, index)
+                                  or (index < first and _colon_after(tokens, index))):
             return True
         if word in _CONSEQUENCES and (index > last or _consequence_of(tokens, index, first)):
             return True
@@ -112,13 +114,20 @@ def _called_before(tokens: Sequence[Token], index: int, first: int) -> bool:
     covers the rest of the sentence)."""
     if index >= first:
         return False
-    if index + 1 < len(tokens) and tokens[index + 1].colon:
+    if _colon_after(tokens, index):
         return True
     if first - index > JUDGEMENT_REACH:
         return False
     # "the mistake is to", "the problem with", "the mistake here is": the link comes first.
     return any(t.word in _LEADING for t in tokens[index + 1:min(first, index + 3)]) \
         or tokens[first].colon
+
+
+def _colon_after(tokens: Sequence[Token], index: int) -> bool:
+    """"Pitfalls: X", "a bad idea: X", "the classic mistake here: X": a colon within two
+    words after the critique word, in its sentence."""
+    return any(tokens[i].colon and tokens[i].sentence == tokens[index].sentence
+               for i in range(index + 1, min(len(tokens), index + 4)))
 
 
 def _consequence_of(tokens: Sequence[Token], index: int, first: int) -> bool:

@@ -58,7 +58,10 @@ def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
 
 def denial_at(tokens: Sequence[Token], index: int) -> bool:
     """Whether a denial ("not needed", "unnecessary", "optional") starts at `index`. A
-    one-word denial after a negator is no denial ("not optional")."""
+    one-word denial after a negator is no denial ("not optional"); a setting's value that
+    turns it off denies the name ("open-in-view=false")."""
+    if tokens[index].switched_off:
+        return True
     for denial in _DENIALS:
         window = tokens[index:index + len(denial)]
         if len(window) != len(denial) or not all(

@@ -65,6 +65,9 @@ class Token:
     # `_mark_reach`. Unused for other tokens.
     reach: int = 0
     colon: bool = False  # the token follows a colon ("The mistake: …")
+    semicolon: bool = False  # the token follows a semicolon: a new claim begins
+    # A setting's value that turns it off ("open-in-view=false"): denies the name before it.
+    switched_off: bool = False
     asks: bool = False  # the token's sentence is a question (see `_mark_questions`)
 
 
@@ -75,7 +78,7 @@ def tokenize(text: str) -> list[Token]:
     tokens: list[Token] = []
     lowered = text.lower()
     skip_dot = -1
-    colon = False
+    colon = semicolon = False
     questions: set[int] = set()
     for match in _TOKEN.finditer(lowered):
         piece = match.group()
@@ -88,6 +91,7 @@ def tokenize(text: str) -> list[Token]:
                     questions.add(sentence)
                 sentence += 1
             colon = piece == ":"
+            semicolon = piece == ";"
             continue
         piece = piece.replace("’", "'")
         start, end = match.start(), match.end()
@@ -101,8 +105,8 @@ def tokenize(text: str) -> list[Token]:
             for part in piece.split("'")[0].split("."):
                 stemmed = stem(part)
                 tokens.append(Token(part, stemmed, offset, offset + len(part), clause, sentence,
-                                    colon=colon))
-                colon = False
+                                    colon=colon, semicolon=semicolon))
+                colon = semicolon = False
                 offset += len(part) + 1
             continue
         if piece.endswith("n't"):
@@ -119,12 +123,15 @@ def tokenize(text: str) -> list[Token]:
             if word in _CLAUSE_WORDS:
                 clause += 1
             norm = NOT if word == "n't" or word in _NEGATOR_WORDS else stem(word)
-            tokens.append(Token(word, norm, w_start, w_end, clause, sentence, colon=colon))
-            colon = False
+            off = word in _OFF_VALUES and lowered[:w_start].rstrip().endswith(("=", ":="))
+            tokens.append(Token(word, norm, w_start, w_end, clause, sentence, colon=colon,
+                                semicolon=semicolon, switched_off=off))
+            colon = semicolon = False
         raw.clear()
     return _mark_questions(_mark_reach(_mark_stops(_merge_negator_phrases(tokens))), questions)
 
 
+_OFF_VALUES = frozenset("false off disabled no none 0".split())
 _YES = frozenset("yes yeah yep yup absolutely".split())
 
 
@@ -166,7 +173,8 @@ def _merge_negator_phrases(tokens: list[Token]) -> list[Token]:
                                                                                  strict=True)):
                 first, last = window[0], window[-1]
                 out.append(Token(" ".join(phrase), NOT, first.start, last.end, first.clause,
-                                 first.sentence, colon=first.colon))
+                                 first.sentence, colon=first.colon,
+                                 semicolon=first.semicolon))
                 index += len(phrase)
                 break
         else:
@@ -250,7 +258,8 @@ def _mark_reach(tokens: list[Token]) -> list[Token]:
 
 def _scope_end(tokens: Sequence[Token], index: int) -> int:
     token = tokens[index]
-    noun_phrase = token.word in _NOUN_NEGATORS and not _gerund_after(tokens, index)
+    noun_phrase = token.word in _NOUN_NEGATORS and not _gerund_after(tokens, index) \
+        and not _need_after(tokens, index)
     end = index + 1
     content = 0
     while end < len(tokens) and end - index <= NEGATION_SCOPE \
@@ -298,6 +307,17 @@ def _gerund_after(tokens: Sequence[Token], index: int) -> bool:
     while after < len(tokens) and tokens[after].word in _DETERMINERS:
         after += 1
     return after < len(tokens) and tokens[after].word.endswith("ing") \
+        and tokens[after].clause == tokens[index].clause
+
+
+_NEED_NOUNS = frozenset("need reason point sense use".split())
+
+
+def _need_after(tokens: Sequence[Token], index: int) -> bool:
+    """"no need to configure a DLQ", "no reason to retry", "no point in waiting": the noun
+    carries a verb phrase, which the negator denies."""
+    after = index + 1
+    return after < len(tokens) and tokens[after].word in _NEED_NOUNS \
         and tokens[after].clause == tokens[index].clause
 
 

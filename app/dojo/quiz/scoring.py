@@ -281,10 +281,23 @@ def _claims(tokens: Sequence[Token], match: CueMatch) -> bool:
         and not tokens[match.last].asks
 
 
+CLAIM_CLAUSES = 4  # clause breaks a misconception's match may span
+
+
+def _one_claim(tokens: Sequence[Token], match: CueMatch) -> bool:
+    """Whether `match` lies in one claim: no semicolon inside it (it starts another claim:
+    "the default scan would only cover boot; it should be in com.acme.wallet") and at most
+    CLAIM_CLAUSES clause breaks ("@Transactional works through a proxy, and …, so …, and
+    during @PostConstruct the proxy isn't there" is no claim that it works during it)."""
+    first, last = match.first, match.last
+    return not any(token.semicolon for token in tokens[first + 1:last + 1]) \
+        and tokens[last].clause - tokens[first].clause <= CLAIM_CLAUSES
+
+
 def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
     for cue in mis.says:
         for match in affirmed_matches(cue, answer.tokens):
-            if _claims(answer.tokens, match):
+            if _claims(answer.tokens, match) and _one_claim(answer.tokens, match):
                 return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
     for pattern in mis.patterns:
         span = answer.pattern_span(pattern)
