@@ -212,3 +212,13 @@ def test_a_denial_under_an_earlier_negator_or_narrowed_to_a_case_is_no_denial() 
     assert verdict(session, "The idempotent producer removes duplicates from its retries. "
                             "In one session, the idempotent producer does not help.") \
         is Verdict.CONTRADICTED
+
+
+def test_a_misspelt_negator_is_repaired_and_negates() -> None:
+    tokens = repair_typos(tokenize("com.acme.fx is a sibling, nevver scanned"),
+                          frozenset({"scanned"}))
+    match = match_cue(parse_cue("com acme fx is scanned", {}), tokens)
+    assert match is not None and match.negated
+    tokens = repair_typos(tokenize("we publish withot the outbox"), frozenset({"outbox"}))
+    match = match_cue(parse_cue("publish + outbox", {}), tokens)
+    assert match is not None and match.negated

@@ -217,6 +217,11 @@ about against toward towards
 _OBJECT_PRONOUNS = frozenset("it them this that these those me us him her one".split())
 
 
+def mark_reach(tokens: list[Token]) -> list[Token]:
+    """`_mark_reach` again, after typo repair turned a word into a negator ("nevver")."""
+    return _mark_reach([replace(token, reach=0) for token in tokens])
+
+
 def _mark_reach(tokens: list[Token]) -> list[Token]:
     """Set `reach` on every negator. A negator governs the rest of its clause, at most
     NEGATION_SCOPE words, but each conjunct carries its own polarity:

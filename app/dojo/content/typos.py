@@ -4,7 +4,8 @@ Only a word that is no English word can be a typo: "trade" is not a misspelt "tr
 "broker" a misspelt "broken", nor "block" a misspelt "lock". English words are those of the
 frequency list that pyspellchecker ships (English, about 160,000 words from subtitles and
 Wiktionary); the card's technical words (idempotency, upsert, backoff) are mostly not in it, so
-a slip in them is still repaired.
+a slip in them is still repaired. A misspelt negator ("nevver", "withot") is repaired on every
+card: it turns the claim round.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from dataclasses import replace
 from functools import lru_cache
 from importlib.resources import files
 
-from dojo.content.tokens import NOT, Token, stem
+from dojo.content.tokens import NOT, Token, mark_reach, stem
 
 MIN_TYPO_LENGTH = 5  # shorter words are too easily another real word
+# Negators are repaired too, whatever the card's words: a misspelt "never" turns the claim.
+_NEGATORS = frozenset("never without cannot nothing nobody neither nowhere".split())
 
 
 @lru_cache(maxsize=1)
@@ -61,7 +64,7 @@ def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
     from rapidfuzz.distance import OSA
     from rapidfuzz.process import extract
 
-    choices = sorted(words)
+    choices = sorted(words | _NEGATORS)
     stems = _stems_of(words)
     english = english_words()
     out: list[Token] = []
@@ -83,5 +86,7 @@ def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
         if best_word is None:
             out.append(token)
             continue
-        out.append(replace(token, word=best_word, norm=stem(best_word)))
-    return out
+        norm = NOT if best_word in _NEGATORS else stem(best_word)
+        out.append(replace(token, word=best_word, norm=norm))
+    return mark_reach(out) if any(new is not old and new.norm == NOT
+                                  for new, old in zip(out, tokens, strict=True)) else out
