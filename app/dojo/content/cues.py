@@ -153,6 +153,15 @@ class CueMatch:
         return max(occ.last for occ in self.occurrences)
 
 
+# A word in a phrase's gap that narrows or changes what the phrase says: "all unchecked
+# exceptions roll back" does not say "all exceptions roll back". (A negator may sit in the gap:
+# it negates the phrase, see `governing_negators`.)
+QUALIFIERS = frozenset("""
+unchecked checked some only certain few non partial partially rarely sometimes occasionally
+except most several
+""".split())
+
+
 def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrence | None:
     if not phrase[0].matches(tokens[start]):
         return None
@@ -161,7 +170,9 @@ def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrenc
     for word in phrase[1:]:
         for step in range(1, PHRASE_GAP + 2):
             candidate = position + step
-            if candidate < len(tokens) and word.matches(tokens[candidate]):
+            if candidate >= len(tokens) or step > 1 and tokens[candidate - 1].word in QUALIFIERS:
+                return None
+            if word.matches(tokens[candidate]):
                 position = candidate
                 used.append(candidate)
                 break
