@@ -60,7 +60,7 @@ KNOWN_MISORDERED: dict[str, str] = {
     "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
     "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
     "idem-key": "strong 80 < negated 100; partial 40 < negated 100",
-    "idem-natural": "partial 17 < negated 67; partial 17 < keywords 67",
+    "idem-natural": "partial 17 < negated 67",
     "idem-race": "strong 71 < partial 83",
     "idem-retention": "held out: strong 54 < negated 71; partial 50 < negated 71",
     "idem-spot-catch-duplicate": "partial 40 < negated 100",
