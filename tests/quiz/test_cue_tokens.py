@@ -65,3 +65,12 @@ def test_nobody_or_nothing_in_a_cue_is_that_word_not_any_negator() -> None:
     assert match_cue(cue, tokenize("there is no alert here")) is None
     # `not` in a cue still stands for any negator, "nobody" among them.
     assert match_cue(parse_cue("not notice", {}), tokenize("nobody notices")) is not None
+
+
+def test_an_irregular_verb_form_stems_like_its_base() -> None:
+    assert match_cue(parse_cue("order + break*", {}), tokenize("The DLQ broke the order.")) \
+        is not None
+    assert match_cue(parse_cue("message + lose", {}), tokenize("The message was lost.")) \
+        is not None
+    assert match_cue(parse_cue("offset + send", {}), tokenize("The offset is sent.")) \
+        is not None

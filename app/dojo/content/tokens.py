@@ -44,9 +44,28 @@ _ABBREVIATIONS = frozenset({"e.g", "i.e"})
 _SENTENCE_END = frozenset(".!?\n")
 
 
+# Irregular verb forms the stemmer leaves alone ("broke" is no form of "break" to Snowball):
+# each stems like its base form. Only forms with no other common meaning (not left, found,
+# saw, lay, led).
+_IRREGULAR = {form: base for base, forms in (
+    ("break", "broke broken"), ("lose", "lost"), ("send", "sent"), ("keep", "kept"),
+    ("hold", "held"), ("write", "wrote written"), ("overwrite", "overwrote overwritten"),
+    ("rewrite", "rewrote rewritten"), ("run", "ran"), ("take", "took taken"),
+    ("give", "gave given"), ("make", "made"), ("build", "built"), ("rebuild", "rebuilt"),
+    ("catch", "caught"), ("throw", "threw thrown"), ("choose", "chose chosen"),
+    ("begin", "began begun"), ("fall", "fell fallen"), ("forget", "forgot forgotten"),
+    ("hide", "hid hidden"), ("go", "went gone"), ("know", "knew known"),
+    ("drive", "drove driven"), ("spend", "spent"), ("stick", "stuck"), ("buy", "bought"),
+    ("bring", "brought"), ("think", "thought"), ("get", "got gotten"),
+    ("freeze", "froze frozen"), ("show", "shown"), ("undo", "undid undone"),
+    ("withdraw", "withdrew withdrawn"), ("mean", "meant"), ("deal", "dealt"),
+    ("understand", "understood"), ("seek", "sought"), ("teach", "taught"))
+    for form in forms.split()}
+
+
 @lru_cache(maxsize=50_000)
 def stem(word: str) -> str:
-    return _STEMMER.stemWord(word)
+    return _STEMMER.stemWord(_IRREGULAR.get(word, word))
 
 
 @dataclass(frozen=True)
