@@ -71,7 +71,6 @@ KNOWN_MISORDERED: dict[str, str] = {
                                "partial 40 < negated 85"),
     "kafka-ordering-spot-executor": "partial 60 < negated 100",
     "outbox-polling-or-debezium": "held out: partial 54 < negated 71",
-    "outbox-spot-after-commit": "partial 50 < negated 75",
     "outbox-spot-ai-payload": "partial 75 < negated 100",
     "outbox-spot-mark-first": ("held out: strong 20 < negated 100; partial 80 < negated 100; "
                                "strong 20 < partial 80"),
