@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dojo.content import content_root, load_catalog
-from dojo.content.cues import match_cue, parse_cue, repair_typos, tokenize
+from dojo.content.cues import match_cue, parse_cue
+from dojo.content.tokens import tokenize
+from dojo.content.typos import repair_typos
 from dojo.quiz.scoring import CONTRADICTION_CAP, Verdict, score_answer
 
 CATALOG = load_catalog(content_root())
@@ -85,3 +87,11 @@ def test_the_checklist_overrides_the_machine_both_ways() -> None:
     assert ticked.matched_ids == ("idempotent-replay",) and ticked.confirmed
     assert ticked.result("idempotent-replay").by_learner
     assert ticked.percent == 20
+
+
+def test_a_qualifier_in_a_phrase_gap_breaks_the_phrase() -> None:
+    cue = parse_cue("all exceptions roll back", {})
+    assert match_cue(cue, tokenize("All unchecked exceptions roll back.")) is None
+    assert match_cue(cue, tokenize("All some exceptions roll back.")) is None
+    assert match_cue(cue, tokenize("All the runtime exceptions roll back.")) is not None
+    assert match_cue(cue, tokenize("All exceptions roll back.")) is not None

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dojo.content import Card, KeyPoint
-from dojo.content.cues import criticised, match_cue, parse_cue, repair_typos, tokenize
+from dojo.content.critique import criticised
+from dojo.content.cues import match_cue, parse_cue
+from dojo.content.tokens import tokenize
+from dojo.content.typos import repair_typos
 from dojo.quiz.scoring import Verdict, score_answer
 
 
@@ -136,15 +139,13 @@ def test_stop_before_a_gerund_is_a_cue_not_but_stop_alone_is_a_word() -> None:
     assert found("pause + consum*", "we pause, then stop consuming") is True
 
 
-def test_a_denied_critique_word_is_no_criticism_of_a_denial_or_swap() -> None:
+def test_a_denied_critique_word_is_no_criticism() -> None:
     tokens = tokenize("Lag grows, and that is not a problem.")
     match = match_cue(parse_cue("lag + grow*", {}), tokens)
-    assert match is not None and not criticised(tokens, match, strict=True)
-    # Misconceptions keep the coarse rule: any critique word in the sentence.
-    assert criticised(tokens, match)
+    assert match is not None and not criticised(tokens, match)
     tokens = tokenize("Lag grows, and that is the problem.")
     match = match_cue(parse_cue("lag + grow*", {}), tokens)
-    assert match is not None and criticised(tokens, match, strict=True)
+    assert match is not None and criticised(tokens, match)
 
 
 def test_a_form_of_a_card_word_is_no_typo_of_another() -> None:
@@ -211,3 +212,13 @@ def test_a_denial_under_an_earlier_negator_or_narrowed_to_a_case_is_no_denial() 
     assert verdict(session, "The idempotent producer removes duplicates from its retries. "
                             "In one session, the idempotent producer does not help.") \
         is Verdict.CONTRADICTED
+
+
+def test_a_misspelt_negator_is_repaired_and_negates() -> None:
+    tokens = repair_typos(tokenize("com.acme.fx is a sibling, nevver scanned"),
+                          frozenset({"scanned"}))
+    match = match_cue(parse_cue("com acme fx is scanned", {}), tokens)
+    assert match is not None and match.negated
+    tokens = repair_typos(tokenize("we publish withot the outbox"), frozenset({"outbox"}))
+    match = match_cue(parse_cue("publish + outbox", {}), tokens)
+    assert match is not None and match.negated

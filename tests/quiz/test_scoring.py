@@ -109,3 +109,12 @@ def test_an_answer_written_as_full_sentence_bullets_is_not_a_keyword_list() -> N
 def test_scoring_is_deterministic() -> None:
     text = "We retry with backoff and park poison messages in the dead letter topic."
     assert score_answer(DLQ, text) == score_answer(DLQ, text)
+
+
+def test_telegraphic_fragments_of_four_or_five_words_are_a_keyword_list() -> None:
+    notes = ("outbox row same transaction, relay polls then marks sent, consumer dedups by "
+             "event id, retries with exponential backoff")
+    assert score_answer(DLQ, notes).shape.looks_like_keyword_list
+    sentences = ("It writes the row in one transaction, the relay polls it, the consumer "
+                 "dedups it by the id, and it retries with a backoff.")
+    assert not score_answer(DLQ, sentences).shape.looks_like_keyword_list

@@ -230,7 +230,8 @@ async def test_checks_that_fail_the_same_way_fold_into_one_line_under_the_first(
         await wait_for(pilot, lambda: not lab.checking, timeout=30, what="the run to end")
         text = log_text(lab)
         assert "✗ counts_each_word" in text, "the first failure has its own line and message"
-        assert "1 more check fails the same way: wordcount.count_words() is not written yet." in text
+        assert ("1 more check fails the same way: wordcount.count_words() is not written yet."
+                in text)
         assert "✗ ignores_case" not in text and "ignores_case" in text, \
             "the second is named on the folded line, not repeated in full"
         assert text.count("hint Split on whitespace") == 1

@@ -4,11 +4,9 @@ A cue is a line of a tiny language (docs/content-format.md, "says cues"):
 `idea + idea` (any order) or `idea > idea` (this order), each idea `phrase | phrase`, each
 phrase words (`idempot*` a prefix, `not` any negator, `@name` a synonym set).
 
-The answer is cut into tokens: lower-cased words, stemmed (Snowball English), negators folded
-into one token `not` ("don't", "never", "without", "instead of" …), with the clause and the
-sentence each token sits in. A cue matches when every idea occurs inside one window of words;
-the match is *negated* when an odd number of negators that the cue did not ask for govern it
-(a negator earlier in the same clause, or a denial such as "is not needed" later in it).
+The answer is cut into tokens (`dojo.content.tokens`). A cue matches when every idea occurs
+inside one window of words; the match is *negated* when a negator that the cue did not ask for
+governs one of its ideas (`dojo.content.negation`).
 
 Lives in `dojo.content` because the linter needs it: a card's model answer must make every
 essential point and contradict none.
@@ -18,16 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass
 
-import snowballstemmer
+from dojo.content.negation import directly_negated, governing_negators
+from dojo.content.tokens import NOT, Occurrence, Token, tokenize
 
 DEFAULT_WITHIN = 30  # words: one or two spoken sentences
 PHRASE_GAP = 2  # other words allowed between the words of a phrase
 MAX_SENTENCES = 2  # a cue's ideas sit in one sentence or two neighbouring ones
-NEGATION_SCOPE = 8  # a negator governs at most this many words after it, inside its clause
-NOT = "not"
 
 # General synonym sets every card can use; a lesson's or card's `terms` override them.
 BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
@@ -41,134 +37,12 @@ BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
     "tx": ("transaction", "tx", "transactional", "atomic", "atomically", "same commit"),
 }
 
-_STEMMER = snowballstemmer.stemmer("english")
-
-# Words that say "not"; each becomes the token `not`.
-_NEGATOR_WORDS = frozenset("""
-not no never without cannot nor neither none nothing nobody nowhere lack lacks lacking lacked
-avoid avoids avoided avoiding dont doesnt didnt isnt arent wasnt werent cant wont wouldnt
-shouldnt couldnt mustnt havent hasnt hadnt neednt
-""".split())
-_NEGATOR_PHRASES = (("instead", "of"), ("rather", "than"), ("no", "longer"), ("as", "opposed"),
-                    ("in", "place", "of"))
-# Words after which a new clause starts (they are tokens themselves, in the new clause).
-_CLAUSE_WORDS = frozenset("""
-but because since so which while whereas although though otherwise unless until then if when
-where however yet whether
-""".split())
-_DROPPED = frozenset({"the", "a", "an"})
-# Said after a matched idea, in its clause: the idea is denied ("SKIP LOCKED is not needed").
-_DENIALS = (("not", "need"), ("not", "necessari"), ("not", "requir"), ("unnecessari",),
-            ("myth",), ("overkil",), ("pointless",), ("useless",), ("not", "matter"),
-            ("not", "help"), ("not", "work"), ("irrelev",),
-            ("unimport",), ("=optional",), ("not", "import"), ("not", "critic"),
-            ("not", "essenti"))
-# Between a negator and what it denies, or between an idea and its denial, only these words
-# keep the denial *direct* ("is not needed", "does not need to be idempotent").
-LINK_WORDS = frozenset("""
-be is are was were been being do does did need needs needed to have has had get gets got
-really even actually necessarily ever at all must should will would can could may might it
-that this they them there its their our your we you i also strictly any as reason point
-good idea worth supposed
-""".split())
-# "X, but it is optional": the denial reaches across "but" + a pronoun.
-_PRONOUNS = frozenset("it this that they these those which".split())
-# A sentence that criticises a claim does not make it (misconceptions only).
-_CRITIQUE = frozenset(_STEMMER.stemWord(word) for word in """
-mistake mistaken wrong bug buggy problem problems risk risky danger dangerous trap lose loses
-losing lost stall stalls naive antipattern graveyard instead flaw flawed wrongly incorrect
-incorrectly
-""".split())
-
-_TOKEN = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[.!?;:,()\n]|\s[-–—]\s")
-_SENTENCE_END = frozenset(".!?\n")
-
-
-@lru_cache(maxsize=50_000)
-def stem(word: str) -> str:
-    return _STEMMER.stemWord(word)
-
-
-@dataclass(frozen=True)
-class Token:
-    word: str  # lower-case, as typed (after typo repair: the card's word)
-    norm: str  # stem, or `not` for a negator
-    start: int  # character offsets into the answer
-    end: int
-    clause: int
-    sentence: int
-    # "stop" before a gerund ("stop blocking"): a cue's `not` matches it, but it does not
-    # govern other ideas the way a negator does ("stop consuming" is not "not consuming" of
-    # every idea after it).
-    stops: bool = False
-
-
-def tokenize(text: str) -> list[Token]:
-    """The answer as cues see it (see the module docstring)."""
-    raw: list[tuple[str, int, int]] = []
-    clause = sentence = 0
-    tokens: list[Token] = []
-    lowered = text.lower()
-    for match in _TOKEN.finditer(lowered):
-        piece = match.group()
-        if not piece[0].isalnum():
-            clause += 1
-            if piece.strip() in _SENTENCE_END or piece == "\n":
-                sentence += 1
-            continue
-        piece = piece.replace("’", "'")
-        start, end = match.start(), match.end()
-        if piece.endswith("n't"):
-            base = {"can't": "can", "won't": "will", "shan't": "shall"}.get(piece, piece[:-3])
-            raw.append((base, start, end - 3))
-            raw.append(("n't", end - 3, end))
-        elif "'" in piece:
-            raw.append((piece.split("'")[0], start, end))
-        else:
-            raw.append((piece, start, end))
-        for word, w_start, w_end in raw:
-            if word in _DROPPED:
-                continue
-            if word in _CLAUSE_WORDS:
-                clause += 1
-            norm = NOT if word == "n't" or word in _NEGATOR_WORDS else stem(word)
-            tokens.append(Token(word, norm, w_start, w_end, clause, sentence))
-        raw.clear()
-    return _mark_stops(_merge_negator_phrases(tokens))
-
-
-_STOP_WORDS = frozenset("stop stops stopped stopping cease ceases ceased quit quits".split())
-
-
-def _mark_stops(tokens: list[Token]) -> list[Token]:
-    for index, token in enumerate(tokens[:-1]):
-        following = tokens[index + 1]
-        if token.word in _STOP_WORDS and following.word.endswith("ing") \
-                and following.clause == token.clause:
-            tokens[index] = replace(token, stops=True)
-    return tokens
-
-
-def _merge_negator_phrases(tokens: list[Token]) -> list[Token]:
-    out: list[Token] = []
-    index = 0
-    while index < len(tokens):
-        for phrase in _NEGATOR_PHRASES:
-            window = tokens[index:index + len(phrase)]
-            if len(window) == len(phrase) and all(t.word == w for t, w in zip(window, phrase,
-                                                                                 strict=True)):
-                first, last = window[0], window[-1]
-                out.append(Token(" ".join(phrase), NOT, first.start, last.end, first.clause,
-                                 first.sentence))
-                index += len(phrase)
-                break
-        else:
-            out.append(tokens[index])
-            index += 1
-    return out
-
-
 # --- the cue language ---------------------------------------------------------------------
+
+# Negators that say more than "not": in a cue each stands for itself ("nobody" is someone
+# missing, "nothing" something), while `not`, `no`, `never`, `without` … stand for any negator.
+SPECIFIC_NEGATORS = frozenset("nobody nothing none nowhere neither".split())
+
 
 @dataclass(frozen=True)
 class Word:
@@ -178,6 +52,8 @@ class Word:
 
     def matches(self, token: Token) -> bool:
         if self.norm == NOT:
+            if self.text in SPECIFIC_NEGATORS:
+                return token.word == self.text
             return token.norm == NOT or token.stops
         if self.prefix:
             return token.word.startswith(self.text) or token.norm.startswith(self.norm)
@@ -261,13 +137,6 @@ def cue_is_single_word(cue: Cue) -> bool:
 # --- matching -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Occurrence:
-    first: int  # token indexes
-    last: int
-    used: frozenset[int]  # tokens the phrase consumed (its own `not`s among them)
-
-
-@dataclass(frozen=True)
 class CueMatch:
     """Where a cue matched: the tokens it used, and whether the claim was negated."""
 
@@ -284,6 +153,15 @@ class CueMatch:
         return max(occ.last for occ in self.occurrences)
 
 
+# A word in a phrase's gap that narrows or changes what the phrase says: "all unchecked
+# exceptions roll back" does not say "all exceptions roll back". (A negator may sit in the gap:
+# it negates the phrase, see `governing_negators`.)
+QUALIFIERS = frozenset("""
+unchecked checked some only certain few non partial partially rarely sometimes occasionally
+except most several
+""".split())
+
+
 def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrence | None:
     if not phrase[0].matches(tokens[start]):
         return None
@@ -292,7 +170,9 @@ def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrenc
     for word in phrase[1:]:
         for step in range(1, PHRASE_GAP + 2):
             candidate = position + step
-            if candidate < len(tokens) and word.matches(tokens[candidate]):
+            if candidate >= len(tokens) or step > 1 and tokens[candidate - 1].word in QUALIFIERS:
+                return None
+            if word.matches(tokens[candidate]):
                 position = candidate
                 used.append(candidate)
                 break
@@ -311,81 +191,14 @@ def occurrences(idea: Idea, tokens: Sequence[Token]) -> list[Occurrence]:
     return sorted(found.values(), key=lambda occ: occ.first)
 
 
-def governing_negators(chosen: Sequence[Occurrence], tokens: Sequence[Token],
-                       used: frozenset[int] | None = None) -> list[int]:
-    """Negators (and denials) that the cue did not consume (`used`, by default the tokens of
-    `chosen`) and that govern one of `chosen`."""
-    if used is None:
-        used = frozenset().union(*(occ.used for occ in chosen))
-    found: set[int] = set()
-    for occ in chosen:
-        # A negator in the gap of a phrase ("lag is not a problem" for "lag is problem").
-        found.update(index for index in range(occ.first + 1, occ.last)
-                     if tokens[index].norm == NOT and index not in used)
-        head = tokens[occ.first]
-        for index in range(occ.first - 1, max(-1, occ.first - NEGATION_SCOPE - 1), -1):
-            token = tokens[index]
-            if token.clause != head.clause:
-                break
-            if token.norm == NOT and index not in used:
-                found.add(index)
-        index = occ.last + 1
-        while index < len(tokens) and _same_claim(tokens, occ.last, index) \
-                and index - occ.last <= NEGATION_SCOPE:
-            if index not in used and denial_at(tokens, index):
-                found.add(index)
-            index += 1
-    # A negator that only governs another negator's denial is counted once.
-    return sorted(found)
-
-
-def denial_at(tokens: Sequence[Token], index: int) -> bool:
-    """Whether a denial ("not needed", "unnecessary", "optional") starts at `index`. A
-    one-word denial after a negator is no denial ("not optional")."""
-    for denial in _DENIALS:
-        window = tokens[index:index + len(denial)]
-        if len(window) != len(denial) or not all(
-                _denial_part(token, part) for token, part in zip(window, denial, strict=True)):
-            continue
-        if denial[0] != NOT and _negated_before(tokens, index):
-            continue
-        return True
-    return False
-
-
-def _denial_part(token: Token, part: str) -> bool:
-    if part == NOT:
-        return token.norm == NOT
-    if part.startswith("="):
-        return token.word == part[1:]
-    return token.norm.startswith(part)
-
-
-def _negated_before(tokens: Sequence[Token], index: int) -> bool:
-    before = index - 1
-    while before >= 0 and tokens[before].word in LINK_WORDS \
-            and tokens[before].clause == tokens[index].clause:
-        before -= 1
-    return before >= 0 and tokens[before].norm == NOT \
-        and tokens[before].clause == tokens[index].clause
-
-
-def _same_claim(tokens: Sequence[Token], last: int, index: int) -> bool:
-    """Whether `index` is still in the clause of `last`, or in a "but it …" clause right
-    after it that goes on about the same thing."""
-    clause = tokens[last].clause
-    if tokens[index].clause == clause:
-        return True
-    if tokens[index].sentence != tokens[last].sentence:
-        return False
-    first = next(i for i in range(last + 1, index + 1) if tokens[i].clause != clause)
-    return tokens[index].clause == tokens[first].clause and tokens[first].word == "but" \
-        and first + 1 < len(tokens) and tokens[first + 1].word in _PRONOUNS
-
-
-def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
+def match_cue(cue: Cue, tokens: Sequence[Token], by_clause: bool = False) -> CueMatch | None:
     """The best match of `cue` in `tokens`: an affirmed one if there is any, else a negated
-    one, else None."""
+    one, else None. A match is negated when a negator governs one of its ideas; with
+    `by_clause` (a point's cue, not a misconception's), a match whose ideas sit in several
+    clauses takes the polarity of the clause holding most of them, the later one on a tie:
+    "don't call the provider inside the transaction, because it holds a connection" says the
+    provider holds a connection, and "never retry a permanent error: it goes to the DLQ at
+    once" sends it to the DLQ at once."""
     lists = [occurrences(idea, tokens) for idea in cue.ideas]
     if any(not found for found in lists):
         return None
@@ -394,13 +207,40 @@ def match_cue(cue: Cue, tokens: Sequence[Token]) -> CueMatch | None:
         # Each idea on its own: "never X … not Y" negates both, it does not cancel out.
         used = frozenset().union(*(occ.used for occ in chosen))
         per_idea = [governing_negators([occ], tokens, used) for occ in chosen]
+        odd = [len(found) % 2 == 1 for found in per_idea]
+        flipped = _claim_negated(chosen, per_idea, tokens) if by_clause else any(odd)
         negators = sorted({index for found in per_idea for index in found})
-        flipped = any(len(found) % 2 == 1 for found in per_idea)
         match = CueMatch(tuple(chosen), flipped, tuple(negators))
         if not match.negated:
             return match
         if negated is None:
             negated = match
+    return negated
+
+
+def _claim_negated(chosen: Sequence[Occurrence], negators: Sequence[Sequence[int]],
+                   tokens: Sequence[Token]) -> bool:
+    """Per sentence, the clause holding most of the match's ideas decides. On a tie, a
+    directly negated idea ("we don't need the marker table") decides; else the later clause
+    does ("never retry a permanent error: it goes to the DLQ at once"). A match over two
+    sentences is negated when either sentence is."""
+    negated = False
+    for sentence in {tokens[occ.first].sentence for occ in chosen}:
+        here = [(tokens[occ.first].clause, occ, found)
+                for occ, found in zip(chosen, negators, strict=True)
+                if tokens[occ.first].sentence == sentence]
+        counts: dict[int, int] = {}
+        for clause, _, _ in here:
+            counts[clause] = counts.get(clause, 0) + 1
+        most = max(counts.values())
+        tied = [clause for clause, count in counts.items() if count == most]
+        if len(tied) > 1 and any(
+                clause in tied and len(found) % 2 == 1 and directly_negated(tokens, occ, found)
+                for clause, occ, found in here):
+            negated = True
+            continue
+        deciding = max(tied)
+        negated |= any(len(found) % 2 == 1 for clause, _, found in here if clause == deciding)
     return negated
 
 
@@ -434,27 +274,6 @@ def combinations(lists: Sequence[Sequence[Occurrence]], cue: Cue, tokens: Sequen
     yield from walk(0)
 
 
-def criticised(tokens: Sequence[Token], match: CueMatch, strict: bool = False) -> bool:
-    """Whether the sentence of `match` criticises what it says (see _CRITIQUE). `strict`: a
-    denied critique word ("that is not a message problem") does not count."""
-    sentences = {tokens[match.first].sentence, tokens[match.last].sentence}
-    return any(token.norm in _CRITIQUE and not (strict and _negated_critique(tokens, index))
-               for index, token in enumerate(tokens) if token.sentence in sentences)
-
-
-def _negated_critique(tokens: Sequence[Token], index: int) -> bool:
-    """"not a problem", "no risk", "isn't a real mistake": a critique word denied right
-    before it (at most two words between) is no critique."""
-    clause = tokens[index].clause
-    return any(tokens[before].norm == NOT and tokens[before].clause == clause
-               for before in range(max(0, index - 3), index))
-
-
-# --- typos --------------------------------------------------------------------------------
-
-MIN_TYPO_LENGTH = 5  # shorter words are too easily another real word
-
-
 def vocabulary(cues: Sequence[Cue], texts: Sequence[str] = ()) -> frozenset[str]:
     """The words a card uses: its cues' words and the words of its own texts."""
     words = {word.text for cue in cues for idea in cue.ideas for phrase in idea.phrases
@@ -462,36 +281,3 @@ def vocabulary(cues: Sequence[Cue], texts: Sequence[str] = ()) -> frozenset[str]
     for text in texts:
         words.update(token.word for token in tokenize(text) if token.norm != NOT)
     return frozenset(word for word in words if word.isalpha())
-
-
-@lru_cache(maxsize=512)
-def _stems_of(words: frozenset[str]) -> frozenset[str]:
-    return frozenset(stem(word) for word in words)
-
-
-def repair_typos(tokens: Sequence[Token], words: frozenset[str]) -> list[Token]:
-    """Each unknown word (not a form of a word the card uses) within one edit (two for 9+
-    letters, a swap counts as one) of a word the card uses becomes that word. Known words
-    are never changed."""
-    from rapidfuzz.distance import OSA
-    from rapidfuzz.process import extractOne
-
-    choices = sorted(words)
-    stems = _stems_of(words)
-    out: list[Token] = []
-    for token in tokens:
-        word = token.word
-        # A form of a word the card uses ("pausing" for "pause") is no typo of another one
-        # ("parsing").
-        if token.norm == NOT or len(word) < MIN_TYPO_LENGTH or word in words \
-                or token.norm in stems or not word.isalpha():
-            out.append(token)
-            continue
-        limit = 2 if len(word) >= 9 else 1
-        best = extractOne(word, choices, scorer=OSA.distance, score_cutoff=limit)
-        if best is None or stem(best[0]) == token.norm:
-            out.append(token)
-            continue
-        out.append(Token(best[0], stem(best[0]), token.start, token.end, token.clause,
-                         token.sentence))
-    return out

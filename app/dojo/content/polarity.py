@@ -21,25 +21,19 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
+from dojo.content.critique import criticised
 from dojo.content.cues import (
-    LINK_WORDS,
-    NOT,
     Cue,
     CueMatch,
     Idea,
-    Occurrence,
-    Token,
     Word,
     _phrase_at,
-    _same_claim,
     combinations,
-    criticised,
-    denial_at,
-    governing_negators,
     match_cue,
     occurrences,
-    stem,
 )
+from dojo.content.negation import LINK_WORDS, _same_claim, denial_at, governing_negators
+from dojo.content.tokens import NOT, Occurrence, Token, stem
 
 _BUT_IT = frozenset("but it this that they which".split())
 # A clause opened by one of these states a condition or a case, not a claim.
@@ -181,9 +175,11 @@ def sentence_of(tokens: Sequence[Token], match: CueMatch) -> list[Token]:
 
 
 def states_it(tokens: Sequence[Token], match: CueMatch, at: int) -> bool:
-    """Whether the sentence of `match` states it as a claim: it does not criticise it, and
-    the word that turns it round (at `at`) is not inside a condition."""
-    return not criticised(tokens, match, strict=True) and not conditional(tokens, at)
+    """Whether the sentence of `match` states it as a claim: it does not criticise it, it
+    asks no question, and the word that turns it round (at `at`) is not inside a
+    condition."""
+    return not criticised(tokens, match) and not conditional(tokens, at) \
+        and not tokens[at].asks and not tokens[match.first].asks
 
 
 def affirmed_in(cues: Sequence[Cue], tokens: Sequence[Token]) -> bool:

@@ -5,8 +5,9 @@ in an interview a list of terms is not an answer. Two signals, both cheap and de
 
 - function words (the, is, so, because, when, ve, için, …) make up 35–55 % of spoken
   English and Turkish prose and almost none of a keyword list;
-- a keyword list is mostly fragments of one to three words separated by commas, newlines,
-  semicolons, slashes or bullets.
+- a keyword list is mostly fragments of one to three words, or telegraphic ones of four or
+  five with at most one function word, separated by commas, newlines, semicolons, slashes or
+  bullets.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 MIN_WORDS_TO_JUDGE = 5  # shorter answers score low anyway; too little text to judge the shape
 MIN_FUNCTION_SHARE = 0.12
 FRAGMENT_WORDS = 3
+TELEGRAPHIC_WORDS = 5  # a fragment this long with at most one function word is telegraphic
 MIN_FRAGMENTS = 4
 MAX_FRAGMENT_SHARE = 0.6
 
@@ -42,9 +44,16 @@ class AnswerShape:
 
     words: int
     function_word_share: float
-    fragment_word_share: float  # share of words that sit in fragments of 1–3 words
+    fragment_word_share: float  # share of words in fragments of 1–3 words or telegraphic ones
     looks_like_keyword_list: bool
     reason: str  # why, in words the learner can act on; empty when not a list
+
+
+def _telegraphic(piece: list[str]) -> bool:
+    """A fragment of one to three words, or of up to five with at most one function word
+    ("outbox row same transaction", "relay polls then marks sent"): a note, not a sentence."""
+    return len(piece) <= FRAGMENT_WORDS or (
+        len(piece) <= TELEGRAPHIC_WORDS and sum(word in FUNCTION_WORDS for word in piece) <= 1)
 
 
 def answer_shape(text: str) -> AnswerShape:
@@ -54,9 +63,11 @@ def answer_shape(text: str) -> AnswerShape:
     if count == 0:
         return AnswerShape(0, 0.0, 0.0, False, "")
     function_share = sum(word in FUNCTION_WORDS for word in tokens) / count
-    fragments = [len(_WORD.findall(part)) for part in _FRAGMENT_SPLIT.split(text)]
-    fragments = [size for size in fragments if size]
-    short_words = sum(size for size in fragments if size <= FRAGMENT_WORDS)
+    pieces = [[word.lower() for word in _WORD.findall(part)]
+              for part in _FRAGMENT_SPLIT.split(text)]
+    pieces = [piece for piece in pieces if piece]
+    fragments = [len(piece) for piece in pieces]
+    short_words = sum(len(piece) for piece in pieces if _telegraphic(piece))
     fragment_share = short_words / count
     if count < MIN_WORDS_TO_JUDGE:
         return AnswerShape(count, function_share, fragment_share, False, "")

@@ -18,17 +18,21 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
 
-from dojo.content.cues import (
-    Token,
-    criticised,
-    match_cue,
-    repair_typos,
-    tokenize,
-)
+from dojo.content.critique import criticised
+from dojo.content.cues import CueMatch, match_cue
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
-from dojo.content.polarity import denied, fix_part, is_fix, negates_statement, swapped
-from dojo.quiz.answer_shape import AnswerShape, answer_shape
+from dojo.content.polarity import (
+    affirmed_matches,
+    denied,
+    fix_part,
+    is_fix,
+    negates_statement,
+    swapped,
+)
+from dojo.content.tokens import Token, tokenize
+from dojo.content.typos import repair_typos
+from dojo.quiz.answer_shape import FUNCTION_WORDS, AnswerShape, answer_shape
 
 KEYWORD_LIST_FACTOR = 0.5
 KEYWORD_LIST_CAP = 0.2
@@ -158,7 +162,10 @@ class _Answer:
 
     def __init__(self, card: Card, text: str) -> None:
         self.text = text
-        self.tokens: list[Token] = repair_typos(tokenize(text), card.vocabulary)
+        tokens = repair_typos(tokenize(text), card.vocabulary)
+        echoes = _echoes(tokens, _question_words(card.question))
+        self.tokens: list[Token] = [replace(token, asks=True) if token.sentence in echoes
+                                    else token for token in tokens]
         self.folded, self.offsets = fold_with_map(text)
 
     def span(self, first: int, last: int) -> Span:
@@ -177,7 +184,7 @@ class _Answer:
     def negated_span(self, span: Span) -> bool:
         """A regex match is negated like a cue: an odd number of negators before it in its
         clause that it does not contain itself."""
-        from dojo.content.cues import NEGATION_SCOPE, NOT
+        from dojo.content.tokens import NEGATION_SCOPE, NOT
 
         inside = [i for i, t in enumerate(self.tokens) if t.start >= span[0] and t.end <= span[1]]
         if not inside:
@@ -185,10 +192,33 @@ class _Answer:
         first = inside[0]
         count = 0
         for index in range(first - 1, max(-1, first - NEGATION_SCOPE - 1), -1):
-            if self.tokens[index].clause != self.tokens[first].clause:
+            token = self.tokens[index]
+            if token.clause != self.tokens[first].clause:
                 break
-            count += self.tokens[index].norm == NOT
+            count += token.norm == NOT and first < token.reach
         return count % 2 == 1
+
+
+ECHO_WORDS = 6  # content words a sentence needs before it can be an echo of the question
+ECHO_SHARE = 0.85
+
+
+@lru_cache(maxsize=512)
+def _question_words(question: str) -> frozenset[str]:
+    return frozenset(token.norm for token in tokenize(question))
+
+
+def _echoes(tokens: Sequence[Token], question: frozenset[str]) -> set[int]:
+    """Sentences that repeat the card's question ("Does it replace the marker table", the
+    story a spot-the-mistake card shows): at least ECHO_WORDS content words, nearly all of
+    them the question's. Like a question, such a sentence claims nothing."""
+    by_sentence: dict[int, list[str]] = {}
+    for token in tokens:
+        if token.word not in FUNCTION_WORDS:
+            by_sentence.setdefault(token.sentence, []).append(token.norm)
+    return {sentence for sentence, words in by_sentence.items()
+            if len(words) >= ECHO_WORDS
+            and sum(word in question for word in words) >= ECHO_SHARE * len(words)}
 
 
 @lru_cache(maxsize=2048)
@@ -203,7 +233,7 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
     made: PointResult | None = None
     negated: PointResult | None = None
     for cue in point.says:
-        match = match_cue(cue, answer.tokens)
+        match = match_cue(cue, answer.tokens, by_clause=True)
         if match is None:
             continue
         spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
@@ -211,7 +241,8 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
             made = PointResult(point, Verdict.MADE, spans)
             break
         if negated is None and negates_statement(cue, match, answer.tokens,
-                                                 _statement(point.text)):
+                                                 _statement(point.text)) \
+                and _claims(answer.tokens, match):
             spans += tuple(answer.span(i, i) for i in match.negators)
             negated = PointResult(point, Verdict.CONTRADICTED, tuple(sorted(spans)), "negated")
     if made is None:
@@ -243,11 +274,31 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
     return made or PointResult(point, Verdict.MISSED)
 
 
+def _claims(tokens: Sequence[Token], match: CueMatch) -> bool:
+    """Whether `match` is claimed: not criticised, not asked (a question, or an echo of the
+    card's question)."""
+    return not criticised(tokens, match) and not tokens[match.first].asks \
+        and not tokens[match.last].asks
+
+
+CLAIM_CLAUSES = 4  # clause breaks a misconception's match may span
+
+
+def _one_claim(tokens: Sequence[Token], match: CueMatch) -> bool:
+    """Whether `match` lies in one claim: no semicolon inside it (it starts another claim:
+    "the default scan would only cover boot; it should be in com.acme.wallet") and at most
+    CLAIM_CLAUSES clause breaks ("@Transactional works through a proxy, and …, so …, and
+    during @PostConstruct the proxy isn't there" is no claim that it works during it)."""
+    first, last = match.first, match.last
+    return not any(token.semicolon for token in tokens[first + 1:last + 1]) \
+        and tokens[last].clause - tokens[first].clause <= CLAIM_CLAUSES
+
+
 def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
     for cue in mis.says:
-        match = match_cue(cue, answer.tokens)
-        if match is not None and not match.negated and not criticised(answer.tokens, match):
-            return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
+        for match in affirmed_matches(cue, answer.tokens):
+            if _claims(answer.tokens, match) and _one_claim(answer.tokens, match):
+                return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
     for pattern in mis.patterns:
         span = answer.pattern_span(pattern)
         if span is not None and not answer.negated_span(span):
