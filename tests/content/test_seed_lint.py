@@ -36,7 +36,8 @@ def test_lessons_and_the_learner_files_of_labs_are_the_files_checked(tmp_path: P
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x\n", encoding="utf-8")
     assert [p.relative_to(tmp_path).as_posix() for p in learner_text_files(tmp_path)] == [
-        "labs/x/README.md", "labs/x/lab.yaml", "lessons/01-a/lesson.md"]
+        "labs/x/README.md", "labs/x/lab.yaml", "lessons/01-a/cards.yaml",
+        "lessons/01-a/lesson.md"]
 
 
 def test_lint_lessons_reports_a_lesson_line_that_cites_a_seed(content: ContentRoot) -> None:
@@ -45,6 +46,16 @@ def test_lint_lessons_reports_a_lesson_line_that_cites_a_seed(content: ContentRo
     line = content.line_of(DLQ / "lesson.md", "As seed 002 says")
     problems = [p for p in lint_lessons(content.root) if p.message == MESSAGE]
     assert [(p.path.name, p.line) for p in problems] == [("lesson.md", line)]
+
+
+def test_lint_lessons_reports_a_card_line_that_cites_a_seed(content: ContentRoot) -> None:
+    text = (content.root / DLQ / "cards.yaml").read_text(encoding="utf-8")
+    first_answer = next(line for line in text.splitlines() if line.startswith("    answer: |"))
+    content.replace(DLQ / "cards.yaml", first_answer + "\n",
+                    first_answer + "\n      The seed's design says so.\n")
+    line = content.line_of(DLQ / "cards.yaml", "The seed's design")
+    problems = [p for p in lint_lessons(content.root) if p.message == MESSAGE]
+    assert [(p.path.name, p.line) for p in problems] == [("cards.yaml", line)]
 
 
 def test_lint_labs_reports_seed_in_a_readme_and_in_a_hint(tmp_path: Path) -> None:
