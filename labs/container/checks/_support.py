@@ -143,3 +143,8 @@ def names(definitions: Any) -> list[str]:
     if isinstance(definitions, dict):
         return sorted(definitions)
     return sorted(getattr(d, "name", repr(d)) for d in definitions)
+
+
+def application_module(name: str) -> ModuleType:
+    """A module of the application, as the container imported it (or now, if it did not)."""
+    return importlib.import_module(name)
