@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import markers
-from scanning import BeanDefinition, bean_name, scan
+from scanning import BeanDefinition, scan
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
 
@@ -307,4 +307,4 @@ def _unwrap(hint: Any) -> tuple[Any, str | None, bool]:
 
 
 __all__ = ["ApplicationContext", "CircularDependencyError", "ConditionOutcome",
-           "NoSuchBeanError", "NoUniqueBeanError", "bean_name", "read_imports"]
+           "NoSuchBeanError", "NoUniqueBeanError", "read_imports"]
