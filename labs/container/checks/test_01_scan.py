@@ -44,7 +44,11 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
 
 
         def component_factory():
-            return Money()
+            @markers.component
+            class Local:
+                '''Marked, but local to a function: no module attribute names it.'''
+
+            return Local()
         """)
     app.write("orders/store.py", """\
         from markers import repository
@@ -74,10 +78,12 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
         missing = sorted(set(wanted) - set(got))
         raise CheckFailure(
             "scan must register every class marked @component, @service, @repository or "
-            "@configuration under the base package, in any sub-package, and nothing else.",
+            "@configuration at the top level of a module under the base package, in any "
+            "sub-package, and nothing else.",
             expected=", ".join(wanted),
             actual=(", ".join(got) or "nothing")
-                   + (f" (not marked, but registered: {', '.join(extra)})" if extra else "")
+                   + (f" (registered, but not a top-level marked class: {', '.join(extra)})"
+                      if extra else "")
                    + (f" (marked, but missing: {', '.join(missing)})" if missing else ""),
             evidence="files under the base package:\n" + "\n".join(app.written),
             lesson=SCAN,
