@@ -24,8 +24,8 @@ def _refreshed(learner, app, shape):
     if error is not None:
         raise CheckFailure(
             "refresh() failed on an application where every constructor parameter can be "
-            "satisfied: parameters are resolved by the type in their hint, and the parameter "
-            "names are not bean names.",
+            "satisfied: parameters are resolved by the type in their hint, and the parameters' "
+            "names are not the names of the beans they need.",
             expected="refresh() succeeds",
             actual=f"{type(error).__name__}: {error}",
             evidence=shape,
@@ -59,6 +59,11 @@ def test_constructor_parameters_are_injected_by_type(learner, make_app):
 
             def now(self) -> int:
                 return 0
+
+
+        @component(name="clock")
+        class WallDisplay:
+            '''Named like OrderService's parameter, but not a Clock.'''
         """)
     app.write("store.py", """\
         from markers import repository
@@ -93,7 +98,8 @@ def test_constructor_parameters_are_injected_by_type(learner, make_app):
                 self.store = store
         """)
     _, ctx = _refreshed(learner, app, "OrderService(orders: OrderRepository, clock: Clock); "
-                                      "InvoiceService(store: OrderRepository); SystemClock(Clock)")
+                                      "InvoiceService(store: OrderRepository); SystemClock(Clock); "
+                                      "a bean named clock of type WallDisplay")
     services = application_module(f"{app.base}.services")
     clock = application_module(f"{app.base}.clock")
     orders = call(ctx.get_bean, services.OrderService)
@@ -111,8 +117,9 @@ def test_constructor_parameters_are_injected_by_type(learner, make_app):
     if wrong or made["orderRepository"] != 1 or made["orderService"] != 1:
         raise CheckFailure(
             "Each constructor parameter must receive the bean whose type matches its type hint "
-            "(a subclass counts), whatever the parameter is called, and a singleton is shared: "
-            "both services get the same OrderRepository.",
+            "(a subclass counts), whatever the parameter is called (a bean named like the "
+            "parameter but of another type does not count), and a singleton is shared: both "
+            "services get the same OrderRepository.",
             expected="OrderService.orders and InvoiceService.store are the orderRepository "
                      "bean; OrderService.clock is the systemClock bean; each made once",
             actual="; ".join(f"{w[0]} got {w[1]}" for w in wrong)
