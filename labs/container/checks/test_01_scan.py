@@ -1,0 +1,306 @@
+"""Stage scan: components are found by reading source with `ast`; nothing is imported.
+
+Each check writes an application package of its own (see _support.App) and calls
+`scanning.scan(base_package, root)`; the README fixes that API and the BeanDefinition fields.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _support import ASM, META, NAMING, SCAN, WHERE, imported_modules, names
+
+from dojo.checks import CheckFailure, call, table
+
+pytestmark = pytest.mark.stage("scan")
+
+
+def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    app.write("orders/service.py", """\
+        from dataclasses import dataclass
+
+        import markers
+        from markers import service
+
+
+        class Money:
+            '''Not a component: @component appears only in this docstring.'''
+
+
+        @dataclass
+        class Invoice:
+            total: int
+
+
+        @service
+        class OrderService:
+            pass
+
+
+        @markers.component
+        class PriceCalculator:
+            pass
+
+
+        def component_factory():
+            @markers.component
+            class Local:
+                '''Marked, but local to a function: no module attribute names it.'''
+
+            return Local()
+        """)
+    app.write("orders/store.py", """\
+        from markers import repository
+
+
+        @repository(name="orderStore")
+        class SqlOrderRepository:
+            pass
+
+
+        class Row:
+            pass
+        """)
+    app.write("deep/er/still/audit.py", """\
+        from markers import component
+
+
+        @component
+        class AuditTrail:
+            pass
+        """)
+    found = call(scanning.scan, app.base, app.root)
+    got = names(found)
+    wanted = sorted(["orderService", "priceCalculator", "orderStore", "auditTrail"])
+    if got != wanted:
+        extra = sorted(set(got) - set(wanted))
+        missing = sorted(set(wanted) - set(got))
+        raise CheckFailure(
+            "scan must register every class marked @component, @service, @repository or "
+            "@configuration at the top level of a module under the base package, in any "
+            "sub-package, and nothing else.",
+            expected=", ".join(wanted),
+            actual=(", ".join(got) or "nothing")
+                   + (f" (registered, but not a top-level marked class: {', '.join(extra)})"
+                      if extra else "")
+                   + (f" (marked, but missing: {', '.join(missing)})" if missing else ""),
+            evidence="files under the base package:\n" + "\n".join(app.written),
+            lesson=SCAN,
+        )
+    types = {d.name: getattr(d, "type_name", None) for d in found}
+    wrong = [(n, types[n], t) for n, t in (
+        ("orderService", f"{app.base}.orders.service.OrderService"),
+        ("orderStore", f"{app.base}.orders.store.SqlOrderRepository"),
+        ("auditTrail", f"{app.base}.deep.er.still.audit.AuditTrail")) if types[n] != t]
+    if wrong:
+        raise CheckFailure(
+            "A scanned definition's type_name must be the class's module and name, dotted.",
+            expected="; ".join(f"{n}: {t}" for n, _, t in wrong),
+            actual="; ".join(f"{n}: {g!r}" for n, g, _ in wrong),
+            evidence=table(wrong, ("bean", "type_name", "expected")),
+            lesson=SCAN,
+        )
+
+
+def test_scanning_imports_no_module(learner, make_app, import_log, database):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    mailer = app.write("notifications.py", """\
+
+        from markers import component
+
+
+        @component
+        class Mailer:
+            pass
+        """, side_effect=database.dsn)
+    app.write("reports.py", """\
+
+        from markers import service
+
+
+        @service
+        class MonthlyReport:
+            pass
+        """, side_effect=database.dsn)
+    found = call(scanning.scan, app.base, app.root)
+    rows = imported_modules(import_log)
+    loaded = app.loaded()
+    if rows or loaded:
+        raise CheckFailure(
+            "Scanning imported the application's modules: their import-time code ran. Read the "
+            "source with ast instead, the way Spring's scanner reads class files without "
+            "loading the classes.",
+            expected="no row in import_log, no module of the application in sys.modules",
+            actual=f"{len(rows)} row(s) in import_log; loaded: {', '.join(loaded) or 'none'}",
+            evidence="import_log (written by each module when it is imported):\n"
+                     + table([(m,) for m in rows], ("module",)),
+            lesson=ASM,
+            fix="Parse each file with ast.parse(path.read_text()) and look at the ClassDef "
+                "nodes' decorator_list; never import_module while scanning.",
+        )
+    got = names(found)
+    if got != ["mailer", "monthlyReport"]:
+        raise CheckFailure(
+            "scan imported nothing (good) but did not register the marked classes of modules "
+            "whose import has side effects.",
+            expected="mailer, monthlyReport",
+            actual=", ".join(got) or "nothing",
+            evidence=f"module {mailer} declares @component class Mailer",
+            lesson=SCAN,
+        )
+
+
+def test_stereotypes_count_as_component(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    app.write("web/stereotypes.py", """\
+        from markers import component
+
+
+        @component
+        def controller(cls):
+            '''A stereotype: it carries @component.'''
+            return cls
+
+
+        @controller
+        def rest_controller(cls):
+            '''A stereotype of a stereotype.'''
+            return cls
+
+
+        def traced(cls):
+            '''An ordinary class decorator: it carries nothing.'''
+            return cls
+        """)
+    app.write("web/pages.py", """\
+        from {base}.web import stereotypes
+        from {base}.web.stereotypes import controller, rest_controller, traced
+        from markers import configuration, service
+
+
+        @controller
+        class HomePage:
+            pass
+
+
+        @rest_controller
+        class OrderApi:
+            pass
+
+
+        @stereotypes.rest_controller
+        class StockApi:
+            pass
+
+
+        @traced
+        class Plain:
+            pass
+
+
+        @configuration
+        class WebConfig:
+            pass
+
+
+        @traced
+        @service
+        class Search:
+            pass
+        """)
+    got = names(call(scanning.scan, app.base, app.root))
+    wanted = sorted(["homePage", "orderApi", "stockApi", "webConfig", "search"])
+    if got != wanted:
+        missing = sorted(set(wanted) - set(got))
+        extra = sorted(set(got) - set(wanted))
+        raise CheckFailure(
+            "A decorator function that is itself marked @component (directly or through "
+            "another such decorator) is a stereotype: the classes it marks are components. "
+            "A decorator that carries no @component is not.",
+            expected=", ".join(wanted),
+            actual=(", ".join(got) or "nothing")
+                   + (f"; missing {', '.join(missing)}" if missing else "")
+                   + (f"; not components, but registered: {', '.join(extra)}" if extra else ""),
+            evidence="web/stereotypes.py: @component def controller; @controller def "
+                     "rest_controller; def traced (no marker)",
+            lesson=META,
+        )
+
+
+def test_beans_are_named_like_spring_names_them(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    app.write("naming.py", """\
+        from markers import component, service
+
+
+        @component
+        class URLSigner:
+            pass
+
+
+        @service
+        class Q:
+            pass
+
+
+        @component(name="ledger")
+        class GeneralLedgerService:
+            pass
+
+
+        @service
+        class PdfRenderer:
+            pass
+        """)
+    found = call(scanning.scan, app.base, app.root)
+    got = names(found)
+    wanted = sorted(["URLSigner", "q", "ledger", "pdfRenderer"])
+    if got != wanted:
+        raise CheckFailure(
+            "A bean is named by its marker's name= when given, else by the class name with the "
+            "first letter lower-cased, unless the first two letters are both capitals "
+            "(java.beans.Introspector.decapitalize: URLSigner stays URLSigner).",
+            expected=", ".join(wanted),
+            actual=", ".join(got) or "nothing",
+            evidence="classes: URLSigner, Q, GeneralLedgerService (name='ledger'), PdfRenderer",
+            lesson=NAMING,
+        )
+
+
+def test_a_package_outside_the_base_package_is_not_found(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    marked = """\
+        from markers import component
+
+
+        @component
+        class {name}:
+            pass
+        """
+    app.write("catalog/item.py", marked.replace("{name}", "CatalogItem"))
+    app.write("__init__.py", marked.replace("{name}", "ShopRoot"))
+    app.write_top(f"{app.base}_admin/users.py", marked.replace("{name}", "AdminUsers"))
+    app.write_top(f"{app.base}x.py", marked.replace("{name}", "Neighbour"))
+    app.write_top("tools_outside/cli.py", marked.replace("{name}", "CliTool"))
+    got = names(call(scanning.scan, app.base, app.root))
+    wanted = ["catalogItem", "shopRoot"]
+    if got != wanted:
+        extra = sorted(set(got) - set(wanted))
+        raise CheckFailure(
+            "scan must look only inside the base package (its directory and sub-packages); a "
+            "package whose name merely starts with the same letters is another package.",
+            expected=", ".join(wanted),
+            actual=(", ".join(got) or "nothing")
+                   + (f" (outside {app.base}: {', '.join(extra)})" if extra else ""),
+            evidence=f"base package {app.base}; also on the path: {app.base}_admin/users.py, "
+                     f"{app.base}x.py, tools_outside/cli.py",
+            lesson=WHERE,
+            fix=None if not extra else "Map the base package to its directory "
+                "(root / 'a' / 'b' for 'a.b') and walk only that directory; do not compare "
+                "module names as strings.",
+        )

@@ -1,0 +1,478 @@
+"""Stage injection: constructor parameters resolved from type hints, like Spring's autowiring.
+
+The applications use `from __future__ import annotations` where it matters: their annotations
+are strings until `typing.get_type_hints` resolves them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from _support import INJECTION, NOT_FOUND, WHAT_SPRING_DOES, application_module
+
+from dojo.checks import CheckFailure, call, raised, table
+
+pytestmark = pytest.mark.stage("injection")
+
+
+def _refreshed(learner, app, shape):
+    """A refreshed context, or a failure: every parameter of this application has a bean."""
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application where every constructor parameter can be "
+            "satisfied: parameters are resolved by the type in their hint, and the parameters' "
+            "names are not the names of the beans they need.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence=shape,
+            lesson=INJECTION,
+        )
+    return context, ctx
+
+
+def _describe(value):
+    return "None" if value is None else type(value).__name__
+
+
+def test_constructor_parameters_are_injected_by_type(learner, make_app):
+    app = make_app("shop")
+    app.write("clock.py", """\
+        import abc
+
+        from markers import component
+        import {probe} as probe
+
+
+        class Clock(abc.ABC):
+            @abc.abstractmethod
+            def now(self) -> int: ...
+
+
+        @component
+        class SystemClock(Clock):
+            def __init__(self):
+                probe.events.append(("init", "systemClock"))
+
+            def now(self) -> int:
+                return 0
+
+
+        @component(name="clock")
+        class WallDisplay:
+            '''Named like OrderService's parameter, but not a Clock.'''
+        """)
+    app.write("store.py", """\
+        from markers import repository
+        import {probe} as probe
+
+
+        @repository
+        class OrderRepository:
+            def __init__(self):
+                probe.events.append(("init", "orderRepository"))
+        """)
+    app.write("services.py", """\
+        from __future__ import annotations
+
+        from markers import service
+        from {base}.clock import Clock
+        from {base}.store import OrderRepository
+        import {probe} as probe
+
+
+        @service
+        class OrderService:
+            def __init__(self, orders: OrderRepository, clock: Clock):
+                probe.events.append(("init", "orderService"))
+                self.orders, self.clock = orders, clock
+
+
+        @service
+        class InvoiceService:
+            def __init__(self, store: OrderRepository):
+                probe.events.append(("init", "invoiceService"))
+                self.store = store
+        """)
+    _, ctx = _refreshed(learner, app, "OrderService(orders: OrderRepository, clock: Clock); "
+                                      "InvoiceService(store: OrderRepository); SystemClock(Clock); "
+                                      "a bean named clock of type WallDisplay")
+    services = application_module(f"{app.base}.services")
+    clock = application_module(f"{app.base}.clock")
+    orders = call(ctx.get_bean, services.OrderService)
+    invoices = call(ctx.get_bean, "invoiceService")
+    repo = call(ctx.get_bean, "orderRepository")
+    system = call(ctx.get_bean, clock.Clock)
+    made = Counter(app.created())
+    got = [("OrderService.orders", _describe(getattr(orders, "orders", None)),
+            getattr(orders, "orders", None) is repo),
+           ("OrderService.clock", _describe(getattr(orders, "clock", None)),
+            getattr(orders, "clock", None) is system),
+           ("InvoiceService.store", _describe(getattr(invoices, "store", None)),
+            getattr(invoices, "store", None) is repo)]
+    wrong = [row for row in got if not row[2]]
+    if wrong or made["orderRepository"] != 1 or made["orderService"] != 1:
+        raise CheckFailure(
+            "Each constructor parameter must receive the bean whose type matches its type hint "
+            "(a subclass counts), whatever the parameter is called (a bean named like the "
+            "parameter but of another type does not count), and a singleton is shared: both "
+            "services get the same OrderRepository.",
+            expected="OrderService.orders and InvoiceService.store are the orderRepository "
+                     "bean; OrderService.clock is the systemClock bean; each made once",
+            actual="; ".join(f"{w[0]} got {w[1]}" for w in wrong)
+                   + (f"; orderRepository made {made['orderRepository']} time(s)"
+                      if made["orderRepository"] != 1 else ""),
+            evidence=table(got, ("parameter", "received", "is the bean"))
+                     + "\nconstructors run: " + ", ".join(app.created()),
+            lesson=INJECTION,
+        )
+
+
+GATEWAYS = """\
+    from markers import component, primary
+    import {probe} as probe
+
+
+    class PaymentGateway:
+        pass
+
+
+    @component
+    class StripeGateway(PaymentGateway):
+        pass
+
+
+    @primary
+    @component
+    class AdyenGateway(PaymentGateway):
+        pass
+
+
+    class Notifier:
+        pass
+
+
+    @component
+    class EmailNotifier(Notifier):
+        pass
+
+
+    @component
+    class SmsNotifier(Notifier):
+        pass
+    """
+
+
+def test_several_candidates_qualifier_then_primary_then_name(learner, make_app):
+    app = make_app("shop")
+    app.write("gateways.py", GATEWAYS)
+    app.write("checkout.py", """\
+        from __future__ import annotations
+
+        from typing import Annotated
+
+        from markers import Qualifier, service
+        from {base}.gateways import Notifier, PaymentGateway
+
+
+        @service
+        class Checkout:
+            def __init__(self, gateway: PaymentGateway,
+                         backup: Annotated[PaymentGateway, Qualifier("stripeGateway")],
+                         smsNotifier: Notifier):
+                self.gateway, self.backup, self.notifier = gateway, backup, smsNotifier
+        """)
+    _, ctx = _refreshed(learner, app, "Checkout(gateway: PaymentGateway, backup: Annotated["
+                                      "PaymentGateway, Qualifier('stripeGateway')], smsNotifier: "
+                                      "Notifier); AdyenGateway is @primary")
+    checkout = call(ctx.get_bean, "checkout")
+    gateways = application_module(f"{app.base}.gateways")
+    by_type = call(ctx.get_bean, gateways.PaymentGateway)
+    got = [("gateway: PaymentGateway", "AdyenGateway (@primary)",
+            _describe(getattr(checkout, "gateway", None))),
+           ('backup: Annotated[PaymentGateway, Qualifier("stripeGateway")]', "StripeGateway",
+            _describe(getattr(checkout, "backup", None))),
+           ("smsNotifier: Notifier", "SmsNotifier (by parameter name)",
+            _describe(getattr(checkout, "notifier", None))),
+           ("get_bean(PaymentGateway)", "AdyenGateway (@primary)", _describe(by_type))]
+    wrong = [row for row in got if not row[1].startswith(row[2])]
+    if wrong:
+        raise CheckFailure(
+            "With several beans of the asked type, a Qualifier picks by bean name; without one, "
+            "the single @primary bean wins; without a primary, the bean named like the "
+            "parameter.",
+            expected="; ".join(f"{w[0]} → {w[1]}" for w in wrong),
+            actual="; ".join(f"{w[0]} → {w[2]}" for w in wrong),
+            evidence=table(got, ("parameter", "expected", "received")),
+            lesson=WHAT_SPRING_DOES,
+        )
+
+
+def test_an_optional_dependency_without_a_bean_is_none(learner, make_app):
+    app = make_app("shop")
+    app.write("reporting.py", """\
+        from __future__ import annotations
+
+        from typing import Optional
+
+        from markers import component, service
+
+
+        class AuditLog:
+            pass
+
+
+        class Metrics:
+            pass
+
+
+        @component
+        class PrometheusMetrics(Metrics):
+            pass
+
+
+        @service
+        class Reporter:
+            def __init__(self, audit: AuditLog | None, metrics: Optional[Metrics],
+                         trail: Optional[AuditLog]):
+                self.audit, self.metrics, self.trail = audit, metrics, trail
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    reporter = None if error else call(ctx.get_bean, "reporter")
+    got = [("audit: AuditLog | None", "None", _describe(getattr(reporter, "audit", "?"))),
+           ("metrics: Optional[Metrics]", "PrometheusMetrics",
+            _describe(getattr(reporter, "metrics", "?"))),
+           ("trail: Optional[AuditLog]", "None", _describe(getattr(reporter, "trail", "?")))]
+    wrong = [row for row in got if row[1] != row[2]]
+    if error or wrong:
+        raise CheckFailure(
+            "A parameter typed `T | None` or `Optional[T]` receives the bean of type T when "
+            "there is one, and None when there is none: it is not an error.",
+            expected="audit=None, metrics=PrometheusMetrics, trail=None",
+            actual=f"refresh() raised {type(error).__name__}: {error}" if error
+                   else "; ".join(f"{w[0]} got {w[2]}" for w in wrong),
+            evidence=table(got, ("parameter", "expected", "received")),
+            lesson=WHAT_SPRING_DOES,
+        )
+
+
+def test_a_missing_bean_is_a_clear_error(learner, make_app):
+    app = make_app("shop")
+    app.write_top(f"{app.base}_mail/__init__.py", """\
+        from markers import component
+
+
+        class Mailer:
+            pass
+
+
+        @component
+        class SmtpMailer(Mailer):
+            pass
+        """)
+    app.write("signup.py", """\
+        from __future__ import annotations
+
+        from markers import service
+        from {base}_mail import Mailer
+
+
+        @service
+        class Signup:
+            def __init__(self, mailer: Mailer):
+                self.mailer = mailer
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    mailer = application_module(f"{app.base}_mail").Mailer
+    fields = (getattr(error, "required_type", None), getattr(error, "bean", None),
+              getattr(error, "parameter", None))
+    if not isinstance(error, context.NoSuchBeanError) or fields != (mailer, "signup", "mailer"):
+        made = None
+        if error is None:
+            made = getattr(call(ctx.get_bean, "signup"), "mailer", "?")
+        raise CheckFailure(
+            "A constructor parameter that no bean can satisfy must stop refresh() with "
+            "NoSuchBeanError naming the type, the bean that needs it and the parameter (the "
+            "only Mailer lives outside the base package, so it was never scanned).",
+            expected="NoSuchBeanError(required_type=Mailer, bean='signup', parameter='mailer')",
+            actual=(f"refresh() succeeded and Signup.mailer is {_describe(made)}"
+                    if error is None else
+                    f"{type(error).__name__}: {error}; required_type="
+                    f"{getattr(fields[0], '__name__', fields[0])!r}, bean={fields[1]!r}, "
+                    f"parameter={fields[2]!r}"),
+            evidence=f"{app.base}.signup.Signup(mailer: Mailer); SmtpMailer is in "
+                     f"{app.base}_mail, outside the base package {app.base}",
+            lesson=NOT_FOUND,
+        )
+
+
+def test_two_candidates_without_a_primary_is_an_error(learner, make_app):
+    app = make_app("shop")
+    app.write("cart.py", """\
+        from __future__ import annotations
+
+        from markers import component, service
+
+
+        class Store:
+            pass
+
+
+        @component
+        class RedisStore(Store):
+            pass
+
+
+        @component
+        class MemoryStore(Store):
+            pass
+
+
+        @service
+        class Cart:
+            def __init__(self, store: Store):
+                self.store = store
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    candidates = sorted(getattr(error, "candidates", None) or [])
+    if not isinstance(error, context.NoUniqueBeanError) \
+            or candidates != ["memoryStore", "redisStore"]:
+        chosen = None
+        if error is None:
+            chosen = getattr(call(ctx.get_bean, "cart"), "store", None)
+        raise CheckFailure(
+            "Two beans of the parameter's type, neither @primary nor named like the parameter, "
+            "and no Qualifier: refresh() must fail with NoUniqueBeanError listing both, not "
+            "pick one.",
+            expected="NoUniqueBeanError with candidates memoryStore, redisStore",
+            actual=(f"refresh() succeeded and Cart.store is {_describe(chosen)}"
+                    if error is None else f"{type(error).__name__}: {error}; candidates="
+                    f"{candidates}"),
+            evidence="Cart(store: Store); RedisStore(Store) and MemoryStore(Store) are both "
+                     "components",
+            lesson=WHAT_SPRING_DOES,
+            fix="When several candidates remain after Qualifier, @primary and the parameter "
+                "name, raise NoUniqueBeanError." if error is None else None,
+        )
+
+
+CYCLE = """\
+    from __future__ import annotations
+
+    from markers import component
+
+
+    @component
+    class Aardvark:
+        def __init__(self, alpha: Alpha):
+            self.alpha = alpha
+
+
+    @component
+    class Alpha:
+        def __init__(self, beta: Beta):
+            self.beta = beta
+
+
+    @component
+    class Beta:
+        def __init__(self, gamma: Gamma):
+            self.gamma = gamma
+
+
+    @component
+    class Gamma:
+        def __init__(self, alpha: Alpha):
+            self.alpha = alpha
+    """
+
+
+def _is_rotation(cycle, ring):
+    if len(cycle) != len(ring) + 1 or cycle[0] != cycle[-1]:
+        return False
+    body = list(cycle[:-1])
+    return any(body == ring[i:] + ring[:i] for i in range(len(ring)))
+
+
+def test_a_constructor_cycle_is_named(learner, make_app):
+    app = make_app("shop")
+    app.write("cycle.py", CYCLE)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    cycle = list(getattr(error, "cycle", None) or [])
+    ring = ["alpha", "beta", "gamma"]
+    if not isinstance(error, context.CircularDependencyError) or not _is_rotation(cycle, ring):
+        raise CheckFailure(
+            "Constructors that need each other can never be called: refresh() must fail with "
+            "CircularDependencyError whose cycle names the beans of the loop, in dependency "
+            "order, the first again at the end, and no bean outside the loop (aardvark only "
+            "leads into it).",
+            expected="CircularDependencyError, cycle alpha → beta → gamma → alpha (any "
+                     "rotation)",
+            actual=("no error" if error is None else f"{type(error).__name__}")
+                   + (f", cycle {' → '.join(map(str, cycle))}" if cycle else ""),
+            evidence="Aardvark(alpha: Alpha); Alpha(beta: Beta); Beta(gamma: Gamma); "
+                     "Gamma(alpha: Alpha)",
+            lesson=INJECTION,
+            fix="Keep the beans currently being created in order; when one is asked for "
+                "again, the cycle is the part of that list from its first appearance."
+            if isinstance(error, RecursionError) else None,
+        )
+
+
+def test_a_shared_dependency_is_not_a_cycle(learner, make_app):
+    app = make_app("shop")
+    app.write("diamond.py", """\
+        from __future__ import annotations
+
+        from markers import component
+        import {probe} as probe
+
+
+        @component
+        class Top:
+            def __init__(self, left: Left, right: Right):
+                self.left, self.right = left, right
+
+
+        @component
+        class Left:
+            def __init__(self, base: Base):
+                self.base = base
+
+
+        @component
+        class Right:
+            def __init__(self, base: Base):
+                self.base = base
+
+
+        @component
+        class Base:
+            def __init__(self):
+                probe.events.append(("init", "base"))
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    made = Counter(app.created())
+    if error is not None or made["base"] != 1:
+        raise CheckFailure(
+            "Two beans that need the same third bean form a diamond, not a cycle: Base is "
+            "created once and shared, and refresh() succeeds.",
+            expected="refresh() succeeds; base made once",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error
+                    else f"base made {made['base']} time(s)"),
+            evidence="Top(left: Left, right: Right); Left(base: Base); Right(base: Base)",
+            lesson=INJECTION,
+        )

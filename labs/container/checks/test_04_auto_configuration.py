@@ -1,0 +1,434 @@
+"""Stage auto-configuration: imports file, conditions, back-off, report, real beans.
+
+Auto-configuration classes written by a check live in their own package (or under the base
+package, where the scan must leave them alone) and are listed in an imports file the check
+passes as `imports_files`; the lab's own DataSource and Kafka auto-configurations are used
+through the default (`imports_files=None`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from _support import (
+    AUTO_FILE,
+    BACK_OFF,
+    BOOT_SCAN,
+    CONDITIONS,
+    REPORT,
+    application_module,
+    imported_modules,
+)
+from sqlalchemy import text
+
+from dojo.checks import CheckFailure, call, raised, table
+from dojo.checks.observers import read_topic
+
+pytestmark = pytest.mark.stage("auto-configuration")
+
+
+def _report_rows(report):
+    return [(getattr(o, "name", "?"), getattr(o, "matched", "?"),
+             " | ".join(map(str, getattr(o, "messages", []) or []))) for o in report or []]
+
+
+def _entries(report, prefix):
+    return [o for o in report or [] if str(getattr(o, "name", "")) == prefix
+            or str(getattr(o, "name", "")).startswith(prefix + ".")]
+
+
+def _imports(app, *classes):
+    path = app.root / "auto_configuration.imports"
+    path.write_text("# written by the check\n\n" + "\n".join(classes) + "\n", encoding="utf-8")
+    return path
+
+
+GREETING_API = """\
+    class Greeter:
+        pass
+    """
+
+GREETING_AUTO = """\
+    from markers import bean, conditional_on_missing_bean, configuration
+    from {base}.greeting_api import Greeter
+    import {probe} as probe
+
+
+    class DefaultGreeter(Greeter):
+        pass
+
+
+    @configuration
+    class GreetingAutoConfiguration:
+        @bean
+        @conditional_on_missing_bean(Greeter)
+        def greeter(self) -> Greeter:
+            probe.events.append(("init", "greeter"))
+            return DefaultGreeter()
+    """
+
+
+def _greeting_app(make_app, under_base):
+    """A Greeter API, the user's FriendlyGreeter, and GreetingAutoConfiguration (listed)."""
+    app = make_app("shop")
+    app.write("greeting_api.py", GREETING_API)
+    if under_base:
+        auto = app.write("autoconfig/greeting.py", GREETING_AUTO)
+    else:
+        app.write_top(f"{app.base}_auto/greeting.py", GREETING_AUTO)
+        auto = f"{app.base}_auto.greeting"
+    app.write("zz_user.py", """\
+        from markers import component
+        from {base}.greeting_api import Greeter
+        import {probe} as probe
+
+
+        @component
+        class FriendlyGreeter(Greeter):
+            def __init__(self):
+                probe.events.append(("init", "friendlyGreeter"))
+        """)
+    return app, f"{auto}.GreetingAutoConfiguration"
+
+
+def _greeter_outcome(learner, app, name):
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, name)])
+    error = raised(ctx.refresh)
+    api = application_module(f"{app.base}.greeting_api")
+    got = None if error else raised(ctx.get_bean, api.Greeter) or call(ctx.get_bean, api.Greeter)
+    report = [] if error else call(ctx.condition_report)
+    backed_off = [o for o in _entries(report, name) if getattr(o, "matched", None) is False
+                  and "friendlyGreeter" in " ".join(map(str, getattr(o, "messages", [])))]
+    ok = not error and type(got).__name__ == "FriendlyGreeter" \
+        and "greeter" not in app.created() and bool(backed_off)
+    actual = (f"refresh() raised {type(error).__name__}: {error}" if error else
+              f"get_bean(Greeter) gave {type(got).__name__}"
+              + ("; the auto-configured greeter was created"
+                 if "greeter" in app.created() else "")
+              + ("" if backed_off else "; no not-matched report entry naming friendlyGreeter"))
+    evidence = "condition report:\n" + table(_report_rows(report),
+                                             ("name", "matched", "messages"))
+    return ok, actual, evidence
+
+
+EXPECTED_BACK_OFF = ("get_bean(Greeter) is the user's FriendlyGreeter; the @bean greeter is "
+                     "never called; the report has a not-matched entry naming friendlyGreeter")
+
+
+def test_user_beans_come_before_auto_configuration(learner, make_app):
+    app, name = _greeting_app(make_app, under_base=False)
+    ok, actual, evidence = _greeter_outcome(learner, app, name)
+    if not ok:
+        raise CheckFailure(
+            "@conditional_on_missing_bean must be evaluated after every bean of the "
+            "application is registered, so the auto-configuration backs off when the user "
+            "defined a Greeter.",
+            expected=EXPECTED_BACK_OFF,
+            actual=actual,
+            evidence=evidence,
+            lesson=BACK_OFF,
+        )
+
+
+def test_an_auto_configuration_under_the_base_package_is_not_scanned(learner, make_app):
+    app, name = _greeting_app(make_app, under_base=True)
+    ok, actual, evidence = _greeter_outcome(learner, app, name)
+    if not ok:
+        raise CheckFailure(
+            "A class listed in an imports file is an auto-configuration even when it sits "
+            "under the base package: the scan must not register it as a user bean (Boot's "
+            "AutoConfigurationExcludeFilter); it is applied from the imports file only, after "
+            "the user's beans.",
+            expected=EXPECTED_BACK_OFF,
+            actual=actual,
+            evidence=evidence,
+            lesson=BOOT_SCAN,
+        )
+
+
+def test_an_auto_configuration_applies_when_nothing_replaces_it(learner, make_app):
+    app = make_app("shop")
+    app.write("greeting_api.py", GREETING_API)
+    app.write_top(f"{app.base}_auto/greeting.py", GREETING_AUTO)
+    auto = f"{app.base}_auto.greeting"
+    app.write("welcome.py", """\
+        from __future__ import annotations
+
+        from markers import service
+        from {base}.greeting_api import Greeter
+
+
+        @service
+        class Welcome:
+            def __init__(self, greeter: Greeter):
+                self.greeter = greeter
+        """)
+    name = f"{auto}.GreetingAutoConfiguration"
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, name)])
+    error = raised(ctx.refresh)
+    welcome = None if error else call(ctx.get_bean, "welcome")
+    given = getattr(welcome, "greeter", None)
+    report = [] if error else call(ctx.condition_report)
+    entries = _entries(report, name)
+    matched = bool(entries) and all(getattr(o, "matched", None) is True for o in entries)
+    if error or type(given).__name__ != "DefaultGreeter" or not matched:
+        raise CheckFailure(
+            "A class listed in the imports file is an auto-configuration: when its conditions "
+            "match, its @bean methods define beans that the application's own beans can "
+            "inject, and the report says it matched.",
+            expected="Welcome.greeter is the auto-configured DefaultGreeter; report entries "
+                     f"for {name.split('.')[-1]} all matched",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"Welcome.greeter is {type(given).__name__ if given else None}; report "
+                    + (f"entries matched: {[getattr(o, 'matched', '?') for o in entries]}"
+                       if entries else "has no entry for it")),
+            evidence="condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=AUTO_FILE,
+        )
+
+
+def test_conditional_on_class_looks_without_importing(learner, make_app, import_log,
+                                                     database):
+    app = make_app("shop")
+    present, absent = f"optlib_{app.base[-8:]}", f"absentlib_{app.base[-8:]}"
+    app.write_top(f"{present}.py", "VERSION = '1.0'\n", side_effect=database.dsn)
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/clients.py", f"""\
+        from markers import bean, conditional_on_class, configuration
+
+
+        class LibClient:
+            pass
+
+
+        @configuration
+        @conditional_on_class("{present}")
+        class WithLibAutoConfiguration:
+            @bean
+            def lib_client(self) -> LibClient:
+                return LibClient()
+
+
+        @configuration
+        @conditional_on_class("{absent}")
+        class WithoutLibAutoConfiguration:
+            @bean
+            def absent_client(self) -> LibClient:
+                return LibClient()
+        """)
+    with_lib = f"{app.base}_auto.clients.WithLibAutoConfiguration"
+    without = f"{app.base}_auto.clients.WithoutLibAutoConfiguration"
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {},
+               [_imports(app, with_lib, without)])
+    call(ctx.refresh)
+    rows = imported_modules(import_log)
+    if rows or present in sys.modules:
+        raise CheckFailure(
+            "@conditional_on_class must find out whether a module exists without importing "
+            "it (importlib.util.find_spec), as Spring reads a class name without loading the "
+            "class: importing runs the module's code.",
+            expected=f"no row in import_log; {present} not in sys.modules",
+            actual=f"{len(rows)} row(s) in import_log; {present} in sys.modules: "
+                   f"{present in sys.modules}",
+            evidence=table([(m,) for m in rows], ("module imported",)),
+            lesson=CONDITIONS,
+            fix="importlib.util.find_spec(name) is not None, never import_module",
+        )
+    have = call(ctx.get_bean, "lib_client") if "lib_client" in ctx.definitions else None
+    wrong_absent = "absent_client" in ctx.definitions
+    report = call(ctx.condition_report)
+    entry = _entries(report, without)
+    told = [o for o in entry if getattr(o, "matched", None) is False
+            and absent in " ".join(map(str, getattr(o, "messages", [])))]
+    if have is None or wrong_absent or not told:
+        raise CheckFailure(
+            "An auto-configuration whose module is importable applies; one whose module is "
+            "not backs off, and the report says which module was missing.",
+            expected=f"lib_client defined, absent_client not; a not-matched report entry "
+                     f"for {without.split('.')[-1]} naming {absent.split('_')[0]}_…",
+            actual=f"lib_client: {'defined' if have is not None else 'missing'}; "
+                   f"absent_client: {'defined' if wrong_absent else 'not defined'}; "
+                   + ("report names the module" if told else
+                      "no not-matched report entry naming the missing module"),
+            evidence="condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=REPORT if have is not None and not wrong_absent else CONDITIONS,
+        )
+
+
+def test_conditional_on_property(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    classes = []
+    body = ["from markers import bean, conditional_on_property, configuration\n\n",
+            "class Feature:\n    pass\n"]
+    cases = [  # bean, decorator arguments, expected
+        ("feature_a", '"shop.feature-a"', True),
+        ("feature_b", '"shop.feature-b", having_value="on"', False),
+        ("feature_c", '"shop.feature-c", match_if_missing=True', True),
+        ("feature_d", '"shop.feature-d"', False),
+        ("feature_e", '"shop.feature-e"', False),
+        ("feature_f", '"shop.feature-f", having_value="on"', True),
+    ]
+    for bean, args, _ in cases:
+        cls = bean.title().replace("_", "") + "AutoConfiguration"
+        classes.append(f"{app.base}_auto.features.{cls}")
+        body.append(f"\n\n@configuration\n@conditional_on_property({args})\nclass {cls}:\n"
+                    f"    @bean\n    def {bean}(self) -> Feature:\n        return Feature()\n")
+    app.write_top(f"{app.base}_auto/features.py", "".join(body))
+    properties = {"shop.feature-a": "yes", "shop.feature-b": "off", "shop.feature-e": "false",
+                  "shop.feature-f": "ON", "shop.unrelated": "on"}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties,
+               [_imports(app, *classes)])
+    call(ctx.refresh)
+    got = [(bean, args, want, bean in ctx.definitions) for bean, args, want in cases]
+    wrong = [row for row in got if row[2] != row[3]]
+    if wrong:
+        raise CheckFailure(
+            "@conditional_on_property matches when the property is set to anything but "
+            "\"false\" (no having_value), or to having_value ignoring case, or is absent with "
+            "match_if_missing=True.",
+            expected="; ".join(f"{w[0]} {'defined' if w[2] else 'not defined'}"
+                               for w in wrong),
+            actual="; ".join(f"{w[0]} {'defined' if w[3] else 'not defined'}" for w in wrong),
+            evidence=f"properties: {properties}\n"
+                     + table(got, ("bean", "condition", "expected", "defined")),
+            lesson=CONDITIONS,
+        )
+
+
+def _kafka_properties(kafka):
+    out = {"dojo.kafka.bootstrap-servers": kafka.bootstrap}
+    for key, value in kafka.producer_config().items():
+        if key != "bootstrap.servers":
+            out[f"dojo.kafka.producer.{key}"] = (str(value).lower() if isinstance(value, bool)
+                                                 else str(value))
+    return out
+
+
+def test_the_datasource_and_kafka_auto_configurations_give_real_beans(learner, make_app,
+                                                                      database, kafka):
+    from confluent_kafka import Producer
+    from sqlalchemy import Engine
+
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    properties = {"dojo.datasource.url": database.url, **_kafka_properties(kafka)}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties, None)
+    call(ctx.refresh)
+    engine = raised(ctx.get_bean, Engine) or call(ctx.get_bean, Engine)
+    producer = raised(ctx.get_bean, Producer) or call(ctx.get_bean, Producer)
+    report = call(ctx.condition_report)
+    problems = []
+    database_name = None
+    if isinstance(engine, Engine):
+        try:
+            with engine.connect() as conn:
+                database_name = conn.execute(text("SELECT current_database()")).scalar()
+        finally:
+            engine.dispose()
+        if database_name != database.name:
+            problems.append(f"the Engine connects to {database_name!r}")
+    else:
+        problems.append(f"get_bean(Engine) gave {type(engine).__name__}: {engine}")
+    topic = kafka.topic(hint="container")
+    sent = [("order-17", "placed 17.35"), ("order-4", "paid 4.02"), ("order-9", "placed 9.99")]
+    if isinstance(producer, Producer):
+        for key, value in sent:
+            producer.produce(topic, key=key.encode(), value=value.encode())
+        left = producer.flush(15)
+        got = [(r.key_text, (r.value or b"").decode()) for r in read_topic(kafka, topic, 1)]
+        if left or sorted(got) != sorted(sent):
+            problems.append(f"the Producer delivered {len(got)} of {len(sent)} records "
+                            f"({left} still queued)")
+    else:
+        problems.append(f"get_bean(Producer) gave {type(producer).__name__}: {producer}")
+    if problems:
+        raise CheckFailure(
+            "With dojo.datasource.url and dojo.kafka.bootstrap-servers set, the lab's own "
+            "auto-configurations (auto_configuration.imports) must give a working SQLAlchemy "
+            "Engine for that URL and a confluent-kafka Producer for that broker, passing every "
+            "dojo.kafka.producer.* property on.",
+            expected=f"an Engine connected to {database.name}; a Producer that delivers "
+                     f"{len(sent)} records",
+            actual="; ".join(problems),
+            evidence="condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=BACK_OFF,
+        )
+
+
+def test_a_user_engine_makes_the_datasource_back_off(learner, make_app, database):
+    from sqlalchemy import Engine
+
+    app = make_app("shop")
+    app.write("persistence.py", f"""\
+        from markers import bean, configuration
+        from sqlalchemy import Engine, create_engine
+        import {{probe}} as probe
+
+
+        @configuration
+        class Persistence:
+            @bean
+            def reporting_engine(self) -> Engine:
+                probe.engine = create_engine({database.url!r}, pool_size=2)
+                return probe.engine
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root,
+               {"dojo.datasource.url": database.url}, None)
+    call(ctx.refresh)
+    try:
+        engine = raised(ctx.get_bean, Engine) or call(ctx.get_bean, Engine)
+        report = call(ctx.condition_report)
+        mine = getattr(app.probe, "engine", None)
+        entries = _entries(report, "autoconfigure.DataSourceAutoConfiguration")
+        said = [o for o in entries if getattr(o, "matched", None) is False
+                and "reporting_engine" in " ".join(map(str, getattr(o, "messages", [])))]
+        if engine is not mine or not said:
+            raise CheckFailure(
+                "A user-defined Engine bean makes the DataSource auto-configuration back off "
+                "(@conditional_on_missing_bean, evaluated after the user's beans), and the "
+                "report says which bean made it back off.",
+                expected="get_bean(Engine) is the user's reporting_engine; a not-matched "
+                         "report entry for DataSourceAutoConfiguration naming reporting_engine",
+                actual=(f"get_bean(Engine) gave {type(engine).__name__}"
+                        + ("" if engine is mine else " (not the user's engine)")
+                        + ("" if said else "; no such report entry")),
+                evidence="condition report:\n" + table(_report_rows(report),
+                                                       ("name", "matched", "messages")),
+                lesson=BACK_OFF,
+            )
+    finally:
+        for candidate in (getattr(app.probe, "engine", None),):
+            if candidate is not None:
+                candidate.dispose()

@@ -1,0 +1,249 @@
+"""An alternative context: an explicit creation stack, a condition evaluator of its own, and
+annotations evaluated one parameter at a time (no typing.get_type_hints on the whole
+function). The same README contract as the reference, built another way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import markers
+from scanning import BeanDefinition, scan
+
+DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
+
+
+class NoSuchBeanError(LookupError):
+    def __init__(self, required: Any, bean: str = "", parameter: str = "") -> None:
+        self.required_type, self.bean, self.parameter = required, bean, parameter
+        super().__init__(f"nothing of type {required!r} for {bean}.{parameter}")
+
+
+class NoUniqueBeanError(LookupError):
+    def __init__(self, required: Any, candidates: Sequence[str], bean: str = "",
+                 parameter: str = "") -> None:
+        self.required_type, self.candidates = required, list(candidates)
+        self.bean, self.parameter = bean, parameter
+        super().__init__(f"ambiguous {required!r} for {bean}.{parameter}: {candidates}")
+
+
+class CircularDependencyError(RuntimeError):
+    def __init__(self, cycle: Sequence[str]) -> None:
+        self.cycle = list(cycle)
+        super().__init__(" => ".join(cycle))
+
+
+@dataclass
+class ConditionOutcome:
+    name: str
+    matched: bool
+    messages: list[str] = field(default_factory=list)
+
+
+def _dotted(name: str) -> Any:
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+class Conditions:
+    """Evaluates one condition at a time against the properties and the known bean types."""
+
+    def __init__(self, properties: Mapping[str, str], types: Mapping[str, type]) -> None:
+        self.properties, self.types = properties, types
+
+    def check(self, condition: markers.Condition) -> tuple[bool, str]:
+        return getattr(self, condition.kind)(condition)
+
+    def on_class(self, c: markers.Condition) -> tuple[bool, str]:
+        spec = importlib.util.find_spec(c.module)
+        return spec is not None, f"class condition on {c.module}: " + (
+            "present" if spec else "absent")
+
+    def on_property(self, c: markers.Condition) -> tuple[bool, str]:
+        if c.prop not in self.properties:
+            return c.match_if_missing, f"{c.prop} absent"
+        value = self.properties[c.prop].casefold()
+        wanted = c.having_value.casefold()
+        ok = value == wanted if wanted else value != "false"
+        return ok, f"{c.prop} is {self.properties[c.prop]!r}"
+
+    def on_missing_bean(self, c: markers.Condition) -> tuple[bool, str]:
+        wanted = _dotted(c.bean_type) if isinstance(c.bean_type, str) else c.bean_type
+        clash = sorted(n for n, t in self.types.items() if issubclass(t, wanted))
+        if clash:
+            return False, f"beans already present: {clash}"
+        return True, f"no {wanted.__name__} bean"
+
+    def all(self, target: Any) -> tuple[bool, list[str]]:
+        results = [self.check(c) for c in getattr(target, markers.CONDITIONS, [])]
+        return all(ok for ok, _ in results), [note for _, note in results]
+
+
+def _param_types(fn: Any) -> dict[str, Any]:
+    fn = getattr(fn, "__func__", fn)
+    out = {}
+    namespace = dict(fn.__globals__)
+    namespace.update({"Optional": Optional, "Union": Union})
+    for name, ann in getattr(fn, "__annotations__", {}).items():
+        if name == "return":
+            continue
+        out[name] = eval(ann, namespace) if isinstance(ann, str) else ann  # noqa: S307
+    return out
+
+
+def _return_type(fn: Any) -> Any:
+    ann = fn.__annotations__.get("return")
+    if not isinstance(ann, str):
+        return ann
+    try:
+        return eval(ann, dict(fn.__globals__))  # noqa: S307
+    except NameError:
+        return _dotted(ann)
+
+
+class ApplicationContext:
+    def __init__(self, base_package: str, root: str | Path,
+                 properties: Mapping[str, str] | None = None,
+                 imports_files: Sequence[str | Path] | None = None) -> None:
+        self._properties = dict(properties or {})
+        self._files = [DEFAULT_IMPORTS] if imports_files is None else list(imports_files)
+        self.definitions: dict[str, BeanDefinition] = {d.name: d
+                                                       for d in scan(base_package, root)}
+        self._types: dict[str, type] = {}
+        self._objects: dict[str, Any] = {}
+        self._stack: list[str] = []
+        self._outcomes: dict[str, ConditionOutcome] = {}
+
+    def refresh(self) -> None:
+        listed: list[str] = []
+        for file in self._files:
+            for raw in Path(file).read_text(encoding="utf-8").splitlines():
+                entry = raw.partition("#")[0].strip()
+                if entry:
+                    listed.append(entry)
+        owners = set(listed)
+        for name in [n for n, d in self.definitions.items()
+                     if d.type_name in owners or d.factory[:d.factory.rfind(".")] in owners]:
+            del self.definitions[name]
+        self.definitions["environment"] = BeanDefinition("environment", "markers.Environment",
+                                                         "markers")
+        self._objects["environment"] = markers.Environment(self._properties)
+        for name, d in self.definitions.items():
+            if d.factory:
+                owner, _, method = d.factory.rpartition(".")
+                self._types[name] = _return_type(getattr(_dotted(owner), method))
+            else:
+                self._types[name] = _dotted(d.type_name)
+        conditions = Conditions(self._properties, self._types)
+        for qualified in listed:
+            cls = _dotted(qualified)
+            ok, notes = conditions.all(cls)
+            self._outcomes[qualified] = ConditionOutcome(qualified, ok, notes)
+            if not ok:
+                continue
+            self.definitions[qualified] = BeanDefinition(qualified, qualified, cls.__module__,
+                                                         configuration=True)
+            self._types[qualified] = cls
+            for attr, member in list(vars(cls).items()):
+                if not getattr(member, "__bean__", False):
+                    continue
+                if getattr(member, markers.CONDITIONS, None):
+                    ok, notes = conditions.all(member)
+                    key = f"{qualified}.{attr}"
+                    self._outcomes[key] = ConditionOutcome(key, ok, notes)
+                    if not ok:
+                        continue
+                self.definitions[attr] = BeanDefinition(
+                    attr, "", cls.__module__, primary=getattr(member, "__primary__", False),
+                    lazy=getattr(member, "__lazy__", False),
+                    scope=getattr(member, "__scope__", "singleton"),
+                    factory=f"{qualified}.{attr}")
+                self._types[attr] = _return_type(member)
+        for name, d in list(self.definitions.items()):
+            if d.scope == "singleton" and not d.lazy:
+                self._obtain(name)
+
+    def condition_report(self) -> list[ConditionOutcome]:
+        return list(self._outcomes.values())
+
+    def get_bean(self, key: str | type) -> Any:
+        if isinstance(key, str):
+            if key not in self.definitions:
+                raise NoSuchBeanError(key)
+            return self._obtain(key)
+        return self._obtain(self._pick(key))
+
+    def _pick(self, wanted: Any, bean: str = "", parameter: str = "",
+              qualifier: str | None = None) -> str:
+        matches = [n for n, t in self._types.items()
+                   if isinstance(wanted, type) and isinstance(t, type) and issubclass(t, wanted)]
+        if qualifier is not None:
+            matches = [n for n in matches if n == qualifier]
+        if not matches:
+            raise NoSuchBeanError(wanted, bean, parameter)
+        if len(matches) > 1:
+            primary = [n for n in matches if self.definitions[n].primary]
+            by_name = [n for n in matches if n == parameter]
+            matches = primary if len(primary) == 1 else by_name
+            if len(matches) != 1:
+                raise NoUniqueBeanError(wanted, [n for n, t in self._types.items()
+                                                 if isinstance(t, type) and
+                                                 issubclass(t, wanted)], bean, parameter)
+        return matches[0]
+
+    def _obtain(self, name: str) -> Any:
+        if name in self._objects:
+            return self._objects[name]
+        if name in self._stack:
+            start = self._stack.index(name)
+            raise CircularDependencyError(self._stack[start:] + [name])
+        self._stack.append(name)
+        try:
+            d = self.definitions[name]
+            if d.factory:
+                owner, _, method = d.factory.rpartition(".")
+                config = next(n for n, x in self.definitions.items()
+                              if x.configuration and x.type_name == owner)
+                fn = getattr(self._obtain(config), method)
+            else:
+                fn = self._types[name]
+            made = fn(**self._inject(name, fn.__init__ if isinstance(fn, type) else fn))
+        finally:
+            self._stack.pop()
+        if d.scope == "singleton":
+            self._objects[name] = made
+        return made
+
+    def _inject(self, name: str, fn: Any) -> dict[str, Any]:
+        if fn is object.__init__:
+            return {}
+        types = _param_types(fn)
+        kwargs: dict[str, Any] = {}
+        for p in list(inspect.signature(fn).parameters.values()):
+            if p.name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            wanted, qualifier, nullable = types.get(p.name), None, False
+            if typing.get_origin(wanted) is typing.Annotated:
+                wanted, *meta = typing.get_args(wanted)
+                qualifier = next((m.name for m in meta if isinstance(m, markers.Qualifier)),
+                                 None)
+            args = typing.get_args(wanted)
+            if type(None) in args:
+                nullable = True
+                rest = [a for a in args if a is not type(None)]
+                wanted = rest[0] if len(rest) == 1 else wanted
+            try:
+                kwargs[p.name] = self._obtain(self._pick(wanted, name, p.name, qualifier))
+            except NoSuchBeanError:
+                if nullable:
+                    kwargs[p.name] = None
+                elif p.default is p.empty:
+                    raise
+        return kwargs

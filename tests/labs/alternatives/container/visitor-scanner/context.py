@@ -1,0 +1,310 @@
+"""The application context: definitions from the scan, auto-configuration, then objects.
+
+`ApplicationContext(...)` scans and registers definitions only; `refresh()` imports the
+classes, applies the auto-configurations whose conditions match (after every user bean is
+registered) and creates the singletons, injecting constructor parameters by type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import markers
+from scanning import BeanDefinition, scan
+
+DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
+
+
+class NoSuchBeanError(LookupError):
+    """No bean has the type (or name) asked for."""
+
+    def __init__(self, required: Any, bean: str = "", parameter: str = "") -> None:
+        self.required_type, self.bean, self.parameter = required, bean, parameter
+        what = getattr(required, "__qualname__", str(required))
+        where = f" for parameter {parameter!r} of bean {bean!r}" if bean else ""
+        super().__init__(f"no bean of type {what}{where}; is it under the base package?")
+
+
+class NoUniqueBeanError(LookupError):
+    """Several beans have the type asked for and nothing says which one."""
+
+    def __init__(self, required: Any, candidates: Sequence[str], bean: str = "",
+                 parameter: str = "") -> None:
+        self.required_type, self.candidates = required, list(candidates)
+        self.bean, self.parameter = bean, parameter
+        what = getattr(required, "__qualname__", str(required))
+        super().__init__(f"{len(candidates)} beans of type {what} for parameter {parameter!r} "
+                         f"of bean {bean!r}: {', '.join(candidates)}; mark one @primary or "
+                         "use a Qualifier")
+
+
+class CircularDependencyError(RuntimeError):
+    """Constructors that need each other: `cycle` names them, the first again at the end."""
+
+    def __init__(self, cycle: Sequence[str]) -> None:
+        self.cycle = list(cycle)
+        super().__init__("constructor cycle: " + " -> ".join(cycle))
+
+
+@dataclass
+class ConditionOutcome:
+    """One line of the condition evaluation report."""
+
+    name: str                       # "module.Class" or "module.Class.method"
+    matched: bool
+    messages: list[str] = field(default_factory=list)
+
+
+def _import_class(qualified: str) -> type:
+    module, _, name = qualified.rpartition(".")
+    found = getattr(importlib.import_module(module), name)
+    if not isinstance(found, type):
+        raise TypeError(f"{qualified} is not a class")
+    return found
+
+
+def resolve_type(named: Any) -> Any:
+    """A type, or a dotted name such as "sqlalchemy.Engine" imported now."""
+    if isinstance(named, str):
+        module, _, attr = named.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
+    return named
+
+
+def resolve_return(method: Any) -> Any:
+    """The return type of a @bean method; a dotted name in the annotation is imported."""
+    try:
+        return typing.get_type_hints(method).get("return")
+    except NameError:
+        return resolve_type(method.__annotations__.get("return"))
+
+
+def read_imports(path: Path) -> list[str]:
+    """Class names listed in an imports file: one a line, `#` comments and blanks ignored."""
+    names = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+class ApplicationContext:
+    def __init__(self, base_package: str, root: str | Path,
+                 properties: Mapping[str, str] | None = None,
+                 imports_files: Sequence[str | Path] | None = None) -> None:
+        self.properties = dict(properties or {})
+        self.imports_files = [Path(p) for p in (imports_files if imports_files is not None
+                                                else [DEFAULT_IMPORTS])]
+        self.definitions: dict[str, BeanDefinition] = {}
+        for definition in scan(base_package, root):
+            self.definitions.setdefault(definition.name, definition)
+        self._types: dict[str, type] = {}
+        self._singletons: dict[str, Any] = {}
+        self._report: list[ConditionOutcome] = []
+        self._refreshed = False
+
+    # ---- refresh -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        auto = [name for path in self.imports_files for name in read_imports(path)]
+        listed = set(auto)
+        self.definitions = {
+            n: d for n, d in self.definitions.items()
+            if d.type_name not in listed and d.factory.rpartition(".")[0] not in listed}
+        environment = BeanDefinition(name="environment", type_name="markers.Environment",
+                                     module="markers")
+        self.definitions = {"environment": environment, **self.definitions}
+        self._singletons["environment"] = markers.Environment(self.properties)
+        for name, definition in self.definitions.items():
+            self._types[name] = self._load_type(definition)
+        for qualified in auto:
+            self._apply_auto_configuration(qualified)
+        self._refreshed = True
+        for name, definition in list(self.definitions.items()):
+            if definition.scope == "singleton" and not definition.lazy:
+                self._get(name, [])
+
+    def _load_type(self, definition: BeanDefinition) -> type:
+        if not definition.factory:
+            return _import_class(definition.type_name)
+        config, _, method = definition.factory.rpartition(".")
+        returns = resolve_return(getattr(_import_class(config), method))
+        if not isinstance(returns, type):
+            raise TypeError(f"@bean method {definition.factory} needs a return type annotation")
+        return returns
+
+    def _apply_auto_configuration(self, qualified: str) -> None:
+        cls = _import_class(qualified)
+        matched, messages = self._evaluate(getattr(cls, markers.CONDITIONS, []))
+        self._report.append(ConditionOutcome(qualified, matched, messages))
+        if not matched:
+            return
+        config = BeanDefinition(name=qualified, type_name=qualified, module=cls.__module__,
+                                configuration=True)
+        self.definitions[qualified] = config
+        self._types[qualified] = cls
+        for method_name, method in vars(cls).items():
+            if not getattr(method, "__bean__", False):
+                continue
+            conditions = getattr(method, markers.CONDITIONS, [])
+            ok, notes = self._evaluate(conditions)
+            if conditions:
+                self._report.append(ConditionOutcome(f"{qualified}.{method_name}", ok, notes))
+            if not ok:
+                continue
+            definition = BeanDefinition(
+                name=method_name, type_name=f"{qualified}.{method_name}", module=cls.__module__,
+                scope=getattr(method, "__scope__", "singleton"),
+                lazy=getattr(method, "__lazy__", False),
+                primary=getattr(method, "__primary__", False),
+                dependencies=tuple(inspect.signature(method).parameters)[1:],
+                factory=f"{qualified}.{method_name}")
+            self.definitions[method_name] = definition
+            self._types[method_name] = self._load_type(definition)
+
+    def _evaluate(self, conditions: list[markers.Condition]) -> tuple[bool, list[str]]:
+        matched, messages = True, []
+        for c in conditions:
+            if c.kind == "on_class":
+                ok = importlib.util.find_spec(c.module) is not None
+                messages.append(f"@conditional_on_class: module {c.module!r} "
+                                + ("found" if ok else "not found"))
+            elif c.kind == "on_property":
+                value = self.properties.get(c.prop)
+                if value is None:
+                    ok = c.match_if_missing
+                    messages.append(f"@conditional_on_property: {c.prop} is not set")
+                else:
+                    ok = (value.lower() == c.having_value.lower() if c.having_value
+                          else value.lower() != "false")
+                    messages.append(f"@conditional_on_property: {c.prop}={value!r}"
+                                    + ("" if ok else f", wanted {c.having_value or 'set'!r}"))
+            else:
+                wanted = resolve_type(c.bean_type)
+                found = self._candidates(wanted)
+                ok = not found
+                what = getattr(wanted, "__qualname__", str(wanted))
+                messages.append("@conditional_on_missing_bean: " + (
+                    f"no bean of type {what}" if ok
+                    else f"found bean(s) of type {what}: {', '.join(found)}"))
+            matched = matched and ok
+        return matched, messages
+
+    # ---- lookup and creation -------------------------------------------------------------
+    def condition_report(self) -> list[ConditionOutcome]:
+        return list(self._report)
+
+    def get_bean(self, key: str | type) -> Any:
+        if isinstance(key, str):
+            if key not in self.definitions:
+                raise NoSuchBeanError(key)
+            return self._get(key, [])
+        return self._get(self._choose(key, "", "", None), [])
+
+    def _candidates(self, required: Any) -> list[str]:
+        return [n for n, t in self._types.items()
+                if isinstance(required, type) and issubclass(t, required)]
+
+    def _choose(self, required: Any, bean: str, parameter: str, qualifier: str | None) -> str:
+        found = self._candidates(required)
+        if qualifier is not None:
+            if qualifier in found:
+                return qualifier
+            raise NoSuchBeanError(required, bean, parameter)
+        if not found:
+            raise NoSuchBeanError(required, bean, parameter)
+        if len(found) == 1:
+            return found[0]
+        primaries = [n for n in found if self.definitions[n].primary]
+        if len(primaries) == 1:
+            return primaries[0]
+        if parameter in found:
+            return parameter
+        raise NoUniqueBeanError(required, found, bean, parameter)
+
+    def _get(self, name: str, creating: list[str]) -> Any:
+        if name in self._singletons:
+            return self._singletons[name]
+        if name in creating:
+            raise CircularDependencyError([*creating[creating.index(name):], name])
+        definition = self.definitions[name]
+        instance = self._create(name, definition, [*creating, name])
+        if definition.scope == "singleton":
+            self._singletons[name] = instance
+        return instance
+
+    def _create(self, name: str, definition: BeanDefinition, creating: list[str]) -> Any:
+        if definition.factory:
+            config_name, _, method_name = definition.factory.rpartition(".")
+            owner = next(n for n, d in self.definitions.items()
+                         if d.configuration and d.type_name == config_name)
+            config = self._get(owner, creating)
+            method = getattr(config, method_name)
+            return method(**self._arguments(name, method, creating))
+        cls = self._types[name]
+        return cls(**self._arguments(name, cls.__init__, creating))
+
+    def _arguments(self, name: str, fn: Any, creating: list[str]) -> dict[str, Any]:
+        if fn is object.__init__:
+            return {}
+        hints = _parameter_hints(fn)
+        arguments: dict[str, Any] = {}
+        for parameter in inspect.signature(fn).parameters.values():
+            if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL,
+                                                              parameter.VAR_KEYWORD):
+                continue
+            hint = hints.get(parameter.name)
+            required, qualifier, optional = _unwrap(hint)
+            try:
+                chosen = self._choose(required, name, parameter.name, qualifier)
+            except NoSuchBeanError:
+                if optional:
+                    arguments[parameter.name] = None
+                    continue
+                if parameter.default is not inspect.Parameter.empty:
+                    continue
+                raise
+            arguments[parameter.name] = self._get(chosen, creating)
+        return arguments
+
+
+def _parameter_hints(fn: Any) -> dict[str, Any]:
+    """Type hints of the parameters (a return annotation naming an unimported module is fine)."""
+    fn = getattr(fn, "__func__", fn)
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except NameError:
+        shim = types.FunctionType(fn.__code__, fn.__globals__)
+        shim.__annotations__ = {k: v for k, v in fn.__annotations__.items() if k != "return"}
+        return typing.get_type_hints(shim, include_extras=True)
+
+
+def _unwrap(hint: Any) -> tuple[Any, str | None, bool]:
+    """(type, qualifier name or None, optional) of a constructor parameter's annotation."""
+    qualifier = None
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, *extras = typing.get_args(hint)
+        for extra in extras:
+            if isinstance(extra, markers.Qualifier):
+                qualifier = extra.name
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0] if len(args) == 1 else hint
+        if typing.get_origin(hint) is typing.Annotated:
+            inner, qualifier = _unwrap(hint)[:2]
+            hint = inner
+    return hint, qualifier, optional
+
+
+__all__ = ["ApplicationContext", "CircularDependencyError", "ConditionOutcome",
+           "NoSuchBeanError", "NoUniqueBeanError", "read_imports"]
