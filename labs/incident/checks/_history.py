@@ -79,6 +79,11 @@ BACKGROUND_CHAIN = [
                                   "[Errno 104] Connection reset by peer")))),
 ]
 
+# Each service stamps its lines with its own host's clock. In the refund incident the payments
+# host runs 400 ms ahead, so its ERROR line comes after the caller's: the order of the lines
+# in time says nothing about who called whom; only the spans do.
+CLOCK_SKEW_MS = {"refund-deploy": {"payments": 400.0}}
+
 ENDPOINT_OF = {"refund-deploy": "POST /refunds", "pricing-flag": "GET /orders",
                "provider-timeout": "POST /orders", "stock-lock": "POST /orders"}
 
@@ -227,7 +232,8 @@ def record(scenario: Scenario) -> Recorded:
                 if i in failing:
                     ms = round(rng.uniform(*fail_ms), 1)
                     failed_users.append(user)
-                    _log_failure(lines, rng, when, endpoint, user, trace, span, chains, ms)
+                    _log_failure(lines, rng, when, endpoint, user, trace, span, chains, ms,
+                                 CLOCK_SKEW_MS.get(scenario.kind or "", {}) if incident else {})
                 else:
                     ms = round(rng.uniform(301, 342) if i in slow else rng.uniform(18, 79), 1)
                     lines["orders-api"].append(_line(
@@ -249,11 +255,12 @@ def record(scenario: Scenario) -> Recorded:
 
 def _log_failure(lines: dict[str, list[dict[str, Any]]], rng: random.Random, when: datetime,
                  endpoint: str, user: str, trace: str, span: str,
-                 chains: list[tuple[str, dict[str, Any]]], ms: float) -> None:
+                 chains: list[tuple[str, dict[str, Any]]], ms: float,
+                 skew: dict[str, float]) -> None:
     parent: str | None = None
     own = span
     for depth, (service, chain) in enumerate(chains):
-        stamp = when + timedelta(milliseconds=ms - 2 * depth)
+        stamp = when + timedelta(milliseconds=ms - 2 * depth + skew.get(service, 0.0))
         lines[service].append(_line(
             stamp, "ERROR", service, trace, own, parent,
             f"{endpoint} failed" if service == "orders-api" else "request failed",

@@ -65,19 +65,22 @@ def chain_of(exc: BaseException | None) -> dict[str, Any] | None:
 class Logs:
     """Appends JSON lines to the services' files, stamped on the shop's clock."""
 
-    def __init__(self, paths: dict[str, Path], now: datetime) -> None:
+    def __init__(self, paths: dict[str, Path], now: datetime,
+                 skew_ms: dict[str, float] | None = None) -> None:
         self.paths = paths
+        self.skew_ms = skew_ms or {}
         self.start = now
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
 
-    def stamp(self) -> str:
-        at = self.start + timedelta(seconds=time.monotonic() - self.t0)
+    def stamp(self, service: str = "") -> str:
+        at = self.start + timedelta(seconds=time.monotonic() - self.t0,
+                                    milliseconds=self.skew_ms.get(service, 0.0))
         return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def write(self, service: str, level: str, trace: str, span: str, parent: str | None,
               message: str, error: BaseException | None = None, **extra: Any) -> None:
-        line = {"ts": self.stamp(), "level": level, "service": service, "trace_id": trace,
+        line = {"ts": self.stamp(service), "level": level, "service": service, "trace_id": trace,
                 "span_id": span, "parent_span_id": parent, "message": message, **extra,
                 "error": chain_of(error)}
         with self.lock, self.paths[service].open("a", encoding="utf-8") as out:

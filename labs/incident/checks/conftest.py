@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _history import Recorded, Scenario, build, record, write_logs
+from _history import CLOCK_SKEW_MS, Recorded, Scenario, build, record, write_logs
 from _support import Sources, observability, run_seed
 
 _SEED = run_seed()
@@ -63,7 +63,7 @@ def shop(window: Callable[[str | None], Window], database: Any, kafka: Any
     def make(kind: str | None, **options: Any) -> tuple[Any, Scenario, Sources]:
         scenario, _recorded, sources = window(kind)
         sources.database_url = database.url
-        logs = Logs(sources.extra["paths"], scenario.end)
+        logs = Logs(sources.extra["paths"], scenario.end, CLOCK_SKEW_MS.get(kind or ""))
         if kind == "stock-lock":
             # the inventory job's transaction: a row lock held, the session idle
             blocker = database.make_engine(

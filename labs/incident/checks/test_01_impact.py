@@ -148,7 +148,7 @@ def test_the_finding_carries_its_evidence(learner, window, seed):
         return
     raise CheckFailure(
         "impact() returned a finding without the evidence that supports it.",
-        expected=f"evidence: a non-empty list of str, one naming the first bad minute {minute}",
+        expected="evidence: a non-empty list of str, one naming the first bad minute as HH:MM",
         actual=f"evidence {evidence!r}"[:200],
         evidence=scenario.describe(),
         lesson=PROVE,
