@@ -147,7 +147,8 @@ class Shop:
     """orders-api, payments and the notifier, broken the way `kind` says (None: healthy)."""
 
     def __init__(self, kind: str | None, engine: Engine, logs: Logs,
-                 kafka: Any = None, topic: str = "", lock_timeout_ms: int = 300) -> None:
+                 kafka: Any = None, topic: str = "", lock_timeout_ms: int = 300,
+                 producer: Any = None) -> None:
         self.kind = kind
         self.engine = engine
         self.logs = logs
@@ -160,7 +161,7 @@ class Shop:
         self.stop = threading.Event()
         self.notifier: threading.Thread | None = None
         if kafka is not None:
-            self.producer = kafka.producer()
+            self.producer = producer or kafka.producer()
             self.consumer = kafka.consumer()
             from confluent_kafka import OFFSET_BEGINNING, TopicPartition
             self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -277,7 +278,7 @@ class Shop:
         if self.kind == "provider-timeout":
             try:
                 try:
-                    with socket.create_connection(self.silent.getsockname(), timeout=0.25) as s:
+                    with socket.create_connection(self.silent.getsockname(), timeout=0.15) as s:
                         s.sendall(b"AUTHORIZE 1999\n")
                         s.recv(64)          # the provider never answers: TimeoutError
                 except TimeoutError as exc:
