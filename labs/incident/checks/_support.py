@@ -1,0 +1,145 @@
+"""What the incident checks share: the seed, the sources handed to the learner, the metrics
+and change-log server, and the README's arithmetic for the expected answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from _history import BASELINE_MINUTES, KINDS, Recorded, Scenario, p95
+
+IMPACT = "where-to-look-first#step-1-impact-and-scope"
+CHANGE = "where-to-look-first#step-2-what-changed"
+REQUEST = "where-to-look-first#step-4-one-failing-request"
+LOCKS = "where-to-look-first#step-6-its-dependencies"
+PROVE = "where-to-look-first#step-7-prove-it-fix-it-learn-from-it"
+
+
+def run_seed() -> int:
+    """DOJO_INCIDENT_RUN when set (a replay), else a fresh one for this run."""
+    text = os.environ.get("DOJO_INCIDENT_RUN", "").strip()
+    return int(text) if text.isdigit() else random.SystemRandom().randrange(1, 10**6)
+
+
+def run_kind(seed: int) -> str:
+    """The incident this run breaks the system with."""
+    return KINDS[seed % len(KINDS)]
+
+
+@dataclass
+class Sources:
+    """What the learner's functions read. README, "The system"."""
+    metrics_url: str
+    changes_url: str
+    log_paths: list[Path]
+    now: datetime
+    database_url: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    routes: dict[str, bytes] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.routes.get(self.path.split("?")[0])
+        if body is None:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def observability(scenario: Scenario, recorded: Recorded, log_paths: list[Path]
+                  ) -> Iterator[Sources]:
+    """The metrics endpoint and the change log served on 127.0.0.1, for the scenario."""
+    routes = {
+        "/metrics": json.dumps({"service": "shop", "minutes": recorded.minutes}).encode(),
+        "/changes": json.dumps({"changes": scenario.changes}).encode(),
+    }
+    handler = type("Handler", (_Handler,), {"routes": routes})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield Sources(f"{base}/metrics", f"{base}/changes", log_paths, scenario.end)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Expected:
+    endpoint: str
+    since: datetime
+    error_rate: float
+    baseline_error_rate: float
+    p95_ms: float
+    baseline_p95_ms: float
+    requests: int
+    failed: int
+    users: int
+    mean_ms: float
+
+
+def expected_impact(scenario: Scenario, recorded: Recorded) -> Expected:
+    """The README's numbers for the scenario's incident (it has one)."""
+    assert scenario.onset is not None and scenario.endpoint is not None
+    rows = [r for r in recorded.minutes if r["endpoint"] == scenario.endpoint]
+    base = [r for r in rows if _index(scenario, r) < BASELINE_MINUTES]
+    after = [r for r in rows if _index(scenario, r) >= scenario.onset]
+    durations = [d for r in after for d in r["durations_ms"]]
+    return Expected(
+        endpoint=scenario.endpoint,
+        since=scenario.minute(scenario.onset),
+        error_rate=sum(r["errors"] for r in after) / sum(r["requests"] for r in after),
+        baseline_error_rate=(sum(r["errors"] for r in base) / sum(r["requests"] for r in base)),
+        p95_ms=p95(durations),
+        baseline_p95_ms=p95([d for r in base for d in r["durations_ms"]]),
+        requests=sum(r["requests"] for r in after),
+        failed=sum(r["errors"] for r in after),
+        users=len({u for r in after for u in r["failed_users"]}),
+        mean_ms=sum(durations) / len(durations),
+    )
+
+
+def _index(scenario: Scenario, row: dict[str, Any]) -> int:
+    at = datetime.fromisoformat(row["minute"].replace("Z", "+00:00"))
+    return int((at - scenario.start) / timedelta(minutes=1))
+
+
+def first_error_minute(recorded: Recorded, endpoint: str) -> str:
+    """The minute of the first ERROR line of `endpoint` in orders-api's log."""
+    for line in recorded.lines["orders-api"]:
+        if line["level"] == "ERROR" and line.get("endpoint") == endpoint:
+            return str(line["ts"])[:16]
+    return ""
+
+
+def hm(at: Any) -> str:
+    """An answer's time as YYYY-MM-DD HH:MM (UTC), or its repr when it is not a datetime."""
+    if isinstance(at, datetime) and at.tzinfo is not None:
+        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    return repr(at)
+
+
+def field_of(finding: Any, name: str) -> Any:
+    """The finding's attribute `name`; a missing one is reported as <missing>."""
+    return getattr(finding, name, "<missing>")

@@ -1,0 +1,298 @@
+"""Stage locks: the blocking chain from pg_stat_activity and pg_blocking_pids, and what to do.
+
+Every session here is real: an inventory job's transaction holds a row lock on `stock`,
+orders-api sessions queue behind it (the second behind the first), and the check waits until
+PostgreSQL shows them waiting (a barrier on pg_stat_activity, never a guess of how long).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from _live import SCHEMA, SKU
+from _support import LOCKS, PROVE, Sources, field_of
+from sqlalchemy import Connection, text
+
+from dojo.checks import CheckFailure, call, table
+
+pytestmark = pytest.mark.stage("locks")
+
+GAP_S = 1.5          # between the blocker's UPDATE and its last statement
+HELD_TOLERANCE_S = 0.5
+
+STATE_SQL = text("""
+    SELECT pid, application_name, state, wait_event_type, pg_blocking_pids(pid) AS blocked_by,
+           round(EXTRACT(EPOCH FROM now() - xact_start)::numeric, 2) AS xact_age_s,
+           round(EXTRACT(EPOCH FROM now() - query_start)::numeric, 2) AS query_age_s,
+           left(query, 60) AS query
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+     ORDER BY pid
+""")
+
+
+@dataclass
+class Chain:
+    sources: Sources
+    blocker_pid: int
+    blocker_query: str
+    waiters: list[int] = field(default_factory=list)
+    observer: Any = None
+
+    def state(self) -> list[Any]:
+        with self.observer.connect() as conn:
+            return list(conn.execute(STATE_SQL))
+
+    def xact_age(self) -> float:
+        with self.observer.connect() as conn:
+            return float(conn.execute(text(
+                "SELECT EXTRACT(EPOCH FROM now() - xact_start) FROM pg_stat_activity "
+                "WHERE pid = :p"), {"p": self.blocker_pid}).scalar_one())
+
+    def evidence(self) -> str:
+        rows = [(r.pid, r.application_name, r.state, r.wait_event_type or "-",
+                 list(r.blocked_by), r.xact_age_s, r.query_age_s, r.query)
+                for r in self.state()]
+        return table(rows, ("pid", "application", "state", "waits on", "blocked_by",
+                            "xact age s", "query age s", "query"))
+
+
+def _pid(conn: Connection) -> int:
+    return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _wait_for_waiters(observer: Any, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with observer.connect() as conn:
+            waiting = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'")).scalar_one()
+        if waiting >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"PostgreSQL never showed {count} sessions waiting on the lock")
+
+
+@contextmanager
+def lock_chain(database: Any, waiters: int, active: bool = False, gap: float = 0.0
+               ) -> Iterator[Chain]:
+    """An inventory-sync transaction holding SKU's row lock (idle in transaction, or running
+    a long statement when `active`), and `waiters` orders-api sessions queued behind it. With
+    `gap`, the blocker's last statement runs `gap` seconds after the UPDATE that locked."""
+    with database.engine.begin() as conn:
+        conn.exec_driver_sql(SCHEMA)
+    blocker_engine = database.make_engine(connect_args={"application_name": "inventory-sync"})
+    waiter_engine = database.make_engine(connect_args={"application_name": "orders-api"})
+    observer = database.make_admin_engine()
+    blocker = blocker_engine.connect()
+    threads: list[threading.Thread] = []
+    sleeper: threading.Thread | None = None
+    try:
+        pid = _pid(blocker)
+        blocker.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+        if gap:
+            time.sleep(gap)     # the transaction ages; its last statement will be younger
+        if active:
+            query = "SELECT pg_sleep(60)"
+            sleeper = threading.Thread(target=lambda: _swallow(blocker, query), daemon=True)
+            sleeper.start()
+            _wait_for_state(observer, pid, "active")
+        else:
+            query = "SELECT count(*) FROM stock"
+            blocker.execute(text(query))
+        pids: list[int] = []
+        for n in range(waiters):
+            ready = threading.Event()
+            threads.append(threading.Thread(target=_wait_in_line,
+                                            args=(waiter_engine, pids, ready), daemon=True))
+            threads[-1].start()
+            ready.wait(10)
+            _wait_for_waiters(observer, n + 1)
+        url = database.url
+        sources = Sources("", "", [], datetime.now(UTC), database_url=url)
+        yield Chain(sources, pid, query, sorted(pids), observer)
+    finally:
+        with observer.connect() as conn:
+            conn.execute(text("SELECT pg_cancel_backend(:p)"), {"p": pid})
+        if sleeper is not None:
+            sleeper.join(10)
+        blocker.rollback()
+        blocker.close()
+        for thread in threads:
+            thread.join(10)
+        for engine in (blocker_engine, waiter_engine, observer):
+            engine.dispose()
+
+
+def _swallow(conn: Connection, query: str) -> None:
+    try:
+        conn.execute(text(query))
+    except Exception:  # noqa: BLE001 (cancelled at the end of the check)
+        pass
+
+
+def _wait_for_state(observer: Any, pid: int, state: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with observer.connect() as conn:
+            now = conn.execute(text("SELECT state FROM pg_stat_activity WHERE pid = :p"),
+                               {"p": pid}).scalar_one_or_none()
+        if now == state:
+            return
+        time.sleep(0.02)
+
+
+def _wait_in_line(engine: Any, pids: list[int], ready: threading.Event) -> None:
+    with engine.begin() as conn:
+        pids.append(_pid(conn))
+        ready.set()
+        conn.execute(text("SET LOCAL statement_timeout = '30s'"))
+        try:
+            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+        except Exception:  # noqa: BLE001 (the check ends the chain however it likes)
+            pass
+
+
+def _blocking(learner: Any, chain: Chain) -> Any:
+    return call(learner.module("triage").blocking_chain, chain.sources)
+
+
+def test_the_blocker_is_the_head_of_the_chain(learner, database):
+    with lock_chain(database, waiters=2) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    got = field_of(found, "blocker_pid") if found is not None else None
+    wrong = []
+    if got != chain.blocker_pid:
+        wrong.append(("blocker_pid", f"the inventory-sync session, pid {chain.blocker_pid}",
+                      "None" if found is None else f"pid {got}"
+                      + (" (a session that waits, not the one that holds the lock)"
+                         if got in chain.waiters else "")))
+    else:
+        if field_of(found, "blocker_query") != chain.blocker_query:
+            wrong.append(("blocker_query", repr(chain.blocker_query),
+                          repr(field_of(found, "blocker_query"))))
+        waiting = field_of(found, "waiting_pids")
+        if not isinstance(waiting, list | tuple | set) or sorted(waiting) != chain.waiters:
+            wrong.append(("waiting_pids", f"both queued sessions, pids {chain.waiters}",
+                          f"pids {waiting}"))
+    if not wrong:
+        return
+    fix = None
+    if got in chain.waiters:
+        fix = ("pg_blocking_pids() of a waiting session names who it waits for; follow it "
+               "until a session that waits for nobody: that one holds the lock.")
+    raise CheckFailure(
+        "blocking_chain() did not name the session at the head of the lock chain.",
+        expected="; ".join(f"{name} {want}" for name, want, _ in wrong),
+        actual="; ".join(f"{name} {have}" for name, _, have in wrong),
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=fix,
+    )
+
+
+def test_held_for_is_the_age_of_the_transaction(learner, database):
+    with lock_chain(database, waiters=1, gap=GAP_S) as chain:
+        before = chain.xact_age()
+        found = _blocking(learner, chain)
+        after = chain.xact_age()
+        evidence = chain.evidence()
+    held = field_of(found, "held_for_s") if found is not None else None
+    if (isinstance(held, int | float)
+            and before - HELD_TOLERANCE_S <= held <= after + HELD_TOLERANCE_S):
+        return
+    fix = None
+    if isinstance(held, int | float) and held < before - GAP_S / 2:
+        fix = ("That is the time since the session's last statement (query_start or "
+               "state_change). The locks were taken when the transaction began: use "
+               "now() - xact_start.")
+    raise CheckFailure(
+        "blocking_chain() measured how long the blocker has held its transaction wrongly.",
+        expected=f"held_for_s = now - xact_start of the blocker (within ±{HELD_TOLERANCE_S} s)",
+        actual=f"held_for_s {held!r} while its transaction was {before:.2f} to {after:.2f} s "
+               "old",
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=fix,
+    )
+
+
+def test_an_active_blocker_is_waited_for(learner, database):
+    with lock_chain(database, waiters=1, active=True) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    advice = field_of(found, "advice") if found is not None else None
+    pid = field_of(found, "blocker_pid") if found is not None else None
+    if pid == chain.blocker_pid and advice == "wait":
+        return
+    raise CheckFailure(
+        "blocking_chain() advised the wrong action for a blocker that is running a statement.",
+        expected=f"blocker pid {chain.blocker_pid}, state active, advice 'wait' (it is working "
+                 "and will commit or fail on its own)",
+        actual=f"blocker pid {pid}, advice {advice!r}",
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=("Terminating a session that is running a statement throws its work away; "
+             "terminate only a session idle in transaction, which nothing will end.")
+        if pid == chain.blocker_pid and advice == "terminate" else None,
+    )
+
+
+def test_an_idle_blocker_is_terminated(learner, database):
+    with lock_chain(database, waiters=1) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    advice = field_of(found, "advice") if found is not None else None
+    state = field_of(found, "blocker_state") if found is not None else None
+    if advice == "terminate" and state == "idle in transaction":
+        return
+    raise CheckFailure(
+        "blocking_chain() advised the wrong action for a blocker idle in transaction.",
+        expected="blocker_state 'idle in transaction', advice 'terminate' "
+                 "(pg_terminate_backend: nothing else will end that transaction)",
+        actual=f"blocker_state {state!r}, advice {advice!r}",
+        evidence=evidence,
+        lesson=LOCKS,
+    )
+
+
+def test_no_chain_when_nobody_waits(learner, database):
+    with lock_chain(database, waiters=0) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    if found is None:
+        return
+    raise CheckFailure(
+        "blocking_chain() reported a blocking chain where no session waits.",
+        expected="None (a transaction idle with its locks blocks nobody until someone wants "
+                 "them)",
+        actual=f"a Blocking for pid {field_of(found, 'blocker_pid')}",
+        evidence=evidence,
+        lesson=LOCKS,
+    )
+
+
+def test_the_blocking_finding_carries_its_evidence(learner, database):
+    with lock_chain(database, waiters=1) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    listed = field_of(found, "evidence") if found is not None else None
+    if (isinstance(listed, list) and listed and all(isinstance(e, str) for e in listed)
+            and any(str(chain.blocker_pid) in e for e in listed)):
+        return
+    raise CheckFailure(
+        "blocking_chain() returned a finding without the evidence that supports it.",
+        expected="evidence: a non-empty list of str, one naming the blocker's pid",
+        actual=f"evidence {listed!r}"[:200],
+        evidence=evidence,
+        lesson=PROVE,
+    )

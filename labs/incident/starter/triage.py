@@ -1,0 +1,94 @@
+"""A triage toolkit: where to look first when a service starts failing.
+
+Each function reads one kind of signal (metrics, the change log, the logs of one request,
+the database's sessions) and returns a finding with the evidence that supports it, or None
+when that signal shows nothing wrong. README.md fixes every name, unit and rule the checks
+rely on; the finding classes below are ready to use (any object with the same attributes
+will do).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Impact:
+    endpoint: str                 # "POST /orders"
+    since: datetime               # the first bad minute, timezone-aware (UTC)
+    error_rate: float             # failed / requests from `since` to now, 0..1
+    baseline_error_rate: float    # the same over the first 10 minutes of the window
+    p95_ms: float                 # nearest-rank p95 of the durations from `since` on
+    baseline_p95_ms: float        # the same over the first 10 minutes
+    requests: int                 # requests to the endpoint from `since` on
+    failed: int                   # of which failed
+    users: int                    # distinct users with a failed request from `since` on
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChangeFinding:
+    suspect: dict[str, Any] | None   # the change's record from the change log, or None
+    window_start: datetime
+    window_end: datetime
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RootCause:
+    trace_id: str
+    service: str                  # the service that logged the deepest cause
+    exception: str                # its type, as logged ("builtins.KeyError")
+    message: str                  # its message, as logged
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Blocking:
+    blocker_pid: int              # the session at the head of the chain
+    blocker_query: str            # its last statement (pg_stat_activity.query)
+    blocker_state: str            # its state ("idle in transaction", "active")
+    held_for_s: float             # seconds its transaction has been open
+    waiting_pids: list[int]       # every session waiting behind it, directly or not
+    advice: str                   # "terminate" or "wait"
+    evidence: list[str] = field(default_factory=list)
+
+
+def fetch_json(url: str) -> Any:
+    """GET `url` and decode its JSON body."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def impact(sources: Any) -> Impact | None:
+    """Stage 1: which endpoint is failing, since when, how badly, for how many.
+
+    Returns None when no endpoint is in an incident at the end of the window.
+    """
+    # TODO: group fetch_json(sources.metrics_url)["minutes"] by endpoint; the baseline is the
+    #       first 10 minutes; walk back from the last minute while minutes are bad.
+    raise NotImplementedError("impact: scope the incident from the metrics (README, stage 1)")
+
+
+def what_changed(sources: Any, since: datetime) -> ChangeFinding:
+    """Stage 2: the change just before `since`, or none in the window."""
+    # TODO: fetch_json(sources.changes_url)["changes"]; keep since - 15 min <= at < since + 1 min
+    raise NotImplementedError("what_changed: correlate the onset with the change log "
+                              "(README, stage 2)")
+
+
+def root_cause(sources: Any, trace_id: str) -> RootCause | None:
+    """Stage 3: follow one request by its trace id to the deepest cause."""
+    # TODO: read every file in sources.log_paths; keep the lines of this trace only
+    raise NotImplementedError("root_cause: follow the request through the logs (README, stage 3)")
+
+
+def blocking_chain(sources: Any) -> Blocking | None:
+    """Stage 4: who blocks whom in the database, and what to do about it."""
+    # TODO: pg_stat_activity and pg_blocking_pids() through sources.database_url
+    raise NotImplementedError("blocking_chain: find the head of the lock chain "
+                              "(README, stage 4)")

@@ -1,0 +1,235 @@
+"""A triage toolkit: where to look first when a service starts failing.
+
+Each function reads one kind of signal (metrics, the change log, the logs of one request,
+the database's sessions) and returns a finding with the evidence that supports it, or None
+when that signal shows nothing wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+BASELINE_MINUTES = 10
+MIN_REQUESTS = 10
+ERROR_RATE_FLOOR = 0.05
+FACTOR = 3
+CHANGE_WINDOW = timedelta(minutes=15)
+
+
+@dataclass
+class Impact:
+    endpoint: str
+    since: datetime
+    error_rate: float
+    baseline_error_rate: float
+    p95_ms: float
+    baseline_p95_ms: float
+    requests: int
+    failed: int
+    users: int
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChangeFinding:
+    suspect: dict[str, Any] | None
+    window_start: datetime
+    window_end: datetime
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RootCause:
+    trace_id: str
+    service: str
+    exception: str
+    message: str
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Blocking:
+    blocker_pid: int
+    blocker_query: str
+    blocker_state: str
+    held_for_s: float
+    waiting_pids: list[int]
+    advice: str
+    evidence: list[str] = field(default_factory=list)
+
+
+def fetch_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
+
+
+def _rate(rows: list[dict[str, Any]]) -> float:
+    requests = sum(r["requests"] for r in rows)
+    return sum(r["errors"] for r in rows) / requests if requests else 0.0
+
+
+def impact(sources: Any) -> Impact | None:
+    """Stage 1: which endpoint is failing, since when, how badly, for how many."""
+    minutes = fetch_json(sources.metrics_url)["minutes"]
+    by_endpoint: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in minutes:
+        by_endpoint[row["endpoint"]].append(row)
+    first = min(parse_time(r["minute"]) for r in minutes)
+    found: list[Impact] = []
+    for endpoint, rows in by_endpoint.items():
+        rows.sort(key=lambda r: r["minute"])
+        base = [r for r in rows
+                if parse_time(r["minute"]) < first + timedelta(minutes=BASELINE_MINUTES)]
+        base_rate = _rate(base)
+        base_p95 = p95([d for r in base for d in r["durations_ms"]])
+
+        def bad(row: dict[str, Any], base_rate: float = base_rate,
+                base_p95: float = base_p95) -> bool:
+            if row["requests"] < MIN_REQUESTS:
+                return False
+            rate = row["errors"] / row["requests"]
+            return (rate >= max(ERROR_RATE_FLOOR, FACTOR * base_rate)
+                    or p95(row["durations_ms"]) >= FACTOR * base_p95)
+
+        start = len(rows)
+        while start > 0 and bad(rows[start - 1]):
+            start -= 1
+        if start == len(rows):
+            continue
+        after = rows[start:]
+        onset = after[0]
+        found.append(Impact(
+            endpoint=endpoint,
+            since=parse_time(onset["minute"]),
+            error_rate=_rate(after),
+            baseline_error_rate=base_rate,
+            p95_ms=p95([d for r in after for d in r["durations_ms"]]),
+            baseline_p95_ms=base_p95,
+            requests=sum(r["requests"] for r in after),
+            failed=sum(r["errors"] for r in after),
+            users=len({u for r in after for u in r["failed_users"]}),
+            evidence=[
+                f"first bad minute {onset['minute']}: {onset['errors']} of "
+                f"{onset['requests']} requests failed, p95 {p95(onset['durations_ms'])} ms",
+                f"baseline (first {BASELINE_MINUTES} minutes): error rate {base_rate:.3f}, "
+                f"p95 {base_p95} ms",
+            ],
+        ))
+    if not found:
+        return None
+    return max(found, key=lambda i: i.failed)
+
+
+def what_changed(sources: Any, since: datetime) -> ChangeFinding:
+    """Stage 2: the change just before the onset, or none in the window."""
+    changes = fetch_json(sources.changes_url)["changes"]
+    start, end = since - CHANGE_WINDOW, since + timedelta(minutes=1)
+    inside = [c for c in changes if start <= parse_time(c["at"]) < end]
+    if not inside:
+        return ChangeFinding(None, start, end, [
+            f"no deploy, config or flag change between {start.isoformat()} and "
+            f"{end.isoformat()} ({len(changes)} changes in the log)"])
+    suspect = max(inside, key=lambda c: parse_time(c["at"]))
+    return ChangeFinding(suspect, start, end, [
+        f"{suspect['id']} at {suspect['at']}: {suspect['kind']} of {suspect['service']} "
+        f"({suspect['description']}), {len(inside)} change(s) in the window"])
+
+
+def _read_lines(paths: list[Path], trace_id: str) -> list[dict[str, Any]]:
+    found = []
+    for path in paths:
+        with open(path, encoding="utf-8") as lines:
+            for raw in lines:
+                if trace_id in raw:
+                    line = json.loads(raw)
+                    if line.get("trace_id") == trace_id:
+                        found.append(line)
+    return found
+
+
+def root_cause(sources: Any, trace_id: str) -> RootCause | None:
+    """Stage 3: follow one request by its trace id to the deepest cause."""
+    lines = _read_lines(sources.log_paths, trace_id)
+    errors = [line for line in lines if line.get("level") == "ERROR" and line.get("error")]
+    if not errors:
+        return None
+    parents = {line.get("parent_span_id") for line in errors}
+    deepest = [line for line in errors if line.get("span_id") not in parents] or errors
+    line = max(deepest, key=lambda item: item["ts"])
+    error = line["error"]
+    chain = [error["type"]]
+    while error.get("cause"):
+        error = error["cause"]
+        chain.append(error["type"])
+    return RootCause(trace_id, line["service"], error["type"], error["message"], [
+        f"{line['ts']} {line['service']} ERROR {line['message']}",
+        "chain: " + " <- ".join(chain)])
+
+
+BLOCKING_SQL = text("""
+    SELECT pid, pg_blocking_pids(pid) AS blocked_by
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+""")
+SESSION_SQL = text("""
+    SELECT pid, state, query, EXTRACT(EPOCH FROM now() - xact_start) AS held_for
+      FROM pg_stat_activity WHERE pid = :pid
+""")
+
+
+def blocking_chain(sources: Any) -> Blocking | None:
+    """Stage 4: who blocks whom in the database, and what to do about it."""
+    engine = create_engine(sources.database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            edges = {row.pid: list(row.blocked_by) for row in conn.execute(BLOCKING_SQL)}
+            waiting = {pid for pid, by in edges.items() if by}
+            if not waiting:
+                return None
+            blocks: dict[int, set[int]] = defaultdict(set)
+            for pid, by in edges.items():
+                for holder in by:
+                    blocks[holder].add(pid)
+
+            def downstream(pid: int) -> set[int]:
+                seen: set[int] = set()
+                todo = [pid]
+                while todo:
+                    for waiter in blocks.get(todo.pop(), ()):
+                        if waiter not in seen:
+                            seen.add(waiter)
+                            todo.append(waiter)
+                return seen
+
+            roots = [pid for pid in blocks if not edges.get(pid)]
+            if not roots:
+                return None
+            root = max(roots, key=lambda pid: len(downstream(pid)))
+            row = conn.execute(SESSION_SQL, {"pid": root}).one()
+    finally:
+        engine.dispose()
+    state = row.state or ""
+    advice = "terminate" if state.startswith("idle in transaction") else "wait"
+    held = float(row.held_for or 0.0)
+    waiters = sorted(downstream(root))
+    return Blocking(root, row.query or "", state, held, waiters, advice, [
+        f"pid {root} ({state}, transaction open {held:.1f} s) blocks {waiters}",
+        f"its last statement: {row.query}"])

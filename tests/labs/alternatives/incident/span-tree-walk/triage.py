@@ -1,0 +1,187 @@
+"""A correct triage toolkit that differs from the reference: frozen slotted findings, the
+metrics folded minute by minute into per-endpoint accumulators, p95 from the top of a heap,
+the failing request walked as a span tree from its entry span downwards, and the lock graph
+read in one query and walked breadth-first."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import urllib.request
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    endpoint: str
+    since: datetime
+    error_rate: float
+    baseline_error_rate: float
+    p95_ms: float
+    baseline_p95_ms: float
+    requests: int
+    failed: int
+    users: int
+    evidence: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFinding:
+    suspect: dict[str, Any] | None
+    window_start: datetime
+    window_end: datetime
+    evidence: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RootCause:
+    trace_id: str
+    service: str
+    exception: str
+    message: str
+    evidence: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    blocker_pid: int
+    blocker_query: str
+    blocker_state: str
+    held_for_s: float
+    waiting_pids: list[int]
+    advice: str
+    evidence: list[str]
+
+
+def _json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _when(value: str) -> datetime:
+    return datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+
+
+def _p95(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    keep = len(values) - math.ceil(0.95 * len(values)) + 1
+    return min(heapq.nlargest(keep, values))
+
+
+def impact(sources: Any) -> Impact | None:
+    minutes = _json(sources.metrics_url)["minutes"]
+    origin = min(_when(m["minute"]) for m in minutes)
+    series: dict[str, dict[datetime, dict[str, Any]]] = {}
+    for m in minutes:
+        series.setdefault(m["endpoint"], {})[_when(m["minute"])] = m
+    results = []
+    for endpoint, by_minute in series.items():
+        times = sorted(by_minute)
+        base = [by_minute[t] for t in times if t < origin + timedelta(minutes=10)]
+        base_rate = sum(b["errors"] for b in base) / max(1, sum(b["requests"] for b in base))
+        base_p95 = _p95([d for b in base for d in b["durations_ms"]])
+        onset = None
+        for t in reversed(times):
+            m = by_minute[t]
+            bad = m["requests"] >= 10 and (
+                m["errors"] >= max(0.05, 3 * base_rate) * m["requests"]
+                or _p95(m["durations_ms"]) >= 3 * base_p95)
+            if not bad:
+                break
+            onset = t
+        if onset is None:
+            continue
+        tail = [by_minute[t] for t in times if t >= onset]
+        requests = sum(m["requests"] for m in tail)
+        failed = sum(m["errors"] for m in tail)
+        users: set[str] = set()
+        for m in tail:
+            users.update(m["failed_users"])
+        results.append(Impact(endpoint, onset, failed / requests, base_rate,
+                              _p95([d for m in tail for d in m["durations_ms"]]), base_p95,
+                              requests, failed, len(users),
+                              [f"onset {onset:%H:%M}: {endpoint}, {failed} of {requests} "
+                               "requests failed since"]))
+    return max(results, key=lambda r: r.failed, default=None)
+
+
+def what_changed(sources: Any, since: datetime) -> ChangeFinding:
+    low, high = since - timedelta(minutes=15), since + timedelta(minutes=1)
+    suspect = None
+    for change in _json(sources.changes_url)["changes"]:
+        at = datetime.fromisoformat(change["at"].replace("Z", "+00:00"))
+        if low <= at < high and (suspect is None or change["at"] > suspect["at"]):
+            suspect = change
+    note = (f"suspect {suspect['id']}: {suspect['description']}" if suspect
+            else "no change between the window's bounds")
+    return ChangeFinding(suspect, low, high, [note])
+
+
+def root_cause(sources: Any, trace_id: str) -> RootCause | None:
+    lines = []
+    for path in sources.log_paths:
+        with path.open(encoding="utf-8") as log:
+            lines.extend(json.loads(raw) for raw in log if f'"{trace_id}"' in raw)
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for line in lines:
+        children.setdefault(line.get("parent_span_id"), []).append(line)
+    found: dict[str, Any] | None = None
+    todo = deque(children.get(None, []))
+    while todo:                      # breadth-first: the last failing line seen is deepest
+        line = todo.popleft()
+        if line["level"] == "ERROR" and line.get("error"):
+            found = line
+        todo.extend(children.get(line["span_id"], []))
+    if found is None:
+        return None
+    error = found["error"]
+    depth = 0
+    while error["cause"] is not None:
+        error = error["cause"]
+        depth += 1
+    return RootCause(trace_id, found["service"], error["type"], error["message"],
+                     [f"{found['service']} {found['ts']}: {error['type']} "
+                      f"({depth} causes down)"])
+
+
+def blocking_chain(sources: Any) -> Blocking | None:
+    engine = create_engine(sources.database_url)
+    try:
+        with engine.connect() as conn:
+            sessions = {row.pid: row for row in conn.execute(text(
+                "SELECT pid, state, query, pg_blocking_pids(pid) AS by, "
+                "extract(epoch FROM now() - xact_start) AS age FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"))}
+    finally:
+        engine.dispose()
+    waiters_of: dict[int, list[int]] = {}
+    for pid, row in sessions.items():
+        for holder in row.by:
+            waiters_of.setdefault(holder, []).append(pid)
+    heads = [pid for pid in waiters_of if not (sessions.get(pid) and sessions[pid].by)]
+    best: tuple[int, list[int]] | None = None
+    for head in heads:
+        seen: set[int] = set()
+        queue = deque(waiters_of[head])
+        while queue:
+            pid = queue.popleft()
+            if pid not in seen:
+                seen.add(pid)
+                queue.extend(waiters_of.get(pid, []))
+        if best is None or len(seen) > len(best[1]):
+            best = (head, sorted(seen))
+    if best is None or best[0] not in sessions:
+        return None
+    head, behind = best
+    row = sessions[head]
+    idle = row.state == "idle in transaction"
+    return Blocking(head, row.query, row.state, float(row.age), behind,
+                    "terminate" if idle else "wait",
+                    [f"blocker {head} ({row.state}) holds up {len(behind)}: {behind}"])
