@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +35,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from dojo.checks import CheckFailure, call, short, table
+from dojo.checks.learner import not_written
 
 LESSON = "distributed-logging"
 
@@ -247,10 +249,24 @@ class Logs:
         return [line for line in self.lines(service) if line.get("trace_id") == trace_id]
 
 
+async def awaited(coroutine: Any) -> Any:
+    """Await learner code; a stub's NotImplementedError becomes NotWritten."""
+    try:
+        return await coroutine
+    except NotImplementedError as exc:
+        raise not_written(exc) from exc
+
+
 # -- the order API on 127.0.0.1 -------------------------------------------------------------------
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 128  # 50 clients connect at once; the default backlog is 5
+
+
+class _InventoryServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
 
 
 class _QuietWSGIHandler(WSGIRequestHandler):
@@ -305,6 +321,21 @@ def order_body(sku: str | None = None, quantity: int | None = None) -> dict[str,
             "total_cents": random.randint(1001, 99999)}
 
 
+class RecordingExecutor(ThreadPoolExecutor):
+    """The thread pool handed to the learner's code, counting what was submitted to it."""
+
+    def __init__(self, workers: int = 2) -> None:
+        super().__init__(workers, thread_name_prefix="shop-pool")
+        self.submitted = 0
+        # Start the threads now: work submitted later never runs on a thread created for it.
+        for _ in range(workers):
+            super().submit(time.sleep, 0.01)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
 # -- the inventory service (the check's own, on 127.0.0.1) ---------------------------------------
 
 INVENTORY_SPAN = "inventory: POST /reservations"
@@ -357,8 +388,7 @@ class Inventory:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _InventoryServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="inventory",
                          daemon=True).start()

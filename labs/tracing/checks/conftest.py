@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from _support import AppServer, Inventory, Logs, Spans
+from _support import AppServer, Inventory, Logs, RecordingExecutor, Spans
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from dojo.checks import apply_schema, call
@@ -55,7 +55,9 @@ class Shop:
     kafka: Any
     spans: Spans
     inventory: Inventory
+    logs: Logs
     _server: AppServer | None = None
+    jobs_submitted: int = 0
 
     @property
     def server(self) -> AppServer:
@@ -67,7 +69,7 @@ class Shop:
     def drain_executor(self) -> None:
         """Wait for the work handed to the thread pool, then give the shop a fresh pool."""
         self.deps.executor.shutdown(wait=True)
-        self.deps.executor = ThreadPoolExecutor(2, thread_name_prefix="shop-pool")
+        self.deps.executor = RecordingExecutor(2)
 
     def consumer_for(self, topic: str) -> Any:
         """A consumer assigned to `topic` from the start (no group join to wait for)."""
@@ -92,8 +94,15 @@ class Shop:
         async def main() -> T:
             loop = asyncio.get_running_loop()
             loop.set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="loop"))
-            self.deps.jobs = jobs_class()
-            self.deps.jobs.start()
+            self.deps.jobs = jobs = jobs_class()
+            jobs.start()
+            submit = jobs.submit
+
+            def counted(job: Any) -> None:
+                self.jobs_submitted += 1
+                submit(job)
+
+            jobs.submit = counted
             started = set(asyncio.all_tasks())  # the jobs worker: it never ends by itself
             try:
                 result = await make()
@@ -129,13 +138,13 @@ def shop(database: Any, kafka: Any, learner: Any, spans: Spans, inventory: Inven
         producer=kafka.producer(**{"linger.ms": 2}),
         topic=kafka.topic(1, hint="orders"),
         tracer=spans.tracer,
-        executor=ThreadPoolExecutor(2, thread_name_prefix="shop-pool"),
+        executor=RecordingExecutor(2),
         inventory_url=inventory.url,
         dlt_topic=kafka.topic(1, hint="orders-dlt"),
     )
     built = Shop(deps=deps, module=shop_module, api=learner.module("api"), consumer=learner.module("consumer"),
                  telemetry=learner.module("telemetry"), kafka=kafka, spans=spans,
-                 inventory=inventory)
+                 inventory=inventory, logs=logs)
     yield built
     built.close()
     deps.producer.flush(5)
