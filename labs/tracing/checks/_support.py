@@ -336,6 +336,22 @@ class RecordingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
+def produce_orders(shop: Any, heads: list[list[tuple[str, bytes]] | None]) -> list[str]:
+    """One order record per entry of `heads` (its headers), values as the API writes them."""
+    producer = shop.kafka.producer()
+    ids = []
+    for headers in heads:
+        order_id = str(uuid.uuid4())
+        value = {"order_id": order_id, "customer_id": str(uuid.uuid4()),
+                 "sku": f"SKU-{random.randint(1000, 9999)}", "quantity": random.randint(2, 9),
+                 "total_cents": random.randint(1001, 99999)}
+        producer.produce(shop.deps.topic, key=order_id.encode(),
+                         value=json.dumps(value).encode(), headers=headers or None)
+        ids.append(order_id)
+    producer.flush(10)
+    return ids
+
+
 # -- the inventory service (the check's own, on 127.0.0.1) ---------------------------------------
 
 INVENTORY_SPAN = "inventory: POST /reservations"
