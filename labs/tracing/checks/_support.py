@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -378,6 +378,8 @@ class Inventory:
     _hold_timeout: float = 10.0
     _arrived: int = 0
     held_together: int = 0
+    _last: str | None = None
+    _release_last: Callable[[], bool] = field(default=lambda: True)
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
     def start(self) -> Inventory:
@@ -425,14 +427,33 @@ class Inventory:
                     while self._arrived < self._hold and time.monotonic() < deadline:
                         self._cond.wait(deadline - time.monotonic())
                     self.held_together = max(self.held_together, self._arrived)
+            if self._last is not None and body.get("sku") == self._last:
+                # the last request in: answered only once another request has moved on
+                deadline = time.monotonic() + 5.0
+                while not self._release_last() and time.monotonic() < deadline:
+                    time.sleep(0.005)
             failure = self.failures.get(str(body.get("sku")))
         return failure if failure else (200, "OK")
 
-    def hold(self, count: int, timeout: float = 10.0) -> None:
-        """Keep every call waiting until `count` calls have arrived (or `timeout` passed)."""
+    def hold(self, count: int, *, last: str | None = None,
+             release_last: Callable[[], bool] | None = None, timeout: float = 10.0) -> None:
+        """Keep every call waiting until `count` calls have arrived (or `timeout` passed); the
+        call for SKU `last` waits on until `release_last()` is true (5 s at most)."""
         with self._cond:
             self._hold, self._hold_timeout, self._arrived = count, timeout, 0
             self.held_together = 0
+            self._last, self._release_last = last, release_last or (lambda: True)
+
+    def arrived(self) -> int:
+        with self._cond:
+            return self._arrived
+
+    def wait_arrived(self, count: int, deadline: float) -> bool:
+        """Wait until `count` calls have arrived since `hold`, or the monotonic `deadline`."""
+        with self._cond:
+            while self._arrived < count and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            return self._arrived >= count
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -54,9 +54,11 @@ def _require_lines(captured: CapturedLog, wanted: int, what: str) -> list[dict[s
         raise CheckFailure(
             f"Every log record must become exactly one line holding one JSON object ({what}).",
             expected=f"{wanted} lines, each a JSON object",
-            actual=(f"{len(parsed)} lines, {len(broken)} of them not a JSON object"
-                    + (f"; {lost} record(s) lost: the handler raised while writing them "
-                       "(logging swallows the error)" if lost > 0 and captured.errors else "")),
+            actual=", ".join(part for part in (
+                f"{len(parsed)} lines",
+                f"{len(broken)} of them not a JSON object" if broken else "",
+                f"{lost} record(s) lost: the handler raised while writing them (logging "
+                "swallows the error)" if lost > 0 and captured.errors else "") if part),
             evidence=_show(captured), lesson=SEE)
     return [line for line in parsed if line is not None]
 

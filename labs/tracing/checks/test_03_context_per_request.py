@@ -4,6 +4,8 @@ asyncio handler, never log each other's trace ids (the context lives in contextv
 from __future__ import annotations
 
 import json
+import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,7 +29,21 @@ N = 50
 
 
 def requests_of(n: int) -> list[tuple[str, dict[str, Any]]]:
-    return [(trace_id_hex(), new_order()) for _ in range(n)]
+    """n requests, each with its own trace id and SKU (the inventory tells them apart)."""
+    return [(trace_id_hex(), new_order(sku=f"SKU-{i:02d}-{random.randint(100, 999)}"))
+            for i in range(n)]
+
+
+def hold_in_order(shop: Any, sent: list[tuple[str, dict[str, Any]]]) -> None:
+    """The inventory holds every call until all N are in; the last request in (the last to
+    start its span) is answered only after another request logged `order placed`. A context
+    kept where requests share it then shows in that line, every run."""
+    api_text = shop.logs.text
+
+    def another_moved_on() -> bool:
+        return "order placed" in api_text(API_SERVICE)
+
+    shop.inventory.hold(N, last=sent[-1][1]["sku"], release_last=another_moved_on)
 
 
 def verify_no_bleed(shop: Any, sent: list[tuple[str, dict[str, Any]]],
@@ -91,15 +107,20 @@ def verify_no_bleed(shop: Any, sent: list[tuple[str, dict[str, Any]]],
 def test_fifty_requests_on_threads_keep_their_own_trace(shop):
     sent = requests_of(N)
     server = shop.server
-    shop.inventory.hold(N)
+    hold_in_order(shop, sent)
 
     def post(request: tuple[str, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
         trace, body = request
         answer = server.post(body, {"traceparent": traceparent(trace)})
         return answer.status, answer.body
 
+    deadline = time.monotonic() + 20
     with ThreadPoolExecutor(N) as clients:
-        answers = list(clients.map(post, sent))
+        futures = []
+        for n, request in enumerate(sent, 1):
+            futures.append(clients.submit(post, request))
+            shop.inventory.wait_arrived(n, deadline)  # spans start in the order sent
+        answers = [future.result() for future in futures]
     shop.drain_executor()
     verify_no_bleed(shop, sent, answers, "on the threaded server")
 
@@ -108,7 +129,7 @@ def test_fifty_requests_on_asyncio_keep_their_own_trace(shop):
     import asyncio
 
     sent = requests_of(N)
-    shop.inventory.hold(N)
+    hold_in_order(shop, sent)
 
     async def one(trace: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         response = await awaited(shop.api.handle_order_async(
@@ -116,7 +137,14 @@ def test_fifty_requests_on_asyncio_keep_their_own_trace(shop):
         return response.status, dict(response.body)
 
     async def all_of_them() -> list[tuple[int, dict[str, Any]]]:
-        return list(await asyncio.gather(*(one(trace, body) for trace, body in sent)))
+        deadline = time.monotonic() + 20
+        tasks = []
+        for n, (trace, body) in enumerate(sent, 1):
+            tasks.append(asyncio.create_task(one(trace, body)))
+            while (shop.inventory.arrived() < n and not tasks[-1].done()
+                   and time.monotonic() < deadline):
+                await asyncio.sleep(0.002)  # spans start in the order sent
+        return list(await asyncio.gather(*tasks))
 
     answers = shop.run_async(all_of_them)
     shop.drain_executor()
