@@ -69,7 +69,7 @@ def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str) -> N
     if parsed is None or parsed[0] != trace or parsed[1] not in ids:
         raise CheckFailure(
             f"A DBA looking at pg_stat_activity while {where} waits on a lock must see which "
-            "request sent it: the statement must end with a sqlcommenter comment "
+            "request sent it: the statement must carry a sqlcommenter comment "
             "/*traceparent='00-<trace id>-<span id>-<flags>'*/ naming the current span.",
             expected=f"/*traceparent='…'*/ with the request's trace id and one of its spans",
             actual=("no traceparent comment" if found is None
