@@ -22,7 +22,7 @@ class CapturedLog:
         self.stream = io.StringIO()
         self.handler: logging.Handler = call(telemetry.log_handler, service, self.stream)
         self.errors: list[str] = []
-        self.handler.handleError = self._handle_error  # type: ignore[method-assign]
+        self.handler.handleError = self._handle_error
         self.log = logging.getLogger(f"dojo.check.logs.{uuid.uuid4().hex[:8]}")
         self.log.addHandler(self.handler)
         self.log.setLevel(logging.DEBUG)

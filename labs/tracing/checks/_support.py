@@ -331,12 +331,12 @@ class RecordingExecutor(ThreadPoolExecutor):
         for _ in range(workers):
             super().submit(time.sleep, 0.01)
 
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         self.submitted += 1
         return super().submit(fn, *args, **kwargs)
 
 
-def produce_orders(shop: Any, heads: list[list[tuple[str, bytes]] | None]) -> list[str]:
+def produce_orders(shop: Any, heads: Sequence[list[tuple[str, bytes]] | None]) -> list[str]:
     """One order record per entry of `heads` (its headers), values as the API writes them."""
     producer = shop.kafka.producer()
     ids = []

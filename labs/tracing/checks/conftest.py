@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import pytest
 from _support import AppServer, Inventory, Logs, RecordingExecutor, Spans
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 from sqlalchemy import text
 
 from dojo.checks import apply_schema, call
@@ -171,9 +170,9 @@ def shop(database: Any, kafka: Any, learner: Any, spans: Spans, inventory: Inven
         inventory_url=inventory.url,
         dlt_topic=kafka.topic(1, hint="orders-dlt"),
     )
-    built = Shop(deps=deps, module=shop_module, api=learner.module("api"), consumer=learner.module("consumer"),
-                 telemetry=learner.module("telemetry"), kafka=kafka, spans=spans,
-                 inventory=inventory, logs=logs)
+    built = Shop(deps=deps, module=shop_module, api=learner.module("api"),
+                 consumer=learner.module("consumer"), telemetry=learner.module("telemetry"),
+                 kafka=kafka, spans=spans, inventory=inventory, logs=logs)
     yield built
     built.close()
     deps.producer.flush(5)

@@ -71,7 +71,7 @@ def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str) -> N
             f"A DBA looking at pg_stat_activity while {where} waits on a lock must see which "
             "request sent it: the statement must carry a sqlcommenter comment "
             "/*traceparent='00-<trace id>-<span id>-<flags>'*/ naming the current span.",
-            expected=f"/*traceparent='…'*/ with the request's trace id and one of its spans",
+            expected="/*traceparent='…'*/ with the request's trace id and one of its spans",
             actual=("no traceparent comment" if found is None
                     else f"traceparent={found!r}, not this request's span"),
             evidence=f"pg_stat_activity.query (pid {seen['pid']}):\n  "

@@ -56,7 +56,7 @@ def test_a_failed_request_answers_with_its_trace_id(shop):
             "When the inventory service fails, POST /orders answers 502 and puts the trace "
             "id in the body: the caller's support ticket then arrives with the key that finds "
             "every line of the request.",
-            expected=f'502 with "trace_id": the request\'s trace id',
+            expected='502 with "trace_id": the request\'s trace id',
             actual=f"{answer.status} with trace_id {answer.body.get('trace_id')!r}",
             evidence=f"request trace id: {trace}\nbody: {short(str(answer.body), 300)}",
             lesson=SEE)

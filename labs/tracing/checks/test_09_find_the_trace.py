@@ -213,15 +213,22 @@ def test_span_tree_lists_the_spans_depth_first_with_their_self_time(learner):
         except (TypeError, ValueError):
             return False
 
-    if len(rows) != len(TREE) or not all(same(r, w) for r, w in zip(rows, TREE, strict=False)):
+    differs = next((n for n, (r, w) in enumerate(zip(rows, TREE, strict=False))
+                    if not same(r, w)), None)
+    if len(rows) != len(TREE) or differs is not None:
+        if differs is None:
+            what = f"{len(rows)} rows"
+        else:
+            got_row, want = rows[differs], TREE[differs]
+            what = (f"row {differs + 1} is {tuple(got_row)!r}, expected "
+                    f"(depth {want[0]}, {want[1]!r}, {want[2]} ms, self {want[3]} ms)")
         raise CheckFailure(
             "span_tree lists the trace's spans depth first (children under their parent, "
             "siblings by start time) as (depth, name, duration ms, self ms). Self time counts "
             "time covered by overlapping children once, and a child's time outside its "
             "parent (work that outlived the response) is not the parent's.",
             expected=f"{len(TREE)} rows as in the evidence's first table",
-            actual=f"{len(rows)} rows, the first difference at row "
-                   f"{next((i for i, (r, w) in enumerate(zip(rows, TREE, strict=False)) if not same(r, w)), min(len(rows), len(TREE)))}",
+            actual=what,
             evidence="expected:\n" + table(TREE, TREE_COLUMNS, width=34) + "\n\nreturned:\n"
             + table([tuple(r) + ("",) * (4 - len(r)) for r in rows], TREE_COLUMNS, width=34,
                     limit=15),

@@ -16,11 +16,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-
 import shop
 import telemetry
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 log = logging.getLogger("orders.api")
 

@@ -13,13 +13,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
+from urllib.parse import quote
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Tracer, format_span_id, format_trace_id
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from sqlalchemy import Engine, event
-from urllib.parse import quote
 
 PROPAGATOR = TraceContextTextMapPropagator()
 

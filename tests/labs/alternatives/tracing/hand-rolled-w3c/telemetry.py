@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, TraceFlags, TraceState, Tracer
+from opentelemetry.trace import Span, SpanKind, TraceFlags, Tracer, TraceState
 from sqlalchemy import Engine, event
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
