@@ -150,8 +150,11 @@ def test_trace_and_span_ids_are_those_of_the_current_span(captured, tracer_spans
                      "expected trace_id/span_id": f"{want[0]} / {want[1]}",
                      "logged": f"{got[0]} / {got[1]}", "ok": "yes" if ok else "NO"})
     if wrong:
-        unpadded = any(isinstance(r["logged"], str) and len(r["logged"].split(" / ")[-1]) == 15
-                       for r in rows)
+        unpadded = any(
+            isinstance(got, str) and got != want and got == want.lstrip("0")
+            for line, span in zip(lines, current, strict=True)
+            for got, want in ((line.get("trace_id"), hex_trace(span)),
+                              (line.get("span_id"), hex_span(span))))
         raise CheckFailure(
             "Each line must carry the trace id and the span id of the span that is current "
             "when it is logged: lower-case hex, 32 and 16 digits. The span id says which step "

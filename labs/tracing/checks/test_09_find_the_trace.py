@@ -95,7 +95,8 @@ def test_find_trace_returns_exactly_the_requests_lines_in_time_order(learner, lo
             note.append(f"{len(extra)} line(s) of other requests (the id only appears in "
                         "their text: match the trace_id field)")
         if isinstance(got, list) and len(got) == len(wanted) and not extra and in_text:
-            note.append("ordered as text: 17:03+03:00 is before 14:04Z")
+            note.append("ordered by the timestamp text, not by the instant (different UTC "
+                        "offsets do not sort as text)")
         raise CheckFailure(
             "find_trace must return every line whose trace_id is the one asked for, from "
             "every service's *.jsonl file, in the order things happened (timestamps in "
