@@ -166,7 +166,7 @@ def test_trace_and_span_ids_are_those_of_the_current_span(captured, tracer_spans
             + (f"\n(caller's traceparent: {caller})"),
             lesson=SEE,
             fix=("format the ids with all their digits: format_trace_id / format_span_id, or "
-                 "f'{span_id:016x}' (an id whose first digit is 0 lost it)") if unpadded
+                 "f'{span_id:016x}' (an id that starts with 0 lost its leading zeros)") if unpadded
             else None)
 
 
