@@ -21,6 +21,7 @@ from _support import (
     traceparent,
 )
 from opentelemetry import trace as otel_trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from sqlalchemy import event, text
 
 from dojo.checks import CheckFailure, call, in_thread, short, table
@@ -117,7 +118,8 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
     def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         context = otel_trace.get_current_span().get_span_context()
         ran.append({"statement": statement,
-                    "current": (f"{context.trace_id:032x}", f"{context.span_id:016x}")
+                    "current": (f"{context.trace_id:032x}", f"{context.span_id:016x}",
+                                f"{int(context.trace_flags):02x}")
                     if context.is_valid else None})
 
     engine = shop.deps.engine
@@ -130,6 +132,11 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
             with engine.connect() as conn:
                 conn.execute(text("SELECT count(*) FROM orders WHERE total_cents > :n"),
                              {"n": 1713})
+        # A trace someone upstream did not sample: flags 00, and the comment must say so.
+        unsampled = SpanContext(int(trace_id_hex(), 16), int(span_id_hex(), 16),
+                                is_remote=False, trace_flags=TraceFlags(0))
+        with otel_trace.use_span(NonRecordingSpan(unsampled)), engine.connect() as conn:
+            conn.execute(text("SELECT count(*) AS in_an_unsampled_trace FROM shipments"))
         with engine.connect() as conn:
             conn.execute(text("SELECT 1 AS outside_any_span"))
     finally:
@@ -143,18 +150,20 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
             ok = found is None
             want = "no comment"
         else:
-            ok = parsed is not None and parsed[:2] == current
-            want = f"00-{current[0]}-{current[1]}-…"
+            ok = parsed is not None and parsed == current
+            want = f"00-{current[0]}-{current[1]}-{current[2]}"
         wrong += not ok
         rows.append({"statement": " ".join(item["statement"].split()), "expected": want,
                      "found": found if found is not None else "(none)",
                      "ok": "yes" if ok else "NO"})
-    if wrong or len(ran) < 4:
+    if wrong or len(ran) < 5:
         raise CheckFailure(
             "Every statement must carry the traceparent of the span current when it runs (the "
             "API's, the consumer's, any other), and a statement run outside any span must go "
-            "unchanged: no comment with made-up or stale ids.",
-            expected="each statement's comment names its current span; none outside a span",
+            "unchanged: no comment with made-up or stale ids, and the flags are the span's (00 "
+            "when the trace is not sampled).",
+            expected="each statement's comment names its current span and its flags; none outside "
+                     "a span",
             actual=f"{wrong} of {len(ran)} statements wrong",
             evidence=table(rows, ("statement", "expected", "found", "ok"), width=60,
                            limit=15), lesson=SEE)

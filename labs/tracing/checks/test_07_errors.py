@@ -185,6 +185,15 @@ def test_retries_and_dead_lettering_stay_in_the_records_trace(shop):
     events = sum(1 for s in consumers for e in s.events if e.name == "exception")
     last = max(consumers, key=lambda s: s.end_time or 0) if consumers else None
     wrong_parent = [s for s in consumers if hex_trace(s) != trace or hex_parent(s) != parent]
+    strays = [s for s in shop.spans.finished() if hex_trace(s) != trace]
+    if strays:
+        raise CheckFailure(
+            "Every span made while the record is tried and dead-lettered belongs to the "
+            "record's trace: a retry is the same work of the same request, not a new trace.",
+            expected="every span in the record's trace",
+            actual=f"{len(strays)} span(s) in other traces",
+            evidence=spans_table(shop.spans.finished()) + f"\nrecord's trace id: {trace}",
+            lesson=SEE)
     if (not consumers or wrong_parent or events != ATTEMPTS or last is None
             or last.status.status_code != StatusCode.ERROR):
         raise CheckFailure(

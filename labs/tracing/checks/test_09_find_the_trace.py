@@ -66,6 +66,12 @@ def write_logs(folder: Path, trace: str) -> list[dict[str, Any]]:
     for item in sorted(ours + noise, key=lambda x: datetime.fromisoformat(x["timestamp"])):
         files[item["service"]].append(json.dumps(item))
     files["shipping"].insert(1, "Traceback (most recent call last):")
+    # JSON, but not a line of the request: an object with no trace_id, and values that are
+    # not objects at all (one of them holds the id as text).
+    files["inventory"].insert(0, json.dumps({"timestamp": stamp("inventory", -3600_000),
+                                             "level": "INFO", "message": "listening on :8081"}))
+    files["inventory"].insert(2, json.dumps(f"{trace} reserve timed out"))
+    files["shipping"].insert(3, "[1713, 42]")
     files["orders-api"].append('{"timestamp": "2025-03-14T14:03:09.1Z", "trace_id": "' + trace)
     for service, rows in files.items():
         (folder / f"{service}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
