@@ -135,3 +135,18 @@ def test_the_runner_carries_a_check_failure_as_text_and_fields() -> None:
     diagnosis = describe(failure, None, None)
     assert (diagnosis.kind, diagnosis.message) == ("fail", str(failure))
     assert diagnosis.failure == failure.report
+
+
+def test_purge_forgets_the_directorys_modules_so_an_edit_is_read_again(tmp_path: Path) -> None:
+    import sys
+
+    from dojo.checks.learner import Learner
+
+    (tmp_path / "edited.py").write_text("VALUE = 1\n")
+    learner = Learner(tmp_path)
+    assert learner.module("edited").VALUE == 1
+    learner.purge()
+    assert "edited" not in sys.modules and "pytest" in sys.modules
+    (tmp_path / "edited.py").write_text("VALUE = 2  # a longer file: a new size\n")
+    assert learner.module("edited").VALUE == 2
+    learner.purge()

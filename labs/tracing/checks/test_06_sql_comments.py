@@ -1,0 +1,170 @@
+"""Stage sql-comments: `trace_sql(engine)` makes every statement run inside a span carry
+/*traceparent='…'*/ with that span's context, visible in pg_stat_activity; statements outside
+a span go unchanged."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+from _support import (
+    READ,
+    hex_span,
+    order_body,
+    parse_traceparent,
+    produce_orders,
+    span_id_hex,
+    spans_table,
+    trace_id_hex,
+    traceparent,
+)
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from sqlalchemy import event, text
+
+from dojo.checks import CheckFailure, call, in_thread, short, table
+
+pytestmark = pytest.mark.stage("sql-comments")
+SEE = READ["sql-comments"]
+COMMENT = re.compile(r"/\*(?:(?!\*/).)*?\btraceparent='([^']*)'(?:(?!\*/).)*\*/", re.DOTALL)
+
+
+def comment_in(statement: str) -> str | None:
+    """The traceparent of a sqlcommenter comment in `statement` (None: no such comment)."""
+    found = COMMENT.search(statement)
+    return found.group(1) if found else None
+
+
+def waiting_statement(engine: Any, table_name: str, timeout: float = 15.0) -> dict[str, Any]:
+    """The statement of the first other session that waits on a lock and names the table,
+    as pg_stat_activity shows it to a DBA."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT pid, state, wait_event_type, query, application_name "
+                "FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'")).mappings().all()
+        for row in rows:
+            if table_name in row["query"]:
+                return dict(row)
+        time.sleep(0.02)
+    return {}
+
+
+def traced(shop: Any) -> None:
+    call(shop.telemetry.trace_sql, shop.deps.engine)
+
+
+def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str) -> None:
+    if not seen:
+        raise CheckFailure(
+            f"The check held a lock so that {where} would wait, but no statement of yours "
+            "waited for it.", expected="a session waiting on the lock",
+            actual="none within 15 s", lesson=SEE)
+    found = comment_in(seen["query"])
+    parsed = parse_traceparent(found)
+    ids = {hex_span(s) for s in shop.spans.of_trace(trace)}
+    if parsed is None or parsed[0] != trace or parsed[1] not in ids:
+        raise CheckFailure(
+            f"A DBA looking at pg_stat_activity while {where} waits on a lock must see which "
+            "request sent it: the statement must carry a sqlcommenter comment "
+            "/*traceparent='00-<trace id>-<span id>-<flags>'*/ naming the current span.",
+            expected="/*traceparent='…'*/ with the request's trace id and one of its spans",
+            actual=("no traceparent comment" if found is None
+                    else f"traceparent={found!r}, not this request's span"),
+            evidence=f"pg_stat_activity.query (pid {seen['pid']}):\n  "
+            + short(seen["query"], 400) + f"\nrequest trace id: {trace}\n"
+            + spans_table(shop.spans.of_trace(trace)),
+            lesson=SEE)
+
+
+def test_a_held_insert_shows_its_traceparent_in_pg_stat_activity(shop, database):
+    traced(shop)
+    trace = trace_id_hex()
+    server = shop.server
+    with database.engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE"))
+        job = in_thread(server.post, order_body(), {"traceparent": traceparent(trace)})
+        seen = waiting_statement(database.engine, "orders")
+        blocker.rollback()
+    answer = job.result(30)
+    if answer.status != 201:
+        raise CheckFailure("POST /orders must place the order.", expected="201",
+                           actual=str(answer.status), evidence=str(answer.body)[:400],
+                           lesson=SEE)
+    verify_visible(shop, seen, trace, "the API's INSERT INTO orders")
+
+
+def test_the_consumers_statements_carry_its_trace(shop, database):
+    traced(shop)
+    trace = trace_id_hex()
+    produce_orders(shop, [[("traceparent", traceparent(trace, span_id_hex()).encode())]])
+    with database.engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE shipments IN SHARE ROW EXCLUSIVE MODE"))
+        job = in_thread(shop.consume, 1)
+        seen = waiting_statement(database.engine, "shipments")
+        blocker.rollback()
+    job.result(30)
+    verify_visible(shop, seen, trace, "the consumer's INSERT INTO shipments")
+
+
+def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
+    traced(shop)
+    ran: list[dict[str, Any]] = []
+
+    def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        context = otel_trace.get_current_span().get_span_context()
+        ran.append({"statement": statement,
+                    "current": (f"{context.trace_id:032x}", f"{context.span_id:016x}",
+                                f"{int(context.trace_flags):02x}")
+                    if context.is_valid else None})
+
+    engine = shop.deps.engine
+    event.listen(engine, "after_cursor_execute", after)
+    try:
+        shop.server.post(order_body(), {"traceparent": traceparent()})
+        produce_orders(shop, [[("traceparent", traceparent().encode())]])
+        shop.consume(1)
+        with shop.spans.tracer.start_as_current_span("a report the check runs"):
+            with engine.connect() as conn:
+                conn.execute(text("SELECT count(*) FROM orders WHERE total_cents > :n"),
+                             {"n": 1713})
+        # A trace someone upstream did not sample: flags 00, and the comment must say so.
+        unsampled = SpanContext(int(trace_id_hex(), 16), int(span_id_hex(), 16),
+                                is_remote=False, trace_flags=TraceFlags(0))
+        with otel_trace.use_span(NonRecordingSpan(unsampled)), engine.connect() as conn:
+            conn.execute(text("SELECT count(*) AS in_an_unsampled_trace FROM shipments"))
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1 AS outside_any_span"))
+    finally:
+        event.remove(engine, "after_cursor_execute", after)
+    rows, wrong = [], 0
+    for item in ran:
+        found = comment_in(item["statement"])
+        parsed = parse_traceparent(found)
+        current = item["current"]
+        if current is None:
+            ok = found is None
+            want = "no comment"
+        else:
+            ok = parsed is not None and parsed == current
+            want = f"00-{current[0]}-{current[1]}-{current[2]}"
+        wrong += not ok
+        rows.append({"statement": " ".join(item["statement"].split()), "expected": want,
+                     "found": found if found is not None else "(none)",
+                     "ok": "yes" if ok else "NO"})
+    if wrong or len(ran) < 5:
+        raise CheckFailure(
+            "Every statement must carry the traceparent of the span current when it runs (the "
+            "API's, the consumer's, any other), and a statement run outside any span must go "
+            "unchanged: no comment with made-up or stale ids, and the flags are the span's (00 "
+            "when the trace is not sampled).",
+            expected="each statement's comment names its current span and its flags; none outside "
+                     "a span",
+            actual=f"{wrong} of {len(ran)} statements wrong",
+            evidence=table(rows, ("statement", "expected", "found", "ok"), width=60,
+                           limit=15), lesson=SEE)
+

@@ -1,0 +1,86 @@
+"""Stage outgoing-http: the call to the inventory service runs in a CLIENT span and carries its
+traceparent, so the inventory's own span is that client span's child."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _support import (
+    INVENTORY_SPAN,
+    READ,
+    hex_parent,
+    hex_span,
+    hex_trace,
+    order_body,
+    parse_traceparent,
+    span_id_hex,
+    spans_table,
+    trace_id_hex,
+    traceparent,
+)
+from opentelemetry.trace import SpanKind
+
+from dojo.checks import CheckFailure
+
+pytestmark = pytest.mark.stage("outgoing-http")
+SEE = READ["outgoing-http"]
+
+
+def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str) -> None:
+    calls = shop.inventory.calls
+    header = calls[-1].headers.get("traceparent") if calls else None
+    parsed = parse_traceparent(header)
+    clients = {hex_span(s): s for s in shop.spans.of_kind(SpanKind.CLIENT, trace)}
+    servers = {hex_span(s) for s in shop.spans.of_kind(SpanKind.SERVER, trace)
+               if s.name != INVENTORY_SPAN}
+    downstream = [s for s in shop.spans.named(INVENTORY_SPAN)]
+    if not calls:
+        problem = "the inventory service was never called"
+    elif parsed is None:
+        problem = f"the call carried traceparent {header!r}: the inventory starts a new trace"
+    elif parsed[0] != trace:
+        problem = f"the call carried another trace id ({parsed[0]})"
+    elif caller is not None and parsed[1] == caller:
+        problem = ("the call carried the caller's own traceparent, forwarded unchanged: the "
+                   "inventory looks like a sibling of your service, not its child")
+    elif parsed[1] in servers:
+        problem = ("its parent-id is the SERVER span: the call has no CLIENT span of its own, "
+                   "so its time and failure are nowhere")
+    elif parsed[1] not in clients:
+        problem = f"its parent-id {parsed[1]} is no CLIENT span of this trace"
+    elif clients[parsed[1]].name != "reserve stock":
+        problem = f"the CLIENT span is named {clients[parsed[1]].name!r}, not 'reserve stock'"
+    elif not downstream or hex_parent(downstream[-1]) != parsed[1]:
+        problem = "the inventory's span is not a child of your CLIENT span"
+    else:
+        return
+    raise CheckFailure(
+        "The call to the inventory service must carry the trace on: inside a CLIENT span "
+        "('reserve stock') around the call, inject that span's context into the request "
+        "headers, so the inventory's span is its child.",
+        expected="traceparent: the request's trace id, parent-id = your 'reserve stock' "
+                 "CLIENT span",
+        actual=problem,
+        evidence=f"request traceparent: {header_sent or '(none)'}\nheaders the inventory got: "
+        + (str({k: v for k, v in calls[-1].headers.items()
+                if k in ('traceparent', 'tracestate')}) if calls else "-")
+        + "\n" + spans_table(shop.spans.finished()),
+        lesson=SEE)
+
+
+def test_the_inventory_call_carries_traceparent_from_a_client_span(shop):
+    trace, caller = trace_id_hex(), span_id_hex()
+    header = traceparent(trace, caller)
+    shop.server.post(order_body(), {"traceparent": header})
+    verify_call(shop, trace, caller, header)
+
+
+def test_without_an_incoming_trace_the_call_carries_the_new_one(shop):
+    shop.server.post(order_body())
+    servers = [s for s in shop.spans.of_kind(SpanKind.SERVER) if s.name != INVENTORY_SPAN]
+    if len(servers) != 1:
+        raise CheckFailure("One request, one SERVER span.", expected="1",
+                           actual=str(len(servers)), evidence=spans_table(servers),
+                           lesson=SEE)
+    verify_call(shop, hex_trace(servers[0]), None, "")

@@ -1,0 +1,96 @@
+"""The shipping consumer: reads `order placed` records and records shipments, in the trace of
+the request that placed the order."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import shop
+import telemetry
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+log = logging.getLogger("orders.consumer")
+
+
+def record_headers(record: Any) -> dict[str, str]:
+    """A record's headers as text (confluent-kafka gives a list of (name, bytes))."""
+    return {name: value.decode("utf-8", "replace")
+            for name, value in (record.headers() or []) if value is not None}
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a chain (`raise … from …`, or raised while handling)."""
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or inner is exc:
+            return exc
+        exc = inner
+
+
+def dead_letter(deps: shop.Deps, record: Any, error: BaseException) -> None:
+    """Same key and value; the original headers, traceparent written afresh from the current
+    span (the same trace), and why."""
+    cause = root_cause(error)
+    headers = [(k, v) for k, v in (record.headers() or []) if k != "traceparent"]
+    headers += [(k, v.encode()) for k, v in telemetry.inject().items() if k == "traceparent"]
+    headers.append(("dlt-error", f"{type(cause).__name__}: {cause}".encode()))
+    deps.producer.produce(deps.dlt_topic, key=record.key(), value=record.value(),
+                          headers=headers)
+    if deps.producer.flush(10):
+        raise shop.DownstreamError("dead letter record not acknowledged")
+
+
+def handle_record(deps: shop.Deps, record: Any, *, max_attempts: int = 3) -> bool:
+    parent = telemetry.extract(record_headers(record))
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        # no trace to continue: one new trace for every attempt of this record
+        root = deps.tracer.start_span("process order", kind=SpanKind.CONSUMER)
+        parent = trace.set_span_in_context(root)
+        with trace.use_span(root, end_on_exit=True):
+            log.warning("no valid traceparent on the record: new trace")
+            return _attempts(deps, record, max_attempts, parent, inside=root)
+    return _attempts(deps, record, max_attempts, parent)
+
+
+def _attempts(deps: shop.Deps, record: Any, max_attempts: int, parent: Any,
+              inside: Any = None) -> bool:
+    for attempt in range(1, max_attempts + 1):
+        span = inside or deps.tracer.start_span("process order", context=parent,
+                                                 kind=SpanKind.CONSUMER)
+        with trace.use_span(span, end_on_exit=inside is None, record_exception=False,
+                            set_status_on_exception=False):
+            try:
+                order_id = shop.ship_order(deps.engine, record.value())
+            except Exception as exc:
+                span.record_exception(exc)
+                if attempt < max_attempts:
+                    log.warning("attempt %d failed (%s)", attempt, type(exc).__name__)
+                    continue
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                log.exception("giving the record up after %d attempts", max_attempts)
+                dead_letter(deps, record, exc)
+                return False
+            log.info("order shipped", extra={"order_id": str(order_id)})
+            return True
+    return False
+
+
+def consume(deps: shop.Deps, consumer: Any, *, max_records: int, timeout_seconds: float = 10.0,
+            max_attempts: int = 3) -> int:
+    """Handle up to `max_records` records from `consumer` (already assigned its partitions),
+    giving up after `timeout_seconds`. Returns how many it handled."""
+    handled = 0
+    deadline = time.monotonic() + timeout_seconds
+    while handled < max_records and time.monotonic() < deadline:
+        record = consumer.poll(0.1)
+        if record is None:
+            continue
+        if record.error():
+            log.warning("consumer error: %s", record.error())
+            continue
+        handle_record(deps, record, max_attempts=max_attempts)
+        handled += 1
+    return handled
