@@ -51,7 +51,7 @@ _NORMALISE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 _EVIDENCE = re.compile(r"^ *evidence:\s*$")
 # a number that stands alone (a sign included): not inside a word or a name ("p0", "UTF-8",
 # "acc-42", "N+1"), a placeholder ("<n>"), an address or a version ("127.0.0.1", "4.1.1")
-_NUMBER = re.compile(r"(?<![\w<.+-])[-+]?\d+(?:[.,]\d+)?(?![\w>]|[.,]\d)")
+_NUMBER = re.compile(r"(?<![\w<>.+-])[-+]?\d+(?:[.,]\d+)?(?![\w>]|[.,]\d)")
 _FIELD = re.compile(r"^ *(expected|actual|evidence|fix|read|hint):")
 # lines whose numbers are the contract or the remedy, not an observation
 _KEEP_NUMBERS = frozenset({"expected", "fix", "read", "hint"})
