@@ -1,0 +1,36 @@
+"""Meta-test over every lab's correct alternative designs: each passes every check.
+
+A check may rely only on what its lab README fixes. The designs under
+tests/labs/alternatives/<lab>/<name>/ differ from the reference solution in everything the
+README leaves open (column names, isolation level, ORM or PL/pgSQL, how a breaker counts), so
+a check that overfits the reference rejects one of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dojo.content.lab_checks import scan_checks
+from dojo.runner.execute import run_checks
+from tests.labs.meta import LabCase, alternative_params, describe
+
+
+@pytest.mark.parametrize(("case", "design"), alternative_params())
+def test_alternative_design_passes_every_check(case: LabCase, design: Path) -> None:
+    lab = case.loaded()
+    summary = run_checks(lab, design)
+    assert summary.results, f"no check ran against {design}"
+    rejected = [r for r in summary.results if r.status in ("fail", "error", "infra")]
+    assert not rejected, (
+        f"{design.relative_to(design.parents[2])} is a correct design (see its NOTE.md), but "
+        f"these checks of lab {lab.id!r} reject it: they rely on something the README does not "
+        f"fix, or the README must say it:\n{describe(rejected)}")
+    declared = {c.id for c in scan_checks(lab.checks_dir).checks}
+    missing = sorted(declared - {r.check_id for r in summary.results})
+    assert not missing, f"these checks never reported a result: {', '.join(missing)}"
+    waiting = [r for r in summary.results if r.status == "needs-backend"]
+    may_wait = {c.id for c in scan_checks(lab.checks_dir).checks if c.needs_kafka}
+    unmarked = [r for r in waiting if r.check_id not in may_wait]
+    assert not unmarked, f"needs-backend for unmarked checks:\n{describe(unmarked)}"
