@@ -249,6 +249,20 @@ def assert_nothing_held(held: dict[str, Any], during: str, read: str, note: str 
 
 # -- races ------------------------------------------------------------------------------------
 
+def first_of(problems: Sequence[str], noun: str = "anomaly") -> str:
+    """How many `problems` and the first of them, for an `actual:` line whose shape does not
+    change with how many a race happened to produce (`all_of` gives the rest as evidence)."""
+    return f"{len(problems)} {noun}(s); the first: {problems[0]}" if problems else "none"
+
+
+def all_of(problems: Sequence[str], limit: int = 12) -> str:
+    """The problems, one a line, for the evidence."""
+    shown = [f"- {p}" for p in problems[:limit]]
+    if len(problems) > limit:
+        shown.append(f"- ... and {len(problems) - limit} more")
+    return "\n".join(shown)
+
+
 def failures(outcomes: Sequence[Any], allowed: tuple[type[BaseException], ...] = ()
              ) -> list[Any]:
     """Outcomes that raised something other than `allowed` (refusals the API documents)."""

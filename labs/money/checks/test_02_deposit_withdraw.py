@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from _support import (
     READ,
+    all_of,
     assert_ledger_agrees,
     balance_of,
     describe_errors,
     failing_commits,
     failures,
+    first_of,
     injected,
     ledger_table,
     posted_sum,
@@ -295,8 +297,9 @@ def test_concurrent_deposits_report_the_balance_they_left(accounts: ModuleType, 
             "add up to one history.",
             expected=f"balance {fmt(total)}, and the receipts, sorted, each the previous "
                      "one's balance plus its own amount, from 100.00 to the final balance",
-            actual=f"balance {fmt(balance)}; " + ("; ".join(problems[:3]) or "receipts fine"),
-            evidence="each deposit as its receipt reports it (before -> after), every plain "
+            actual=f"balance {fmt(balance)}; receipts off history: {first_of(problems)}",
+            evidence=(all_of(problems) + "\n\n" if problems else "")
+                     + "each deposit as its receipt reports it (before -> after), every plain "
                      f"SELECT answered {SLOW_READ * 1000:.0f} ms late:\n"
                      + "\n".join(f"{fmt(b):>8} -> {fmt(a):<8} deposit {fmt(DEPOSITS[i])} "
                                  f"(worker {i})" for b, a, i in history),
@@ -338,9 +341,10 @@ def test_deposits_and_withdrawals_do_not_deadlock(accounts: ModuleType, bank: En
             "odd ones withdraw) deadlocked.",
             expected="every one commits; no deadlock (SQLSTATE 40P01), not even one your code "
                      "retried",
-            actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s), in "
-                   f"{', '.join(dead[:6])}",
-            evidence=f"PostgreSQL said: {log.name_pids(detail or '')[:400]}\n\n"
+            actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s) among "
+                   f"{len(dead)} worker(s)",
+            evidence=f"deadlocked: {', '.join(dead[:6])}\n"
+                     f"PostgreSQL said: {log.name_pids(detail or '')[:400]}\n\n"
                      f"statements on account (row locks answered {SLOW_LOCK * 1000:.0f} ms "
                      "late):\n" + log.timeline((log.pids_in(detail or '') or dead)[:2],
                                                match=r"\baccount\b"),

@@ -143,9 +143,10 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
                 f"deadlocked (round {round_no} of {OPPOSITE_ROUNDS}).",
                 expected="every transfer commits; no deadlock (SQLSTATE 40P01), not even one "
                          "your code retried",
-                actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s), in "
-                       f"{', '.join(dead_workers[:6])}",
-                evidence=f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
+                actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s) among "
+                       f"{len(dead_workers)} worker(s)",
+                evidence=f"deadlocked: {', '.join(dead_workers[:6])}\n"
+                         f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
                          f"the workers in that cycle (row locks answered "
                          f"{SLOW_LOCK * 1000:.0f} ms late):\n"
                          + log.timeline((log.pids_in(detail) or _pair(dead_workers))[:2]

@@ -15,11 +15,13 @@ import pytest
 from _support import (
     READ,
     ExchangeKit,
+    all_of,
     assert_ledger_agrees,
     assert_nothing_held,
     balance_of,
     describe_errors,
     exchange_anomalies,
+    first_of,
     held_during_call,
 )
 
@@ -88,8 +90,9 @@ def _assert_consistent(kit: ExchangeKit, source: int, target: int, what: str) ->
             f"{what}: the exchanges disagree with what the provider did.",
             expected="COMPLETED exactly for the orders the provider converted, FAILED (refunded "
                      "once) for the ones it did not, and balances that match",
-            actual="; ".join(anomalies[:4]),
-            evidence=evidence + "\n\nthe provider's log:\n" + kit.provider.history(16),
+            actual=first_of(anomalies),
+            evidence=all_of(anomalies) + "\n\n" + evidence + "\n\nthe provider's log:\n"
+                     + kit.provider.history(16),
             fix="settle with UPDATE exchange SET status = ... WHERE id = :id AND status = "
                 "'PENDING', and credit or refund only when that updated a row"
             if _settled_twice(anomalies) else None,

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from _support import (
     READ,
+    all_of,
     assert_ledger_agrees,
     assert_nothing_held,
     balance_of,
     describe_errors,
     failures,
+    first_of,
     held_during_call,
     posted_sum,
 )
@@ -257,8 +259,9 @@ def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engi
             "(a lost update).",
             expected="sorted by the balance they started from, each operation starts where the "
                      "previous one ended, from 1000.00 to the final balance",
-            actual="; ".join(problems[:4]),
-            evidence="each operation, as it reported itself (before -> after):\n"
+            actual=first_of(problems),
+            evidence=all_of(problems) + "\n\neach operation, as it reported itself (before "
+                     "-> after):\n"
                      + "\n".join(lines[:24]),
             fix="every write that depends on a read must fail when the row changed in between: "
                 "UPDATE ... WHERE version = :read_version (and version = version + 1 in every "
