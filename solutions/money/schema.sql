@@ -8,14 +8,16 @@ CREATE TABLE account (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     customer_id bigint,
     kind        text          NOT NULL DEFAULT 'CUSTOMER' CHECK (kind IN ('CUSTOMER', 'SYSTEM')),
-    purpose     text,                            -- SYSTEM accounts: 'deposits', 'fx', 'interest'
+    -- SYSTEM accounts of the service: 'deposits', 'fx', 'interest'. NULL is allowed (a
+    -- SYSTEM account opened by an admin tool with only kind and currency), and the unique
+    -- index below treats NULLs as distinct.
+    purpose     text,
     currency    char(3)       NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
     balance     numeric(20,4) NOT NULL DEFAULT 0,
     -- bumped by every statement that changes the balance: the optimistic lock of
     -- apply_interest compares it (stage lost-updates)
     version     bigint        NOT NULL DEFAULT 0,
     CONSTRAINT customer_balance_not_negative CHECK (kind = 'SYSTEM' OR balance >= 0),
-    CONSTRAINT system_account_has_purpose CHECK ((kind = 'SYSTEM') = (purpose IS NOT NULL)),
     UNIQUE (id, currency)                        -- target of posting's (account, currency) key
 );
 CREATE UNIQUE INDEX one_system_account_per_purpose ON account (purpose, currency)

@@ -72,6 +72,26 @@ def mutant_params(root: Path | None = None) -> list[object]:
     return params
 
 
+ALTERNATIVES = Path(__file__).parent / "alternatives"
+
+
+def alternative_params(root: Path | None = None, folder: Path = ALTERNATIVES) -> list[object]:
+    """One case per correct alternative design, `tests/labs/alternatives/<lab>/<name>/`: a
+    full implementation, written independently of the reference solution, that every check of
+    its lab must accept (a check that rejects one relies on more than the README fixes)."""
+    labs = {case.slug: case for case in discover(root)}
+    params: list[object] = []
+    if not folder.is_dir():
+        return params
+    for lab_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        case = labs.get(lab_dir.name, LabCase(lab_dir.name, None, "no labs/" + lab_dir.name))
+        for design in sorted(p for p in lab_dir.iterdir() if p.is_dir()
+                             and not p.name.startswith((".", "__"))):
+            params.append(pytest.param(case, design, id=f"{lab_dir.name}/{design.name}",
+                                       marks=_marks(case.lab)))
+    return params
+
+
 def describe(results: list[CheckResult]) -> str:
     """Results as a teaching list: stage/check, status, and the first lines of the message."""
     lines = []

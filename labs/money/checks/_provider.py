@@ -45,7 +45,10 @@ PLACE_MODES = {
     "stall": "waits until release(), then converts and answers",
     "drop": "closes the connection without converting or answering",
 }
-STATUS_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s"}
+STATUS_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s",
+                "stall": "waits until release(), then answers"}
+RATE_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s",
+              "stall": "waits until release(), then answers"}
 
 
 @dataclass
@@ -83,8 +86,10 @@ class Order:
 class _Script:
     place: str = "fill"
     status: str = "answer"
-    rates: str = "answer"  # answer | fail | slow
+    rates: str = "answer"  # RATE_MODES
     delay: float = 2.0
+    # the price a fill gets: bought_amount = sell_amount x fill_rate (None: the order's rate)
+    fill_rate: Decimal | None = None
     gate: threading.Event = field(default_factory=threading.Event)
 
 
@@ -100,6 +105,7 @@ class FxProvider:
         self._script = _Script()
         self._script.gate.set()
         self._stalled = threading.Semaphore(0)
+        self._gates = [self._script.gate]
         self._started = time.monotonic()
         self._next_order = 0
         self._server: ThreadingHTTPServer | None = None
@@ -134,28 +140,42 @@ class FxProvider:
         return f"http://{host if isinstance(host, str) else host.decode()}:{port}"
 
     def script(self, *, place: str | None = None, status: str | None = None,
-               rates: str | None = None, delay: float | None = None) -> None:
-        """Change how the provider behaves from the next request on."""
+               rates: str | None = None, delay: float | None = None,
+               fill_rate: Decimal | None | bool = False) -> None:
+        """Change how the provider behaves from the next request on. `fill_rate` (a Decimal)
+        makes fills happen at that price instead of the order's rate; None restores it."""
         with self._lock:
+            stalling = False
             if place is not None:
                 assert place in PLACE_MODES, place
                 self._script.place = place
-                if place == "stall":
-                    self._script.gate = threading.Event()
+                stalling |= place == "stall"
             if status is not None:
                 assert status in STATUS_MODES, status
                 self._script.status = status
+                stalling |= status == "stall"
             if rates is not None:
+                assert rates in RATE_MODES, rates
                 self._script.rates = rates
+                stalling |= rates == "stall"
+            if stalling:
+                self._script.gate = threading.Event()
+                self._gates.append(self._script.gate)
             if delay is not None:
                 self._script.delay = delay
+            if fill_rate is not False:
+                assert fill_rate is None or isinstance(fill_rate, Decimal), fill_rate
+                self._script.fill_rate = fill_rate
 
     def release(self) -> None:
         """Let every stalled request go on (and later ones through at once)."""
-        self._script.gate.set()
+        with self._lock:
+            gates = list(self._gates)
+        for gate in gates:
+            gate.set()
 
     def wait_stalled(self, count: int = 1, timeout: float = 5.0) -> bool:
-        """True once `count` requests are held by the `stall` mode."""
+        """True once `count` requests are held by a `stall` mode."""
         deadline = time.monotonic() + timeout
         for _ in range(count):
             if not self._stalled.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -222,9 +242,10 @@ class FxProvider:
             except (KeyError, TypeError, InvalidOperation):
                 return None, "BAD_REQUEST"
             self._next_order += 1
+            price = self._script.fill_rate if self._script.fill_rate is not None else rate
             order = Order(key, body, "FILLED", order_id=f"fx-{self._next_order}",
-                          bought_amount=(amount * rate).quantize(Decimal("0.01"),
-                                                                 ROUND_HALF_EVEN))
+                          bought_amount=(amount * price).quantize(Decimal("0.01"),
+                                                                  ROUND_HALF_EVEN))
             self.orders[key] = order
             return order, "FILLED"
 
@@ -285,7 +306,10 @@ class FxProvider:
 
     def status(self, handler: _Handler, key: str) -> None:
         call = self._record(Call(self._now(), "GET", f"/v1/orders/{key}", key, None))
-        mode, delay = self._script.status, self._script.delay
+        mode, delay, gate = self._script.status, self._script.delay, self._script.gate
+        if mode == "stall":
+            self._stalled.release()
+            gate.wait(30)
         if mode == "fail":
             call.outcome = "FAILED"
             handler.answer(call, 503, {"error": "temporarily unavailable"})
@@ -305,12 +329,16 @@ class FxProvider:
 
     def rate(self, handler: _Handler, query: dict[str, list[str]]) -> None:
         call = self._record(Call(self._now(), "GET", "/v1/rates", None, None))
-        if self._script.rates == "fail":
+        mode, delay, gate = self._script.rates, self._script.delay, self._script.gate
+        if mode == "stall":
+            self._stalled.release()
+            gate.wait(30)
+        if mode == "fail":
             call.outcome = "FAILED"
             handler.answer(call, 503, {"error": "temporarily unavailable"})
             return
-        if self._script.rates == "slow":
-            time.sleep(self._script.delay)
+        if mode == "slow":
+            time.sleep(delay)
         sell, buy = query.get("sell", [""])[0], query.get("buy", [""])[0]
         rate = RATES.get((sell, buy))
         if rate is None:

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from types import ModuleType
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, InstantClock, call, first_line, fmt, rows, scalar, table
+from dojo.checks import CheckFailure, call, first_line, fmt, rows, scalar, table
+from dojo.checks.observers import (
+    SESSION_COLUMNS,
+    ensure_pgrowlocks,
+    open_transactions,
+    row_locks,
+    sessions,
+)
 
 # Lesson sections the messages send the learner to.
 READ = {
@@ -101,6 +109,8 @@ def ledger_problems(engine: Engine, account_ids: Sequence[int] | None = None) ->
 
 def assert_ledger_agrees(engine: Engine, what: str, account_ids: Sequence[int] | None = None,
                          read: str = "schema") -> None:
+    """Fail when ledger_problems finds anything. No fix line: a balance that differs from its
+    postings can come from a lost update as well as from postings written apart."""
     problems = ledger_problems(engine, account_ids)
     if problems:
         raise CheckFailure(
@@ -108,7 +118,6 @@ def assert_ledger_agrees(engine: Engine, what: str, account_ids: Sequence[int] |
             expected="every customer balance equals the sum of its postings, and every entry's "
                      "postings sum to zero per currency",
             actual=f"{len(problems)} problem(s)", evidence="\n".join(problems[:10]),
-            fix="change the balance and write the entry's postings in the same transaction",
             lesson=see(read))
 
 
@@ -117,19 +126,41 @@ def ledger_table(engine: Engine, account_id: int, limit: int = 12) -> str:
                                                    "entry_id"), limit)
 
 
+# -- clocks -----------------------------------------------------------------------------------
+
+# Where the stopped clock starts: years away from the database's now() and time.time(), and
+# not on a whole second, so code that mixes them up, or rounds, is seen at once.
+STOPPED_AT = datetime(2031, 5, 17, 9, 30, 12, 345678, tzinfo=UTC)
+
+
+class StoppedClock:
+    """`clock()` for the exchange stages: it reads STOPPED_AT until the check moves it with
+    `advance(seconds)`, so an age or an expiry can be put exactly on its boundary."""
+
+    def __init__(self, start: datetime = STOPPED_AT) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+
+
 # -- the exchange stages' kit ----------------------------------------------------------------
 
 @dataclass
-class ExchangeKit:
-    """The learner's exchange modules, the provider the check runs, and a client factory."""
+class ClientKit:
+    """The learner's provider client and breaker, the provider the check runs, a clock: all
+    a check of the client alone needs (no database)."""
 
-    accounts: ModuleType
     fx_client: ModuleType
     breaker: ModuleType
-    exchange: ModuleType
     provider: Any  # _provider.FxProvider
-    clock: InstantClock
-    engine: Engine
+    clock: Any  # StoppedClock, or InstantClock where real durations matter
 
     def client(self, timeout: float = 1.0, breaker: Any = None) -> Any:
         """The learner's FxClient pointed at the check's provider."""
@@ -137,7 +168,100 @@ class ExchangeKit:
                     breaker=breaker)
 
 
+@dataclass
+class ExchangeKit(ClientKit):
+    """ClientKit, with the learner's accounts and exchange modules on a database, and the
+    sell amount of every exchange the check started (the README fixes no column for it, so
+    the check remembers what it asked for)."""
+
+    accounts: ModuleType = field(default=None)  # type: ignore[assignment]
+    exchange: ModuleType = field(default=None)  # type: ignore[assignment]
+    engine: Engine = field(default=None)  # type: ignore[assignment]
+    sold: dict[str, Decimal] = field(default_factory=dict)
+
+    def quote(self, fx: Any, sell: str = "USD", buy: str = "EUR", ttl: float = 30.0) -> Any:
+        return call(self.exchange.create_quote, self.engine, fx, self.clock,
+                    sell_currency=sell, buy_currency=buy, ttl_seconds=ttl)
+
+    def start(self, fx: Any, quote: Any, source: int, target: int, amount: Decimal | str,
+              key: str) -> Any:
+        """exchange(...) as a learner's caller would call it (a stub's NotImplementedError
+        becomes NotWritten); the result's exchange id is remembered with its amount."""
+        return self.remember(call(self.exchange.exchange, self.engine, fx, self.clock,
+                                  idempotency_key=key, quote_id=quote.id,
+                                  from_account_id=source, to_account_id=target,
+                                  sell_amount=Decimal(amount)), Decimal(amount))
+
+    def remember(self, result: Any, amount: Decimal) -> Any:
+        exchange_id = getattr(result, "exchange_id", None)
+        if exchange_id is not None:
+            self.sold[str(exchange_id)] = amount
+        return result
+
+    def sold_amount(self, exchange_id: str) -> Decimal | None:
+        """What the exchange sold: as the check asked, or as the provider received it."""
+        if exchange_id in self.sold:
+            return self.sold[exchange_id]
+        for request in self.provider.order_requests():
+            if request.key == exchange_id and request.body:
+                return Decimal(str(request.body.get("sell_amount")))
+        return None
+
+
+def held_during_call(engine: Engine, tables: Sequence[str]) -> dict[str, Any]:
+    """What the code under test holds right now (call it while the provider or a rule is
+    stalled): sessions idle in transaction or holding locks on `tables`, row locks on
+    account (pgrowlocks, where it exists) and pooled connections checked out."""
+    have_rowlocks = ensure_pgrowlocks(engine)
+    found = sessions(engine, tables)
+    return {"sessions": found, "holding": open_transactions(found),
+            "row_locks": row_locks(engine, "account") if have_rowlocks else [],
+            "checked_out": engine.pool.checkedout()}  # type: ignore[attr-defined]
+
+
+def assert_nothing_held(held: dict[str, Any], during: str, read: str, note: str = "") -> None:
+    """Fail when `held` (from held_during_call) shows a transaction, a row lock or a pooled
+    connection kept through `during` ("the provider's answer to get_rate", say)."""
+    if held["holding"] or held["row_locks"]:
+        raise CheckFailure(
+            f"While {during} was outstanding, your code held a database transaction open.",
+            expected="no session idle in transaction and no lock of yours during the call "
+                     "(pg_stat_activity, pg_locks, pgrowlocks)",
+            actual=f"{len(held['holding'])} session(s) in a transaction; row locks on account: "
+                   + (", ".join(f"{r['row_id']} ({r['modes']})" for r in held["row_locks"])
+                      or "none"),
+            evidence="pg_stat_activity + pg_locks, taken during the call:\n"
+                     + table(held["holding"] or held["sessions"], SESSION_COLUMNS)
+                     + (f"\n{note}" if note else ""),
+            fix="finish the transaction (leave the `with engine.begin()` block) before the "
+                "call, and open a new one for what comes after it",
+            lesson=see(read))
+    if held["checked_out"]:
+        raise CheckFailure(
+            f"While {during} was outstanding, your code kept a pooled connection checked out.",
+            expected="engine.pool.checkedout() == 0 during the call",
+            actual=f"{held['checked_out']} connection(s) checked out",
+            evidence="a connection held through a remote call is one the pool cannot lend to "
+                     "the payments arriving meanwhile; under load the pool runs dry",
+            fix="leave the `with engine.connect()` / `engine.begin()` block before calling",
+            lesson=see(read))
+
+
 # -- races ------------------------------------------------------------------------------------
+
+def first_of(problems: Sequence[str], noun: str = "anomaly") -> str:
+    """How many `problems` and the first of them, for an `actual:` line whose shape does not
+    change with how many a race happened to produce (`all_of` gives the rest as evidence)."""
+    return f"{len(problems)} {noun}(s); the first: {problems[0]}" if problems else "none"
+
+
+def all_of(problems: Sequence[str], limit: int = 12) -> str:
+    """The problems, one a line, for the evidence."""
+    shown = [f"- {p}" for p in problems[:limit]]
+    if len(problems) > limit:
+        shown.append(f"- ... and {len(problems) - limit} more")
+    return "\n".join(shown)
+
 
 def failures(outcomes: Sequence[Any], allowed: tuple[type[BaseException], ...] = ()
              ) -> list[Any]:
@@ -198,38 +322,100 @@ def process_hammer(impl_dir: str, url: str, account_id: int, seed: int, operatio
 def exchange_anomalies(kit: ExchangeKit, source: int, target: int, funded_with: Decimal
                        ) -> tuple[list[str], str]:
     """Compare every exchange (status) with what the provider recorded (converted or not) and
-    the customer balances with both. Returns (named anomalies, a table of the evidence)."""
-    exchanges = rows(kit.engine, "SELECT id::text AS id, status, sell_amount FROM exchange "
-                                 "ORDER BY created_at, id")
+    the customer balances with both. Returns (named anomalies, a table of the evidence).
+
+    Reads only exchange.id and exchange.status: the amounts are the check's own (what it
+    asked each exchange to sell) and the provider's (what it bought)."""
+    statuses = {r["id"]: r["status"] for r in rows(kit.engine, "SELECT id::text AS id, status "
+                                                               "FROM exchange")}
+    order = list(kit.sold) + sorted(set(statuses) - set(kit.sold))
     converted = kit.provider.converted()
     anomalies: list[str] = []
     evidence = []
-    for ex in exchanges:
-        order = converted.get(ex["id"])
-        provider_says = ("converted " + fmt(order.bought_amount)) if order else (
-            "rejected" if ex["id"] in kit.provider.orders else
-            "voided (NOT_FOUND)" if ex["id"] in kit.provider.voided else "never received")
-        evidence.append({"exchange": ex["id"][:8], "status": ex["status"],
-                         "provider": provider_says})
-        if ex["status"] == "FAILED" and order:
-            anomalies.append(f"double money: exchange {ex['id']} was refunded, but the "
-                             f"provider converted it ({fmt(order.bought_amount)} EUR bought)")
-        if ex["status"] == "COMPLETED" and not order:
-            anomalies.append(f"money from nowhere: exchange {ex['id']} was credited, but "
+    refunded_or_open = credited = Decimal(0)
+    for exchange_id in order:
+        status = statuses.get(exchange_id)
+        if status is None:
+            continue
+        order_ = converted.get(exchange_id)
+        provider_says = ("converted, bought " + fmt(order_.bought_amount)) if order_ else (
+            "rejected" if exchange_id in kit.provider.orders else
+            "voided (NOT_FOUND)" if exchange_id in kit.provider.voided else "never received")
+        sold = kit.sold_amount(exchange_id)
+        evidence.append({"exchange": exchange_id, "sold": fmt(sold) if sold is not None
+                         else "?", "status": status, "provider": provider_says})
+        if status == "FAILED" and order_:
+            anomalies.append(f"double money: exchange {exchange_id} was refunded, but the "
+                             f"provider converted it ({fmt(order_.bought_amount)} bought)")
+        if status == "COMPLETED" and not order_:
+            anomalies.append(f"money from nowhere: exchange {exchange_id} was credited, but "
                              "the provider never converted it")
-    refunded_or_open = sum((Decimal(ex["sell_amount"]) for ex in exchanges
-                            if ex["status"] != "FAILED"), Decimal(0))
-    credited = sum((converted[ex["id"]].bought_amount for ex in exchanges
-                    if ex["status"] == "COMPLETED" and ex["id"] in converted), Decimal(0))
+        if status != "FAILED" and sold is not None:
+            refunded_or_open += sold
+        if status == "COMPLETED" and order_:
+            credited += order_.bought_amount
     src, dst = balance_of(kit.engine, source), balance_of(kit.engine, target)
     owed = funded_with - refunded_or_open
     if src != owed:
-        anomalies.append(f"source balance {fmt(src)} USD, expected {fmt(owed)} (funded "
+        anomalies.append(f"source balance {fmt(src)}, expected {fmt(owed)} (funded "
                          f"{fmt(funded_with)}, minus the exchanges not refunded): "
                          f"{'refunded twice' if src > owed else 'debited twice'}")
     if dst != credited:
-        anomalies.append(f"target balance {fmt(dst)} EUR, expected {fmt(credited)} (what the "
-                         f"COMPLETED exchanges bought): "
+        anomalies.append(f"target balance {fmt(dst)}, expected {fmt(credited)} (what the "
+                         f"provider bought for the COMPLETED exchanges): "
                          + ("credited more than the provider bought" if dst > credited
-                            else "credit missing"))
-    return anomalies, table(evidence, ("exchange", "status", "provider"))
+                            else "credited less than the provider bought"))
+    return anomalies, table(evidence, ("exchange", "sold", "status", "provider"))
+
+
+# -- a COMMIT that fails, from the database ----------------------------------------------------
+
+INJECTED = "dojo: this COMMIT fails on purpose"
+_COMMIT_FAULT = f"""
+CREATE TABLE IF NOT EXISTS dojo_commit_fault (account_id bigint PRIMARY KEY);
+CREATE OR REPLACE FUNCTION dojo_fail_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM dojo_commit_fault WHERE account_id = NEW.account_id) THEN
+        RAISE EXCEPTION USING MESSAGE = '{INJECTED}: a posting on account '
+            || NEW.account_id || ' (the check injects this failure)';
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS dojo_fail_commit ON posting;
+CREATE CONSTRAINT TRIGGER dojo_fail_commit AFTER INSERT ON posting
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION dojo_fail_commit();
+"""
+
+
+class failing_commits:  # noqa: N801 - used as a context manager, like contextlib's
+    """While active, the COMMIT of any transaction that wrote a posting on `account_id`
+    fails (a deferred constraint trigger of the check's own, on the README's posting table).
+    Whatever the code sends, SQL text or one function call, the database refuses the whole
+    transaction at its last step, as a crash or a lost connection at COMMIT would."""
+
+    def __init__(self, engine: Engine, account_id: int) -> None:
+        self.engine = engine
+        self.account_id = account_id
+
+    def __enter__(self) -> failing_commits:
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(_COMMIT_FAULT)
+            conn.execute(text("INSERT INTO dojo_commit_fault VALUES (:a) ON CONFLICT DO NOTHING"),
+                         {"a": self.account_id})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(text("DELETE FROM dojo_commit_fault WHERE account_id = :a"),
+                         {"a": self.account_id})
+
+
+def injected(error: BaseException | None) -> bool:
+    """The error is (or wraps) the failure failing_commits injected."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if INJECTED in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

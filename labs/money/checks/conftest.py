@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from _provider import FxProvider
-from _support import ExchangeKit
+from _support import ClientKit, ExchangeKit, StoppedClock
 from sqlalchemy import Engine
 
-from dojo.checks import InstantClock, apply_schema, call, require_tables
+from dojo.checks import apply_schema, call, require_tables
 
 # Enough connections for the widest race (40 workers) without queueing on the pool.
 RACE_POOL = {"pool_size": 45, "max_overflow": 0, "pool_timeout": 20}
@@ -63,16 +63,24 @@ def provider() -> Iterator[FxProvider]:
 
 
 @pytest.fixture
-def clock() -> InstantClock:
-    """Real time the check can move on (`advance`) past a TTL or an open-state wait."""
-    return InstantClock()
+def clock() -> Any:
+    """A clock that stands still, years from the wall clock, until the check moves it on
+    (`advance`) past a TTL or an age. The circuit-breaker checks override it with one that
+    moves with real time (they time calls)."""
+    return StoppedClock()
 
 
 @pytest.fixture
 def kit(learner: Any, accounts: ModuleType, bank: Engine, provider: FxProvider,
-        clock: InstantClock) -> ExchangeKit:
+        clock: Any) -> ExchangeKit:
     from _support import LATER_TABLES
 
     require_tables(bank, LATER_TABLES, "exchange")
-    return ExchangeKit(accounts, learner.module("fx_client"), learner.module("breaker"),
-                       learner.module("exchange"), provider, clock, bank)
+    return ExchangeKit(learner.module("fx_client"), learner.module("breaker"), provider, clock,
+                       accounts=accounts, exchange=learner.module("exchange"), engine=bank)
+
+
+@pytest.fixture
+def client_kit(learner: Any, provider: FxProvider, clock: Any) -> ClientKit:
+    """The provider client and the breaker alone: no database for checks that need none."""
+    return ClientKit(learner.module("fx_client"), learner.module("breaker"), provider, clock)

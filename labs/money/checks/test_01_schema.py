@@ -118,6 +118,37 @@ def test_customer_balance_cannot_go_negative(bank: Engine) -> None:
                 fix="declare the rule as a CHECK constraint on account", lesson=READ["check"])
 
 
+def test_system_accounts_may_go_negative(bank: Engine) -> None:
+    require_tables(bank, TABLES, "schema")
+    opened = _attempt(bank, [("INSERT INTO account (kind, currency) VALUES ('SYSTEM', 'USD')",
+                              {})])
+    if opened is not None:
+        raise CheckFailure(
+            "A SYSTEM account could not be opened with only kind and currency.",
+            expected="INSERT INTO account (kind, currency) VALUES ('SYSTEM', 'USD') commits",
+            actual=f"SQLSTATE {sqlstate(opened)}: {first_line(opened)}",
+            evidence="the checks insert rows with only the columns the README lists, as an "
+                     "admin tool would; a column of your own that is NOT NULL without a default "
+                     "(or a CHECK that demands it) refuses them",
+            fix="give every column you add a default, or let it be NULL",
+            lesson=READ["schema"])
+    with bank.begin() as conn:
+        system_id = conn.execute(text("SELECT max(id) FROM account WHERE kind = 'SYSTEM'")
+                                 ).scalar_one()
+    refused = _attempt(bank, [("UPDATE account SET balance = -1234.56 WHERE id = :id",
+                               {"id": system_id})])
+    if refused is not None:
+        raise CheckFailure(
+            "A SYSTEM account was not allowed to go negative.",
+            expected=f"UPDATE account SET balance = -1234.56 WHERE id = {system_id} (a SYSTEM "
+                     "account) commits",
+            actual=f"SQLSTATE {sqlstate(refused)}: {first_line(refused)}",
+            evidence="a clearing account is the other side of every deposit: it goes negative "
+                     "as customers deposit. Only customer balances must stay >= 0",
+            fix="CHECK (kind = 'SYSTEM' OR balance >= 0)" if sqlstate(refused) == "23514"
+            else None, lesson=READ["check"])
+
+
 def test_ledger_is_append_only(bank: Engine) -> None:
     require_tables(bank, TABLES, "schema")
     a, b = _accounts(bank, "USD", "USD")

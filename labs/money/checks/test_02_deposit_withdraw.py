@@ -12,17 +12,22 @@ from typing import Any
 import pytest
 from _support import (
     READ,
+    all_of,
     assert_ledger_agrees,
     balance_of,
     describe_errors,
+    failing_commits,
     failures,
+    first_of,
+    injected,
     ledger_table,
     posted_sum,
     process_hammer,
+    see,
 )
 from sqlalchemy import Engine
 
-from dojo.checks import CheckFailure, call, first_line, fmt, raised, scalar
+from dojo.checks import CheckFailure, call, first_line, fmt, raised, scalar, sqlstate
 from dojo.checks.faults import run_concurrently, slow_sql
 from dojo.checks.observers import record_sql
 
@@ -101,7 +106,7 @@ def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engin
             "Withdrawing 100.01 from 100.00 must be refused.",
             expected="accounts.InsufficientFunds", actual=first_line(error),
             fix="UPDATE ... WHERE id = :id AND balance >= :amount; zero rows means insufficient "
-                "funds", lesson=READ["race"])
+                "funds" if error is None else None, lesson=READ["race"])
     if not (balance_of(bank, account_id) == Decimal("100.00") and
             _entries_on(bank, account_id) == 1):
         raise CheckFailure(
@@ -115,7 +120,8 @@ def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engin
             "A withdrawal from an account that does not exist must say so.",
             expected="accounts.AccountNotFound", actual=first_line(missing),
             fix="zero rows from the conditional UPDATE: look the account up to tell 'no such "
-                "account' from 'insufficient funds'", lesson=READ["race"])
+                "account' from 'insufficient funds'"
+            if isinstance(missing, accounts.InsufficientFunds) else None, lesson=READ["race"])
     for bad in ("0", "-5.00", "1.005"):
         error = raised(accounts.deposit, bank, account_id, Decimal(bad))
         if not isinstance(error, ValueError):
@@ -156,6 +162,19 @@ def test_concurrent_withdrawals_never_overdraw(accounts: ModuleType, bank: Engin
                 fix="one conditional UPDATE ... WHERE balance >= :amount needs no retries and "
                     "cannot fail on a race", lesson=READ["race"])
         if len(ok) == 10 and balance == 0 and posted == 0:
+            reported = sorted((o.value.balance for o in ok), reverse=True)
+            if reported != [Decimal(90 - 10 * n) for n in range(10)]:
+                raise CheckFailure(
+                    f"{RACE_WORKERS} concurrent withdrawals of 10.00 from 100.00: the money is "
+                    f"right, but the receipts report balances that never existed (round "
+                    f"{round_no}).",
+                    expected="the 10 receipts report 90.00, 80.00, ..., 0.00: each the balance "
+                             "its own withdrawal left",
+                    actual="receipts report " + ", ".join(fmt(b) for b in reported),
+                    evidence="a receipt's balance must come from the statement that changed "
+                             "it (UPDATE ... RETURNING balance), not from a read made before "
+                             "the other withdrawals committed",
+                    lesson=READ["race"])
             continue
         winners = [f"worker {o.index}" for o in ok[:2]]
         anomaly = ("lost update" if posted != balance or balance != Decimal("100.00") - paid
@@ -179,18 +198,22 @@ def test_concurrent_withdrawals_never_overdraw(accounts: ModuleType, bank: Engin
     assert_ledger_agrees(bank, "after the concurrent withdrawals")
 
 
+HAMMER_OPERATIONS = 24  # per process, over its 4 threads
+
+
 def test_processes_hammering_one_account_keep_it_exact(accounts: ModuleType, bank: Engine,
                                                        funded: Any, learner: Any) -> None:
     account_id = funded("200.00")
     url = bank.url.render_as_string(hide_password=False)
-    worker = functools.partial(process_hammer, str(learner.dir), url, account_id, 7, 40)
+    worker = functools.partial(process_hammer, str(learner.dir), url, account_id, 7,
+                               HAMMER_OPERATIONS)
     lowest: list[Decimal] = []
     done = threading.Event()
 
     def watch() -> None:  # what any reader sees while the processes hammer
         while not done.is_set():
             lowest.append(balance_of(bank, account_id))
-            done.wait(0.005)
+            done.wait(0.02)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -208,8 +231,9 @@ def test_processes_hammering_one_account_keep_it_exact(accounts: ModuleType, ban
     broken = [o for o in outcomes if not o.ok]
     if broken:
         raise CheckFailure(
-            "A hammering process did not finish.", expected="3 processes x 4 threads x 10 "
-            "operations, each returning", actual=describe_errors(broken), lesson=READ["race"])
+            "A hammering process did not finish.",
+            expected=f"3 processes x 4 threads x {HAMMER_OPERATIONS // 4} operations, each "
+                     "returning", actual=describe_errors(broken), lesson=READ["race"])
     results = [r for o in outcomes for r in o.value]
     errors = [r for r in results if r[2] not in ("ok", "refused")]
     if errors:
@@ -235,3 +259,130 @@ def test_processes_hammering_one_account_keep_it_exact(accounts: ModuleType, ban
             fix="each operation is one transaction: one conditional UPDATE and its postings",
             lesson=READ["race"])
     assert_ledger_agrees(bank, "after the process hammer")
+
+
+DEPOSITS = [Decimal(f"{n}.{n * 7 % 100:02d}") for n in range(1, 17)]  # 16 distinct amounts
+
+
+def test_concurrent_deposits_report_the_balance_they_left(accounts: ModuleType, bank: Engine,
+                                                          funded: Any) -> None:
+    account_id = funded("100.00")
+
+    def deposit(index: int) -> Any:
+        return accounts.deposit(bank, account_id, DEPOSITS[index])
+
+    with slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
+        outcomes = run_concurrently(deposit, len(DEPOSITS), timeout=40)
+    broken = failures(outcomes)
+    if broken:
+        raise CheckFailure(
+            f"{len(DEPOSITS)} concurrent deposits into one account raised errors.",
+            expected="every deposit commits", actual=f"{len(broken)} raised",
+            evidence=describe_errors(broken), lesson=READ["race"])
+    balance = balance_of(bank, account_id)
+    total = Decimal("100.00") + sum(DEPOSITS, Decimal(0))
+    history = sorted(((o.value.balance - DEPOSITS[o.index], o.value.balance, o.index)
+                      for o in outcomes), key=lambda h: h[1])
+    problems = []
+    start = Decimal("100.00")
+    for before, after, index in history:
+        if before != start:
+            problems.append(f"worker {index}: deposit {fmt(DEPOSITS[index])} reports balance "
+                            f"{fmt(after)}, so it started from {fmt(before)}, but the balance "
+                            f"before it was {fmt(start)}")
+        start = after
+    if balance != total or problems:
+        raise CheckFailure(
+            f"{len(DEPOSITS)} concurrent deposits of different amounts: the receipts do not "
+            "add up to one history.",
+            expected=f"balance {fmt(total)}, and the receipts, sorted, each the previous "
+                     "one's balance plus its own amount, from 100.00 to the final balance",
+            actual=f"balance {fmt(balance)}; receipts off history: {first_of(problems)}",
+            evidence=(all_of(problems) + "\n\n" if problems else "")
+                     + "each deposit as its receipt reports it (before -> after), every plain "
+                     f"SELECT answered {SLOW_READ * 1000:.0f} ms late:\n"
+                     + "\n".join(f"{fmt(b):>8} -> {fmt(a):<8} deposit {fmt(DEPOSITS[i])} "
+                                 f"(worker {i})" for b, a, i in history),
+            fix="report the balance the UPDATE itself returned (UPDATE ... SET balance = "
+                "balance + :amount ... RETURNING balance), not one read before it"
+                if balance == total else None,
+            lesson=(READ["race"], READ["lost-update"]))
+    assert_ledger_agrees(bank, "after concurrent deposits", [account_id])
+
+
+MIXED_WORKERS = 12
+# Every statement that takes a row lock on account answers late, with the lock held: two
+# transactions that take the customer's and the clearing account's rows in opposite orders
+# each hold one and wait for the other.
+SLOW_LOCK = 0.02
+LOCKING = r"for\s+(no\s+key\s+)?update|^\s*update\s+account"
+
+
+def test_deposits_and_withdrawals_do_not_deadlock(accounts: ModuleType, bank: Engine,
+                                                  funded: Any) -> None:
+    account_id = funded("1000.00")
+
+    def move(index: int) -> Any:
+        amount = Decimal(f"{index + 1}.25")
+        if index % 2 == 0:
+            return accounts.deposit(bank, account_id, amount)
+        return accounts.withdraw(bank, account_id, amount)
+
+    with record_sql(bank) as log, slow_sql(bank, SLOW_LOCK, match=LOCKING):
+        outcomes = run_concurrently(move, MIXED_WORKERS, timeout=40)
+    deadlocks = log.errors("40P01")
+    dead = sorted({s.worker for s in deadlocks}
+                  | {f"worker {o.index}" for o in outcomes if sqlstate(o.error) == "40P01"})
+    if dead:
+        detail = deadlocks[0].error if deadlocks else first_line(
+            next(o.error for o in outcomes if sqlstate(o.error) == "40P01"))
+        raise CheckFailure(
+            f"{MIXED_WORKERS} deposits and withdrawals on one account (even workers deposit, "
+            "odd ones withdraw) deadlocked.",
+            expected="every one commits; no deadlock (SQLSTATE 40P01), not even one your code "
+                     "retried",
+            actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s) among "
+                   f"{len(dead)} worker(s)",
+            evidence=f"deadlocked: {', '.join(dead[:6])}\n"
+                     f"PostgreSQL said: {log.name_pids(detail or '')[:400]}\n\n"
+                     f"statements on account (row locks answered {SLOW_LOCK * 1000:.0f} ms "
+                     "late):\n" + log.timeline((log.pids_in(detail or '') or dead)[:2],
+                                               match=r"\baccount\b"),
+            fix="two operations took the same rows (the customer's and the SYSTEM clearing "
+                "account's) in opposite orders. Take them in one order in every operation: "
+                "the customer row first, the clearing account after it, say",
+            lesson=see("race deadlock"))
+    broken = failures(outcomes)
+    if broken:
+        raise CheckFailure(
+            "Mixed deposits and withdrawals on one account raised errors.",
+            expected="every one commits (the account holds 1000.00)",
+            actual=f"{len(broken)} raised", evidence=describe_errors(broken),
+            lesson=READ["race"])
+    assert_ledger_agrees(bank, "after mixed deposits and withdrawals", [account_id])
+
+
+def test_a_failed_commit_leaves_no_trace(accounts: ModuleType, bank: Engine,
+                                         funded: Any) -> None:
+    account_id = funded("100.00")
+    for op, amount in (("deposit", "12.34"), ("withdraw", "56.78")):
+        with failing_commits(bank, account_id):
+            error = raised(getattr(accounts, op), bank, account_id, Decimal(amount))
+        balance, posted = balance_of(bank, account_id), posted_sum(bank, account_id)
+        if balance == posted == Decimal("100.00"):
+            continue
+        moved_alone = balance != posted
+        raise CheckFailure(
+            f"{op}({amount}) failed at COMMIT (the check made the database refuse the "
+            "transaction that wrote its postings), and it left a trace.",
+            expected="nothing changed: balance 100.00 and postings summing to 100.00, as "
+                     "before the call",
+            actual=f"balance {fmt(balance)}, postings sum to {fmt(posted)}; the call "
+                   + (f"raised {first_line(error)}" if error else "returned")
+                   + ("" if error is None or injected(error) else " (not the injected error)"),
+            evidence=ledger_table(bank, account_id),
+            fix="the balance change was committed in another transaction than the postings: "
+                "do both in one `with engine.begin()` block, so they commit or roll back "
+                "together" if moved_alone else None,
+            lesson=see("schema race"))
+    assert_ledger_agrees(bank, "after failed commits", [account_id])

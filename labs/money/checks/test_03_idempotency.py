@@ -13,12 +13,14 @@ from _support import (
     assert_ledger_agrees,
     balance_of,
     describe_errors,
+    failing_commits,
     failures,
+    injected,
     ledger_table,
 )
 from sqlalchemy import Engine
 
-from dojo.checks import CheckFailure, call, first_line, fmt, raised, rows
+from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, raised, rows
 from dojo.checks.faults import run_concurrently, slow_sql
 from dojo.checks.observers import record_sql
 
@@ -74,62 +76,89 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
 
 def test_refused_request_stores_nothing_under_its_key(accounts: ModuleType, bank: Engine,
                                                      funded: Any) -> None:
-    account_id = funded("20.00")
-    first = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
-                   idempotency_key="wd-big")
-    if not isinstance(first, accounts.InsufficientFunds):
-        raise CheckFailure(
-            "Setting up: withdrawing 50.00 from 20.00 must be refused.",
-            expected="accounts.InsufficientFunds", actual=first_line(first), lesson=READ["race"])
-    stored_after_refusal = _key_rows(bank, "wd-big")
-    call(accounts.deposit, bank, account_id, Decimal("100.00"))
-    retry = raised(accounts.withdraw, bank, account_id, Decimal("50.00"),
-                   idempotency_key="wd-big")
-    balance = balance_of(bank, account_id)
-    if not (retry is None and balance == Decimal("70.00")):
-        raise CheckFailure(
-            "A withdrawal refused for insufficient funds was retried with the same key after "
-            "a deposit, and the retry was not treated as a new attempt.",
-            expected="the retry withdraws: balance 20.00 + 100.00 - 50.00 = 70.00",
-            actual=f"the retry {'raised ' + first_line(retry) if retry else 'returned'}; "
-                   f"balance {fmt(balance)}",
-            evidence="idempotency_key rows for wd-big right after the refusal:\n"
-                     + (str(stored_after_refusal) if stored_after_refusal else "(none)")
-                     + "\nthe refusal moved no money, so there is nothing to protect from a "
-                    "second execution; storing it turns a temporary 'not now' into a "
-                    "permanent 'no' for that key",
-            fix="claim the key in the money transaction and let the refusal roll it back with "
-                "everything else (raise InsufficientFunds inside engine.begin()): a refused "
-                "request stores nothing, its retry is a new attempt",
-            lesson=READ["idempotency"])
-    assert_ledger_agrees(bank, "after a refused and a retried withdrawal", [account_id])
+    other = funded("0")
+    refusals = [
+        ("withdraw(account, 50.00)", "wd-big",
+         lambda a: accounts.withdraw(bank, a, Decimal("50.00"), idempotency_key="wd-big")),
+        ("transfer(account, other, 50.00)", "tr-big",
+         lambda a: accounts.transfer(bank, a, other, Decimal("50.00"),
+                                     idempotency_key="tr-big")),
+    ]
+    for label, key, attempt in refusals:
+        account_id = funded("20.00")
+        first = raised(attempt, account_id)
+        if not isinstance(first, accounts.InsufficientFunds):
+            raise CheckFailure(
+                f"Setting up: {label} with 20.00 in the account must be refused.",
+                expected="accounts.InsufficientFunds", actual=first_line(first),
+                lesson=READ["race"])
+        stored_after_refusal = _key_rows(bank, key)
+        call(accounts.deposit, bank, account_id, Decimal("100.00"))
+        retry = raised(attempt, account_id)
+        balance = balance_of(bank, account_id)
+        if not (retry is None and balance == Decimal("70.00")):
+            raise CheckFailure(
+                f"{label} was refused for insufficient funds, then retried with the same key "
+                "after a deposit, and the retry was not treated as a new attempt.",
+                expected="the retry goes through: balance 20.00 + 100.00 - 50.00 = 70.00",
+                actual=f"the retry {'raised ' + first_line(retry) if retry else 'returned'}; "
+                       f"balance {fmt(balance)}",
+                evidence=f"idempotency_key rows for {key} right after the refusal:\n"
+                         + (str(stored_after_refusal) if stored_after_refusal else "(none)")
+                         + "\nthe refusal moved no money, so there is nothing to protect from "
+                        "a second execution; storing it turns a temporary 'not now' into a "
+                        "permanent 'no' for that key",
+                fix="claim the key in the money transaction and let the refusal roll it back "
+                    "with everything else (raise InsufficientFunds inside engine.begin()): a "
+                    "refused request stores nothing, its retry is a new attempt"
+                    if stored_after_refusal else None,
+                lesson=READ["idempotency"])
+    assert_ledger_agrees(bank, "after refused and retried requests")
 
 
 def test_same_key_for_another_request_is_a_conflict(accounts: ModuleType, bank: Engine,
                                                     funded: Any) -> None:
     account_id, other_id = funded("100.00"), funded("100.00")
     call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="k-1")
+    call(accounts.transfer, bank, account_id, other_id, Decimal("7.50"), idempotency_key="t-1")
     reuses = [
-        ("deposit 20.00 to the same account", accounts.deposit, account_id, "20.00"),
-        ("deposit 10.00 to another account", accounts.deposit, other_id, "10.00"),
-        ("withdraw 10.00 from the same account", accounts.withdraw, account_id, "10.00"),
+        ("k-1", "a deposit of 10.00", "deposit 20.00 to the same account",
+         lambda: accounts.deposit(bank, account_id, Decimal("20.00"), idempotency_key="k-1")),
+        ("k-1", "a deposit of 10.00", "deposit 10.00 to another account",
+         lambda: accounts.deposit(bank, other_id, Decimal("10.00"), idempotency_key="k-1")),
+        ("k-1", "a deposit of 10.00", "withdraw 10.00 from the same account",
+         lambda: accounts.withdraw(bank, account_id, Decimal("10.00"), idempotency_key="k-1")),
+        ("k-1", "a deposit of 10.00", "transfer 10.00 from that account to another",
+         lambda: accounts.transfer(bank, account_id, other_id, Decimal("10.00"),
+                                   idempotency_key="k-1")),
+        ("t-1", "a transfer of 7.50", "transfer 7.51 between the same accounts",
+         lambda: accounts.transfer(bank, account_id, other_id, Decimal("7.51"),
+                                   idempotency_key="t-1")),
+        ("t-1", "a transfer of 7.50", "transfer 7.50 the other way",
+         lambda: accounts.transfer(bank, other_id, account_id, Decimal("7.50"),
+                                   idempotency_key="t-1")),
+        ("t-1", "a transfer of 7.50", "withdraw 7.50 from the source account",
+         lambda: accounts.withdraw(bank, account_id, Decimal("7.50"), idempotency_key="t-1")),
     ]
-    for label, fn, target, amount in reuses:
-        error = raised(fn, bank, target, Decimal(amount), idempotency_key="k-1")
+    for key, first_use, label, reuse in reuses:
+        error = raised(reuse)
         if not isinstance(error, accounts.IdempotencyConflict):
             raise CheckFailure(
-                f"Key k-1 (a deposit of 10.00) was reused to {label}.",
+                f"Key {key} ({first_use}) was reused to {label}.",
                 expected="accounts.IdempotencyConflict: a client bug, refused loudly",
                 actual=first_line(error) if error else "it returned (the old receipt, or moved "
                                                        "money)",
                 evidence="answering the old receipt would tell the client its new request "
                          "succeeded when nothing happened; moving money would defeat the key",
-                fix="store a hash of the request (operation, accounts, amount) with the key and "
-                    "compare it on a conflict", lesson=READ["idempotency"])
+                fix="store a hash of the whole request (operation, accounts, amount) with the "
+                    "key and compare it when the key is found" if error is None else None,
+                lesson=READ["idempotency"])
     balances = (balance_of(bank, account_id), balance_of(bank, other_id))
-    if balances != (Decimal("110.00"), Decimal("100.00")):
+    if balances != (Decimal("102.50"), Decimal("107.50")):
         raise CheckFailure(
-            "A refused key reuse still moved money.", expected="balances 110.00 and 100.00",
+            "A refused key reuse still moved money.",
+            expected="balances 102.50 and 107.50 (100.00 each, a deposit of 10.00 and a "
+                     "transfer of 7.50)",
             actual=f"{fmt(balances[0])} and {fmt(balances[1])}", lesson=READ["idempotency"])
 
 
@@ -151,7 +180,8 @@ def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
         if not broken and balance == Decimal("110.00") and len(entries) == 1:
             continue
         movers = [f"worker {o.index}" for o in ok[:2]]
-        anomaly = ("the deposit was applied more than once" if balance > Decimal("110.00")
+        twice = balance > Decimal("110.00")
+        anomaly = ("the deposit was applied more than once" if twice
                    else "some retries failed instead of getting the stored answer" if broken
                    else "retries got different answers")
         raise CheckFailure(
@@ -166,10 +196,59 @@ def test_racing_retries_move_money_once(accounts: ModuleType, bank: Engine,
                     f"{SLOW_READ * 1000:.0f} ms late):\n"
                      + log.timeline(movers or [f"worker {o.index}" for o in broken[:2]],
                                  match=r"idempotency_key|balance"),
-            fix="checking whether the key exists and then inserting it is a check-then-act "
-                "race (exists-then-insert): every retry sees 'no key'. Claim the key first "
-                "with INSERT ... ON CONFLICT DO NOTHING on its unique index, in the "
-                "transaction that moves the money: a racing duplicate waits for the first to "
-                "commit, then reads the stored response",
+            fix=("several retries each found the key free and moved the money: looking the "
+                 "key up and then inserting it is a check-then-act race (exists-then-insert). "
+                 "Claim the key first with INSERT ... ON CONFLICT DO NOTHING on its unique "
+                 "index, in the transaction that moves the money: a racing duplicate waits for "
+                 "the first to commit, then reads the stored response") if twice else
+                ("a retry that lost the race for the key must not fail: once the first "
+                 "commits, read its stored response and return it") if broken else None,
             lesson=(READ["idempotency"], READ["check-then-act"]))
     assert_ledger_agrees(bank, "after racing retries")
+
+
+RETRY_WAIT = 4.0  # seconds a retry may take once the failed attempt has rolled back
+
+
+def test_a_retry_after_a_failed_commit_goes_through(accounts: ModuleType, bank: Engine,
+                                                    funded: Any) -> None:
+    account_id, other_id = funded("100.00"), funded("100.00")
+    attempts = [
+        ("deposit(account, 12.34)", "fail-dep", Decimal("112.34"),
+         lambda: accounts.deposit(bank, account_id, Decimal("12.34"),
+                                  idempotency_key="fail-dep")),
+        ("withdraw(account, 2.34)", "fail-wd", Decimal("110.00"),
+         lambda: accounts.withdraw(bank, account_id, Decimal("2.34"),
+                                   idempotency_key="fail-wd")),
+        ("transfer(other, account, 5.55)", "fail-tr", Decimal("115.55"),
+         lambda: accounts.transfer(bank, other_id, account_id, Decimal("5.55"),
+                                   idempotency_key="fail-tr")),
+    ]
+    for label, key, after, attempt in attempts:
+        with failing_commits(bank, account_id):
+            error = raised(attempt)
+        left = _key_rows(bank, key)
+        retry = in_thread(attempt)
+        finished = retry.join(RETRY_WAIT)
+        balance = balance_of(bank, account_id)
+        if finished and retry.error is None and balance == after:
+            continue
+        outcome = (f"still waiting after {RETRY_WAIT:.0f} s" if not finished
+                   else f"raised {first_line(retry.error)}" if retry.error is not None
+                   else "returned")
+        raise CheckFailure(
+            f"{label} with key {key} failed at COMMIT (the check made the database refuse "
+            "its transaction); its retry with the same key did not go through.",
+            expected=f"the failed attempt leaves nothing behind, so the retry is a new attempt "
+                     f"and moves the money once: balance {fmt(after)}",
+            actual=f"the retry {outcome}; balance {fmt(balance)}; the first attempt "
+                   + (f"raised {first_line(error)}" if error is not None else "returned")
+                   + ("" if error is None or injected(error) else " (not the injected error)"),
+            evidence=f"idempotency_key rows for {key} after the failed attempt:\n"
+                     + (str(left) if left else "(none)"),
+            fix="the key was claimed in a transaction of its own, which committed although the "
+                "money's transaction failed: every later retry finds it taken, with no "
+                "response. Claim it in the money's transaction, so a failure rolls it back too"
+                if left else None,
+            lesson=READ["idempotency"])
+    assert_ledger_agrees(bank, "after failed commits and their retries")

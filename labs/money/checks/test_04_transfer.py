@@ -71,18 +71,48 @@ def test_transfer_moves_money_between_accounts(accounts: ModuleType, bank: Engin
             raise CheckFailure(
                 f"{label} must be refused.", expected=f"{wanted.__module__}.{wanted.__name__}",
                 actual=first_line(error), lesson=READ["transfer"])
+    for bad in ("0", "-5.00", "1.005", "0.001"):
+        error = raised(accounts.transfer, bank, a, b, Decimal(bad))
+        if not isinstance(error, ValueError):
+            raise CheckFailure(
+                f"transfer(a, b, Decimal('{bad}')) must be refused.",
+                expected="ValueError: transfers take the amounts deposit and withdraw take "
+                         "(positive, at most 2 decimals)",
+                actual=first_line(error) if error else "it returned (money moved)",
+                evidence=f"balances now: a {fmt(balance_of(bank, a))}, b "
+                         f"{fmt(balance_of(bank, b))}; a sub-cent transfer cannot be paid out "
+                         "and leaves fractions no statement shows",
+                fix="validate the amount in transfer exactly as in deposit and withdraw (one "
+                    "shared function)" if error is None else None,
+                lesson=READ["numbers"])
+    error = raised(accounts.transfer, bank, a, b, 1.5)
+    if not isinstance(error, TypeError | ValueError):
+        raise CheckFailure(
+            "transfer() accepted a float amount.",
+            expected="TypeError (or ValueError): amounts are Decimal", actual=first_line(error)
+            if error else "it returned (money moved)", lesson=READ["numbers"])
     after = (balance_of(bank, a), balance_of(bank, b), balance_of(bank, eur))
     if after != (Decimal("70.00"), Decimal("80.00"), Decimal("10.00")):
         raise CheckFailure(
             "A refused transfer moved money.", expected="70.00, 80.00 and 10.00 EUR unchanged",
             actual=", ".join(fmt(x) for x in after), evidence=ledger_table(bank, a),
             lesson=READ["transfer"])
-    first = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
-    again = call(accounts.transfer, bank, b, a, Decimal("5.00"), idempotency_key="t-1")
-    if not (again == first and balance_of(bank, a) == Decimal("75.00")):
+    first = call(accounts.transfer, bank, b, a, Decimal("5.25"), idempotency_key="t-1")
+    if (first.from_balance, first.to_balance) != (Decimal("74.75"), Decimal("75.25")) or (
+            first.from_account_id, first.to_account_id) != (b, a):
+        raise CheckFailure(
+            f"transfer(b, a, 5.25), from the higher account id ({b}) to the lower ({a}), "
+            "returned a receipt that does not match it.",
+            expected=f"from_account_id {b}, from_balance 74.75 (80.00 - 5.25); to_account_id "
+                     f"{a}, to_balance 75.25 (70.00 + 5.25)",
+            actual=f"{first}",
+            evidence=f"balances now: a {fmt(balance_of(bank, a))}, b {fmt(balance_of(bank, b))}",
+            lesson=READ["transfer"])
+    again = call(accounts.transfer, bank, b, a, Decimal("5.25"), idempotency_key="t-1")
+    if not (again == first and balance_of(bank, a) == Decimal("75.25")):
         raise CheckFailure(
             "A retried transfer (same idempotency key) must move the money once.",
-            expected=f"a 75.00 and the same receipt twice ({first})",
+            expected=f"a 75.25 and the same receipt twice ({first})",
             actual=f"a {fmt(balance_of(bank, a))}, retry answered {again}",
             lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after transfers and refusals")
@@ -113,17 +143,19 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
                 f"deadlocked (round {round_no} of {OPPOSITE_ROUNDS}).",
                 expected="every transfer commits; no deadlock (SQLSTATE 40P01), not even one "
                          "your code retried",
-                actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s), in "
-                       f"{', '.join(dead_workers[:6])}",
-                evidence=f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
+                actual=f"PostgreSQL detected {max(len(deadlocks), 1)} deadlock(s) among "
+                       f"{len(dead_workers)} worker(s)",
+                evidence=f"deadlocked: {', '.join(dead_workers[:6])}\n"
+                         f"PostgreSQL said: {log.name_pids(detail)[:500]}\n\n"
                          f"the workers in that cycle (row locks answered "
                          f"{SLOW_LOCK * 1000:.0f} ms late):\n"
                          + log.timeline((log.pids_in(detail) or _pair(dead_workers))[:2]
                                      + [w for w in dead_workers[:1] if not log.pids_in(detail)],
                                      match=r"\baccount\b"),
-                fix="each transaction locked 'from' first and 'to' second, so A->B holds A "
-                    "and waits for B while B->A holds B and waits for A. Lock both rows in "
-                    "one global order, whatever the direction: SELECT ... FROM account "
+                fix="two transfers waited for each other's row locks: one took the rows "
+                    "in one order and the other in the opposite order (from, then to: A->B "
+                    "holds A and waits for B while B->A holds B and waits for A). Lock both "
+                    "rows in one global order, whatever the direction: SELECT ... FROM account "
                     "WHERE id IN (:a, :b) ORDER BY id FOR UPDATE",
                 lesson=(READ["transfer"], READ["deadlock"]))
         broken = failures(outcomes)
@@ -201,3 +233,45 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
             expected=f"{len(receipts)} transfer entries",
             actual=f"{entries} entries with a debit on these accounts", lesson=READ["schema"])
     assert_ledger_agrees(bank, "after concurrent transfers", ids)
+
+
+SPENDERS = 8
+SLOW_READ = 0.08
+PLAIN_SELECT = r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update)"
+
+
+def test_transfers_racing_for_one_balance_are_refused_cleanly(
+        accounts: ModuleType, bank: Engine, funded: Any) -> None:
+    source = funded("100.00")
+    targets = [funded("0") for _ in range(SPENDERS)]
+
+    def spend(index: int) -> Any:
+        return accounts.transfer(bank, source, targets[index], Decimal("30.00"))
+
+    with record_sql(bank) as log, slow_sql(bank, SLOW_READ, match=PLAIN_SELECT):
+        outcomes = run_concurrently(spend, SPENDERS, timeout=40)
+    ok = [o for o in outcomes if o.ok]
+    broken = failures(outcomes, (accounts.InsufficientFunds,))
+    balance = balance_of(bank, source)
+    if not broken and len(ok) == 3 and balance == Decimal("10.00"):
+        assert_ledger_agrees(bank, "after transfers racing for one balance")
+        return
+    vetoed = [o for o in broken if sqlstate(o.error) == "23514"]
+    raise CheckFailure(
+        f"{SPENDERS} transfers of 30.00 from one account holding 100.00, at the same moment: "
+        + ("the database's CHECK, not your code, refused the ones the balance did not cover."
+           if vetoed else "they did not end as 3 transfers and 5 refusals."),
+        expected=f"3 succeed, {SPENDERS - 3} raise InsufficientFunds, the source keeps 10.00",
+        actual=f"{len(ok)} succeeded, "
+               f"{sum(isinstance(o.error, accounts.InsufficientFunds) for o in outcomes)} "
+               f"InsufficientFunds, {len(broken)} raised something else; source "
+               f"{fmt(balance)}",
+        evidence=(describe_errors(broken) + "\n" if broken else "")
+                 + f"two workers, statement by statement (every plain SELECT answered "
+                 f"{SLOW_READ * 1000:.0f} ms late):\n"
+                 + log.timeline([f"worker {o.index}" for o in (vetoed or ok)[:2]],
+                                match=r"\baccount\b"),
+        fix="the balance was judged on a read made before the rows were locked, so every "
+            "transfer saw 100.00. Lock both rows first (SELECT ... ORDER BY id FOR UPDATE) and "
+            "decide on what that locked read returns" if vetoed else None,
+        lesson=(READ["transfer"], READ["race"]))

@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 from _support import (
     READ,
+    ClientKit,
     ExchangeKit,
     assert_ledger_agrees,
+    assert_nothing_held,
     balance_of,
+    held_during_call,
     ledger_table,
 )
 
@@ -43,15 +46,20 @@ def _accounts(kit: ExchangeKit, usd: str = "500.00") -> tuple[int, int]:
 
 
 def _quote(kit: ExchangeKit, fx: Any, ttl: float = 30.0) -> Any:
-    return call(kit.exchange.create_quote, kit.engine, fx, kit.clock, sell_currency="USD",
-                buy_currency="EUR", ttl_seconds=ttl)
+    return kit.quote(fx, ttl=ttl)
 
 
 def _exchange(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
               amount: str = "100.00", key: str = "ex-1") -> Any:
-    return call(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key=key,
-                quote_id=quote.id, from_account_id=source, to_account_id=target,
-                sell_amount=Decimal(amount))
+    return kit.start(fx, quote, source, target, amount, key)
+
+
+def _refusal(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int, amount: str,
+             key: str) -> BaseException | None:
+    """What exchange(...) raised (None: it returned)."""
+    return raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key=key,
+                  quote_id=quote.id, from_account_id=source, to_account_id=target,
+                  sell_amount=Decimal(amount))
 
 
 def _exchange_rows(kit: ExchangeKit) -> list[dict[str, Any]]:
@@ -73,19 +81,20 @@ def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
             expected="Quote.rate == Decimal('0.92') (GET /v1/rates?sell=USD&buy=EUR)",
             actual=f"{type(quote.rate).__name__} {quote.rate!r}", evidence=kit.provider.history(),
             lesson=READ["exchange"])
-    kit.clock.advance(31)
+    kit.clock.advance(30)
     error = raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key="late",
                    quote_id=quote.id, from_account_id=source, to_account_id=target,
                    sell_amount=Decimal("100.00"))
     if not isinstance(error, kit.exchange.QuoteExpired):
         raise CheckFailure(
-            "An exchange on a quote 31 s after it was given, with a 30 s time-to-live, must be "
-            "refused.",
+            "An exchange on a quote 30 s after it was given, with a 30 s time-to-live, must be "
+            "refused: at expires_at the quote has expired.",
             expected="exchange.QuoteExpired, nothing debited, no order sent",
             actual=first_line(error) + f"; {_money(kit, source, target)}",
             evidence="the quote's TTL bounds how long the company carries the risk of the rate "
                      "moving; compare expires_at with the clock you are given (clock()), not with "
-                     "the database's now() or time.time(): the check moves that clock",
+                     "the database's now() or time.time(): the check's clock stands still "
+                     f"until it moves it, and reads {kit.clock():%Y-%m-%d %H:%M:%S.%f} now",
             lesson=READ["exchange"])
     if kit.provider.order_requests() or balance_of(kit.engine, source) != 500:
         raise CheckFailure("A refused exchange still acted.", expected="no order, source 500.00",
@@ -109,10 +118,15 @@ def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
             actual=first_line(reuse), lesson=READ["exchange"])
 
 
+FILL_RATE = Decimal("0.9137")  # the provider fills at its own price, not the quote's 0.92
+
+
 def test_exchange_completes_when_the_provider_fills(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
-    result = _exchange(kit, fx, _quote(kit, fx), source, target)
+    quote = _quote(kit, fx)
+    kit.provider.script(fill_rate=FILL_RATE)
+    result = _exchange(kit, fx, quote, source, target, amount="123.45")
     orders = kit.provider.order_requests()
     if result.status != "COMPLETED":
         raise CheckFailure(
@@ -129,13 +143,133 @@ def test_exchange_completes_when_the_provider_fills(kit: ExchangeKit) -> None:
                 "it cannot convert twice", lesson=READ["exchange"])
     got = (balance_of(kit.engine, source), balance_of(kit.engine, target))
     bought = kit.provider.orders[str(result.exchange_id)].bought_amount
-    if got != (Decimal("400.00"), bought):
+    quoted = (Decimal("123.45") * quote.rate).quantize(Decimal("0.01"))
+    if got != (Decimal("376.55"), bought):
         raise CheckFailure(
-            "100.00 USD at 0.92 leaves 400.00 USD and credits what the provider bought.",
-            expected=f"source 400.00 USD, target {fmt(bought)} EUR",
-            actual=_money(kit, source, target), evidence=ledger_table(kit.engine, target),
-            lesson=READ["exchange"])
-    assert_ledger_agrees(kit.engine, "after a completed exchange", read="exchange")
+            f"123.45 USD sold: the provider filled at {FILL_RATE} (not the quote's "
+            f"{quote.rate}) and bought {fmt(bought)} EUR; the target gets what it bought.",
+            expected=f"source 376.55 USD, target {fmt(bought)} EUR (the bought_amount of the "
+                     "provider's FILLED answer)",
+            actual=_money(kit, source, target),
+            evidence=ledger_table(kit.engine, target),
+            fix="credit the bought_amount of the FILLED answer, not sell_amount x the quote's "
+                "rate: the provider decides what it bought"
+            if got[1] == quoted else None, lesson=READ["exchange"])
+    kit.provider.script(fill_rate=None)
+    pounds = call(kit.accounts.open_account, kit.engine, currency="GBP")
+    call(kit.accounts.deposit, kit.engine, pounds, Decimal("80.05"))
+    dollars = call(kit.accounts.open_account, kit.engine, currency="USD")
+    second = kit.start(fx, kit.quote(fx, sell="GBP", buy="USD"), pounds, dollars, "33.33",
+                       "gbp-usd")
+    bought = kit.provider.orders.get(str(second.exchange_id))
+    want = (Decimal("46.72"), bought.bought_amount if bought else None)
+    got = (balance_of(kit.engine, pounds), balance_of(kit.engine, dollars))
+    if second.status != "COMPLETED" or got != want:
+        raise CheckFailure(
+            "An exchange of 33.33 GBP into USD (rate 1.27) did not settle in those currencies.",
+            expected=f"COMPLETED; GBP account 46.72, USD account "
+                     f"{fmt(want[1]) if want[1] is not None else '(what the provider bought)'}",
+            actual=f"{second}; GBP account {fmt(got[0])}, USD account {fmt(got[1])}",
+            evidence=kit.provider.history(), lesson=READ["exchange"])
+    assert_ledger_agrees(kit.engine, "after completed exchanges", read="exchange")
+
+
+def test_bad_exchanges_are_refused_before_anything_moves(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit, usd="150.00")
+    lira = call(kit.accounts.open_account, kit.engine, currency="TRY")
+    euros = call(kit.accounts.open_account, kit.engine, currency="EUR")
+    call(kit.accounts.deposit, kit.engine, euros, Decimal("50.00"))
+    fx = kit.client(TIMEOUT)
+    attempts = [
+        ("the target account is in TRY, the quote buys EUR", source, lira, "10.00",
+         kit.accounts.CurrencyMismatch),
+        ("the source account is in EUR, the quote sells USD", euros, target, "10.00",
+         kit.accounts.CurrencyMismatch),
+        ("150.01 is sold from 150.00", source, target, "150.01", kit.accounts.InsufficientFunds),
+        ("the amount is 10.005", source, target, "10.005", ValueError),
+        ("the amount is 0", source, target, "0", ValueError),
+        ("the amount is -10.00", source, target, "-10.00", ValueError),
+        ("the target account does not exist", source, 987654321, "10.00",
+         kit.accounts.AccountNotFound),
+    ]
+    accounts = {"USD": source, "EUR": target, "TRY": lira, "EUR (2)": euros}
+    before = {name: balance_of(kit.engine, a) for name, a in accounts.items()}
+    for n, (label, src, dst, amount, wanted) in enumerate(attempts):
+        quote = _quote(kit, fx)
+        error = _refusal(kit, fx, quote, src, dst, amount, key=f"bad-{n}")
+        sent = kit.provider.order_requests()
+        after = {name: balance_of(kit.engine, a) for name, a in accounts.items()}
+        if not isinstance(error, wanted) or sent or after != before:
+            raise CheckFailure(
+                f"An exchange where {label} must be refused before anything moves.",
+                expected=f"{wanted.__module__}.{wanted.__name__}; no order sent; every balance "
+                         "as before",
+                actual=(first_line(error) if error else "it returned")
+                       + f"; {len(sent)} order(s) sent; balances "
+                       + ", ".join(f"{name} {fmt(after[name])}" for name in accounts),
+                evidence=kit.provider.history(), lesson=READ["exchange"])
+    assert_ledger_agrees(kit.engine, "after refused exchanges", read="exchange")
+
+
+def test_quote_is_created_outside_any_transaction(kit: ExchangeKit) -> None:
+    fx = kit.client(timeout=10)
+    kit.provider.script(rates="stall")
+    job = in_thread(kit.exchange.create_quote, kit.engine, fx, kit.clock,
+                    sell_currency="USD", buy_currency="EUR", ttl_seconds=30)
+    try:
+        if not kit.provider.wait_stalled(1, timeout=5):
+            job.join(5)
+            if isinstance(job.error, CheckFailure):
+                raise job.error  # a stub: not written yet
+            raise CheckFailure(
+                "create_quote() never asked the provider for a rate.",
+                expected="GET /v1/rates within 5 s",
+                actual=first_line(job.error) if job.error else f"returned {job.value}",
+                evidence=kit.provider.history(), lesson=READ["exchange"])
+        time.sleep(0.2)  # let whatever the code does around the call settle
+        held = held_during_call(kit.engine, ("quote", "account", "exchange"))
+    finally:
+        kit.provider.release()
+        job.join(15)
+    assert_nothing_held(held, "create_quote's GET /v1/rates", "exchange")
+    if job.error is not None or job.value is None:
+        raise CheckFailure("Once released, the provider answered the rate.",
+                           expected="create_quote returns the Quote",
+                           actual=first_line(job.error) if job.error else "nothing",
+                           evidence=kit.provider.history(), lesson=READ["exchange"])
+
+
+def test_a_conflict_answer_is_not_a_rejection(client_kit: ClientKit) -> None:
+    kit = client_kit
+    fx = kit.client(TIMEOUT)
+    key = "b0a3f1de-7c55-4e0c-9d47-2f6a51c1e8aa"
+    first = call(fx.place_order, key, sell_currency="USD", buy_currency="EUR",
+                 sell_amount=Decimal("40.00"), rate=Decimal("0.92"))
+    if getattr(first, "status", None) != "FILLED":
+        raise CheckFailure(
+            "Setting up: the provider filled an order.", expected="OrderResult FILLED",
+            actual=f"{first}", evidence=kit.provider.history(), lesson=READ["exchange"])
+    try:
+        other = fx.place_order(key, sell_currency="USD", buy_currency="EUR",
+                               sell_amount=Decimal("41.00"), rate=Decimal("0.92"))
+        error: BaseException | None = None
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        other, error = None, exc
+    if error is None or not isinstance(error, kit.fx_client.ProviderError):
+        raise CheckFailure(
+            "The provider answered 409 CONFLICT (the key already belongs to another order), "
+            "and place_order did not raise ProviderError.",
+            expected="fx_client.ProviderError: a 409 says nothing about what this order did",
+            actual=f"it returned {other}" if error is None else first_line(error),
+            evidence=kit.provider.history()
+                     + "\nthe key's order was FILLED: an exchange that took this 409 for "
+                       "REJECTED would refund money the provider converted (double money)",
+            fix="only FILLED, REJECTED and NOT_FOUND are answers about an order; raise "
+                "ProviderError for a 409 as for any other status"
+            if error is None and getattr(other, "status", None) == "REJECTED" else None,
+            lesson=READ["reconcile"])
 
 
 def test_provider_is_called_outside_any_transaction(kit: ExchangeKit) -> None:
@@ -228,7 +362,23 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
     quote = _quote(kit, fx)
     kit.provider.script(place="fill-then-late", delay=LATE)
     started = time.monotonic()
-    result = _exchange(kit, fx, quote, source, target)
+    try:
+        result = kit.start(fx, quote, source, target, "100.00", "ex-1")
+    except CheckFailure:
+        raise  # a stub: not written yet
+    except Exception as exc:
+        raise CheckFailure(
+            "The provider converted the order but answered after the timeout, and exchange() "
+            f"raised {type(exc).__name__} instead of returning the exchange PENDING.",
+            expected="FxClient raises ProviderError (a timeout is 'no usable answer'), and "
+                     "exchange() returns status PENDING",
+            actual=f"{first_line(exc)}; {_money(kit, source, target)}",
+            evidence=kit.provider.history(),
+            fix="a timeout while reading the answer arrives as TimeoutError (socket.timeout) or "
+                "http.client's RemoteDisconnected, not wrapped in urllib's URLError: catch "
+                "OSError around urlopen and read, and raise ProviderError"
+            if isinstance(exc, OSError) else None,
+            lesson=READ["reconcile"]) from exc
     took = time.monotonic() - started
     converted = kit.provider.converted()
     if not (took < TIMEOUT + 0.8):
@@ -267,7 +417,20 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
             ("drop", "ex-reset", "closed the connection without an answer")):
         quote = _quote(kit, fx)
         kit.provider.script(place=mode)
-        result = _exchange(kit, fx, quote, source, target, key=key)
+        try:
+            result = _exchange(kit, fx, quote, source, target, key=key)
+        except CheckFailure:
+            raise  # a stub: not written yet
+        except Exception as exc:
+            raise CheckFailure(
+                f"The provider {meaning}, and exchange() raised {type(exc).__name__} instead "
+                "of returning the exchange PENDING.",
+                expected="FxClient raises ProviderError, exchange() returns status PENDING",
+                actual=f"{first_line(exc)}; {_money(kit, source, target)}",
+                evidence=kit.provider.history(),
+                fix="catch OSError (a reset, RemoteDisconnected, a timeout while reading) around "
+                    "the request and raise ProviderError" if isinstance(exc, OSError) else None,
+                lesson=READ["reconcile"]) from exc
         if result.status != "PENDING":
             raise CheckFailure(
                 f"The provider {meaning}: the caller cannot know whether it converted.",
@@ -320,10 +483,10 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
     quote = _quote(kit, fx)
-    outcomes = run_concurrently(lambda _: kit.exchange.exchange(
+    outcomes = run_concurrently(lambda _: kit.remember(kit.exchange.exchange(
         kit.engine, fx, kit.clock, idempotency_key="twice", quote_id=quote.id,
-        from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00")), 8,
-        timeout=20)
+        from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00")),
+        Decimal("100.00")), 8, timeout=20)
     ids = {str(o.value.exchange_id) for o in outcomes if o.ok}
     broken = [o for o in outcomes if not o.ok]
     if not (len(ids) == 1 and not broken):

@@ -14,21 +14,28 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from _support import READ, ExchangeKit, balance_of
+from _support import READ, ClientKit, ExchangeKit, balance_of
 
-from dojo.checks import CheckFailure, call, first_line, fmt, rows
+from dojo.checks import CheckFailure, InstantClock, call, first_line, fmt, rows
 
 pytestmark = pytest.mark.stage("circuit-breaker")
+
+
+@pytest.fixture
+def clock() -> InstantClock:
+    """Real time, plus what the check skips with `advance`: a call the provider answers in
+    0.2 s lasts 0.2 s on this clock and on time.monotonic() alike."""
+    return InstantClock()
 
 FAST = 0.25  # seconds: "fail fast" (the provider's log proves separately that nothing was sent)
 
 
-def _breaker(kit: ExchangeKit, **config: Any) -> Any:
+def _breaker(kit: ClientKit, **config: Any) -> Any:
     settings = call(kit.breaker.BreakerConfig, **config)
     return call(kit.breaker.CircuitBreaker, settings, kit.clock)
 
 
-def _order(kit: ExchangeKit, fx: Any) -> tuple[str, Any, float]:
+def _order(kit: ClientKit, fx: Any) -> tuple[str, Any, float]:
     """One place_order through the client: (outcome, value or error, seconds)."""
     started = time.monotonic()
     try:
@@ -50,12 +57,12 @@ def _state(b: Any) -> str:
         return f"(state raised {type(exc).__name__})"
 
 
-def _calls(kit: ExchangeKit, mode: str, count: int, fx: Any) -> list[tuple[str, Any, float]]:
+def _calls(kit: ClientKit, mode: str, count: int, fx: Any) -> list[tuple[str, Any, float]]:
     kit.provider.script(place=mode)
     return [_order(kit, fx) for _ in range(count)]
 
 
-def _opened_by_failures(kit: ExchangeKit, b: Any, fx: Any) -> None:
+def _opened_by_failures(kit: ClientKit, b: Any, fx: Any) -> None:
     results = _calls(kit, "fail", 10, fx)
     outcome, value, took = _order(kit, fx)
     if outcome != "open":
@@ -143,7 +150,8 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
                 "unlike a timeout", lesson=READ["breaker"])
 
 
-def test_breaker_opens_on_slow_calls(kit: ExchangeKit) -> None:
+def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
+    kit = client_kit
     b = _breaker(kit, window_size=3, minimum_calls=3, failure_rate_threshold=100.0,
                  slow_call_seconds=0.1, slow_call_rate_threshold=50.0, open_seconds=30.0,
                  half_open_calls=1)
@@ -170,7 +178,8 @@ def test_breaker_opens_on_slow_calls(kit: ExchangeKit) -> None:
             lesson=READ["slow"])
 
 
-def test_slow_call_threshold_is_below_the_timeout(kit: ExchangeKit) -> None:
+def test_slow_call_threshold_is_below_the_timeout(client_kit: ClientKit) -> None:
+    kit = client_kit
     default = call(kit.breaker.BreakerConfig)
     timeout = getattr(kit.fx_client, "DEFAULT_TIMEOUT", None)
     if not (isinstance(timeout, int | float) and 0 < default.slow_call_seconds < timeout):
@@ -188,7 +197,8 @@ def test_slow_call_threshold_is_below_the_timeout(kit: ExchangeKit) -> None:
                 "2 s timeout", lesson=READ["slow"])
 
 
-def test_half_open_probes_close_or_reopen_the_breaker(kit: ExchangeKit) -> None:
+def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> None:
+    kit = client_kit
     b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
                  slow_call_seconds=2.0, slow_call_rate_threshold=100.0, open_seconds=30.0,
                  half_open_calls=2)
@@ -273,3 +283,80 @@ def test_half_open_probes_close_or_reopen_the_breaker(kit: ExchangeKit) -> None:
             actual=f"probe {probe[0][0]}; next call {outcome}; state {_state(b)}",
             fix="a failure (or a slow call) while HALF_OPEN opens the breaker again, with a "
                 "new open_seconds wait", lesson=READ["half-open"])
+
+
+def test_rejections_are_answers_not_failures(client_kit: ClientKit) -> None:
+    kit = client_kit
+    b = _breaker(kit, window_size=4, minimum_calls=4, failure_rate_threshold=50.0,
+                 slow_call_seconds=2.0, slow_call_rate_threshold=100.0, open_seconds=30.0,
+                 half_open_calls=1)
+    fx = kit.client(timeout=1.0, breaker=b)
+    answers = _calls(kit, "reject", 3, fx)
+    kit.provider.script(place="fill")
+    try:
+        unknown = call(fx.get_order, str(uuid.uuid4()))
+        answers.append(("ok", unknown, 0.0))
+    except CheckFailure:
+        raise  # a stub: not written yet
+    except Exception as exc:
+        answers.append(("open" if isinstance(exc, kit.breaker.CircuitOpen) else "error", exc,
+                        0.0))
+    sent_before = len(kit.provider.requests())
+    outcome, value, _ = _order(kit, fx)
+    reached = len(kit.provider.requests()) - sent_before
+    statuses = [getattr(v, "status", first_line(v) if isinstance(v, BaseException) else v)
+                for _, v, _ in answers]
+    if not (outcome == "ok" and reached == 1):
+        raise CheckFailure(
+            "3 orders the provider REJECTED (422) and one status query it answered NOT_FOUND "
+            "(404), then a call that should go through: the breaker opened on answers.",
+            expected="the breaker stays CLOSED (4 answers, 0 failures out of window_size=4) and "
+                     "the 5th call reaches the provider",
+            actual=f"the 5th call: {outcome}"
+                   + (f" ({first_line(value)})" if outcome != "ok" else "")
+                   + f"; the first four gave {statuses}; state {_state(b)}",
+            evidence="a REJECTED order or an unknown key is the provider answering, healthy and "
+                     "at once; counting them as failures opens the breaker on a customer's "
+                     "over-limit order and cuts off everyone else",
+            fix="raise inside the breaker's fn only for no usable answer (a timeout, a reset, a "
+                "5xx); a 4xx answer (422, 404) is returned from fn and judged after it"
+            if outcome == "open" else None,
+            lesson=READ["slow"])
+
+
+def test_an_open_breaker_stops_every_request(client_kit: ClientKit) -> None:
+    kit = client_kit
+    b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
+                 slow_call_seconds=2.0, slow_call_rate_threshold=100.0, open_seconds=30.0,
+                 half_open_calls=2)
+    fx = kit.client(timeout=1.0, breaker=b)
+    _opened_by_failures(kit, b, fx)
+    kit.provider.script(place="fill")
+    got = {}
+    for label, request in (("get_rate('USD', 'EUR')", lambda: fx.get_rate("USD", "EUR")),
+                           ("get_order(<key>)", lambda: fx.get_order(str(uuid.uuid4())))):
+        sent_before = len(kit.provider.requests())
+        try:
+            value: Any = call(request)
+            outcome = "returned"
+        except CheckFailure:
+            raise  # a stub: not written yet
+        except Exception as exc:
+            value = exc
+            outcome = ("CircuitOpen" if isinstance(exc, kit.breaker.CircuitOpen)
+                       else type(exc).__name__)
+        got[label] = (outcome, len(kit.provider.requests()) - sent_before, value)
+    leaks = {label: g for label, g in got.items() if g[0] != "CircuitOpen" or g[1]}
+    if leaks:
+        raise CheckFailure(
+            "The breaker is OPEN, yet " + " and ".join(leaks) + " still went to the provider.",
+            expected="every request of FxClient (rates, orders, order status) raises "
+                     "CircuitOpen without reaching the provider while the breaker is open",
+            actual="; ".join(f"{label}: {o}, {n} request(s) reached the provider"
+                             for label, (o, n, _) in leaks.items()),
+            evidence="\n".join(kit.provider.history(40).splitlines()[-4:]),
+            fix="send every request through breaker.call, not only POST /v1/orders: a provider "
+                "that is down for orders is down for rates and status too, and the calls that "
+                "bypass it keep hammering it and waiting on their timeouts"
+            if all(n for _, n, _ in leaks.values()) else None,
+            lesson=READ["breaker"])

@@ -16,15 +16,19 @@ from typing import Any
 import pytest
 from _support import (
     READ,
+    all_of,
     assert_ledger_agrees,
+    assert_nothing_held,
     balance_of,
     describe_errors,
     failures,
+    first_of,
+    held_during_call,
     posted_sum,
 )
 from sqlalchemy import Engine
 
-from dojo.checks import CheckFailure, Running, first_line, fmt, in_thread, raised, table
+from dojo.checks import CheckFailure, Running, call, first_line, fmt, in_thread, raised, table
 from dojo.checks.faults import run_concurrently
 from dojo.checks.observers import SESSION_COLUMNS, ensure_pgrowlocks, row_locks, sessions
 
@@ -255,10 +259,126 @@ def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engi
             "(a lost update).",
             expected="sorted by the balance they started from, each operation starts where the "
                      "previous one ended, from 1000.00 to the final balance",
-            actual="; ".join(problems[:4]),
-            evidence="each operation, as it reported itself (before -> after):\n"
+            actual=first_of(problems),
+            evidence=all_of(problems) + "\n\neach operation, as it reported itself (before "
+                     "-> after):\n"
                      + "\n".join(lines[:24]),
             fix="every write that depends on a read must fail when the row changed in between: "
                 "UPDATE ... WHERE version = :read_version (and version = version + 1 in every "
                 "balance change), retrying on zero rows", lesson=READ["locking"])
     assert_ledger_agrees(bank, "after concurrent interest and deposits", [account_id])
+
+
+def test_nothing_is_held_while_the_rule_computes(accounts: ModuleType, bank: Engine,
+                                                 funded: Any) -> None:
+    account_id = funded("1000.00")
+    rule = StallingRule()
+    interest = start_interest(accounts, bank, account_id, rule)
+    try:
+        time.sleep(0.1)  # the rule is stalled: whatever the code holds, it holds now
+        held = held_during_call(bank, ("account", "posting", "ledger_entry"))
+    finally:
+        rule.go.set()
+        interest.join(15)
+    assert_nothing_held(held, "apply_interest's rule", "locking",
+                        note="the rule may call a pricing service and take seconds; an open "
+                             "transaction holds back VACUUM and a pooled connection for all that "
+                             "time, even without a row lock")
+    if interest.error is not None:
+        raise CheckFailure("apply_interest() raised.", expected="an InterestResult",
+                           actual=first_line(interest.error), lesson=READ["locking"])
+
+
+class MovingRule:
+    """An interest rule that deposits into the account every time it is called, while the
+    rule 'computes': each attempt's write then finds the account changed."""
+
+    def __init__(self, accounts: ModuleType, bank: Engine, account_id: int) -> None:
+        self.accounts, self.bank, self.account_id = accounts, bank, account_id
+        self.seen: list[Decimal] = []
+
+    def __call__(self, balance: Decimal) -> Decimal:
+        self.seen.append(balance)
+        self.accounts.deposit(self.bank, self.account_id, Decimal("1.00"))
+        return one_percent(balance)
+
+
+def test_interest_gives_up_after_max_attempts(accounts: ModuleType, bank: Engine,
+                                              funded: Any) -> None:
+    account_id = funded("1000.00")
+    rule = MovingRule(accounts, bank, account_id)
+    job = in_thread(accounts.apply_interest, bank, account_id, rule, max_attempts=3)
+    job.join(15)
+    if isinstance(job.error, CheckFailure):
+        raise job.error  # a stub: not written yet
+    calls = len(rule.seen)
+    if not (isinstance(job.error, accounts.ConcurrentModification) and calls == 3):
+        raise CheckFailure(
+            "apply_interest(max_attempts=3) on an account that changes during every attempt.",
+            expected="the rule called 3 times (3 attempts, each finding the account changed), "
+                     "then accounts.ConcurrentModification; no interest posted",
+            actual=f"the rule was called {calls} time(s); apply_interest "
+                   + (f"raised {first_line(job.error)}" if job.error is not None
+                      else f"returned {job.value}" if not job.alive else "is still running"),
+            evidence="the balances the rule was given: "
+                     + ", ".join(fmt(b) for b in rule.seen[:8])
+                     + f"; the balance now {fmt(balance_of(bank, account_id))}",
+            fix="max_attempts counts attempts, the first one included: for attempt in "
+                "range(max_attempts), not range(1 + max_attempts)"
+            if calls == 4 and isinstance(job.error, accounts.ConcurrentModification) else None,
+            lesson=READ["locking"])
+    assert_ledger_agrees(bank, "after interest gave up", [account_id])
+
+
+def test_interest_sees_exchanges_settled_while_it_computed(kit: Any, funded: Any) -> None:
+    accounts, bank = kit.accounts, kit.engine
+    fx = kit.client(timeout=0.4)
+    cases = []
+    # the target is credited by the online exchange while interest computes on it
+    source, target = funded("500.00"), funded("200.00", currency="EUR")
+    quote = kit.quote(fx)
+    rule = StallingRule()
+    interest = start_interest(accounts, bank, target, rule)
+    result = kit.start(fx, quote, source, target, "100.00", "credit")
+    rule.go.set()
+    interest.join(15)
+    credited = kit.provider.orders[str(result.exchange_id)].bought_amount \
+        if str(result.exchange_id) in kit.provider.orders else Decimal(0)
+    cases.append(("an exchange's credit of the target", target, Decimal("200.00") + credited,
+                  interest, rule))
+    # the source is refunded by reconcile while interest computes on it
+    refunded = funded("300.00")
+    kit.provider.script(place="drop")
+    pending = kit.start(fx, kit.quote(fx), refunded, target, "50.00", "refund")
+    kit.provider.script(place="fill")
+    rule = StallingRule()
+    interest = start_interest(accounts, bank, refunded, rule)
+    kit.clock.advance(60)
+    call(kit.exchange.reconcile, bank, fx, kit.clock, older_than_seconds=30)
+    rule.go.set()
+    interest.join(15)
+    cases.append((f"reconcile's refund of exchange {pending.exchange_id}", refunded,
+                  Decimal("300.00"), interest, rule))
+    for label, account_id, start, job, stalled in cases:
+        if job.error is not None:
+            raise CheckFailure(f"apply_interest() raised after {label} slipped in.",
+                               expected="it detects the change and retries by itself",
+                               actual=first_line(job.error), lesson=READ["locking"])
+        expected = start + one_percent(start)
+        final = balance_of(bank, account_id)
+        if final != expected or job.value.balance_before != start:
+            raise CheckFailure(
+                f"{label} committed while apply_interest was computing, and apply_interest "
+                "did not notice: its optimistic check only sees changes that bump version.",
+                expected=f"the rule called again with {fmt(start)} and the balance "
+                         f"{fmt(start)} + {fmt(one_percent(start))} = {fmt(expected)}",
+                actual=f"balance {fmt(final)}; the rule was given: "
+                       + ", ".join(fmt(b) for b in stalled.seen)
+                       + f"; apply_interest returned {job.value}",
+                evidence=f"the postings of account {account_id} sum to "
+                         f"{fmt(posted_sum(bank, account_id))}"
+                         + ("" if final == posted_sum(bank, account_id) else " (a lost update)"),
+                fix="the exchange's settlement (the credit of the target and the refund of the "
+                    "source) must SET version = version + 1 like every other balance change",
+                lesson=(READ["locking"], READ["lost-update"]))
+    assert_ledger_agrees(bank, "after interest racing exchange settlements")

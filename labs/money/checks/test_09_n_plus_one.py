@@ -98,32 +98,71 @@ def _accounts(accounts: ModuleType, engine: Engine, count: int) -> list[int]:
 def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
                                              bank: Engine) -> None:
     statements = learner.module("statements")
-    busy, quiet = _accounts(accounts, bank, 2)
-    empty = call(accounts.open_account, bank, currency="EUR")
-    for n in range(6):
-        call(accounts.transfer, bank, busy, quiet, Decimal(f"{n + 1}.00"))
+    quiet, busy, other = _accounts(accounts, bank, 3)
     call(accounts.withdraw, bank, quiet, Decimal("0.50"))
-    got = call(statements.statements, bank, [busy, quiet, empty, 987654321], recent=RECENT)
+    empty = call(accounts.open_account, bank, currency="EUR")
+    # after the quiet account's two postings, the busy one gets 24 more: a limit shared by all
+    # the accounts asked for (5 x 4 = 20 rows) would be spent on the busy one alone
+    for n in range(12):
+        call(accounts.deposit, bank, busy, Decimal(f"{n + 1}.{n * 13 % 100:02d}"))
+        call(accounts.transfer, bank, busy, other, Decimal(f"0.{n + 11}"))
+    asked = [busy, quiet, empty, 987654321]
+    got = call(statements.statements, bank, asked, recent=RECENT)
     expected = _expected(bank, [busy, quiet, empty])
     problems = _differences(got, expected)
     if problems:
         raise CheckFailure(
             "statements() must return each account's balance and its latest postings, newest "
             "first.",
-            expected=f"for accounts {busy} (7 postings), {quiet} (8) and {empty} (none): the "
-                     f"latest {RECENT} postings by posting id, descending; unknown id 987654321 "
-                     "left out",
+            expected=f"for accounts {busy} (25 postings), {quiet} (2, older than all of "
+                     f"{busy}'s) and {empty} (none): the latest {RECENT} postings of each, by "
+                     "posting id, descending; the unknown id 987654321 left out",
             actual="; ".join(problems[:4]),
             evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
                          for a, want in expected.items() for i, _, k, m in want["recent"]],
                         ("account", "id", "kind", "amount")),
+            fix="the latest N postings of EACH account: a window (row_number() OVER (PARTITION "
+                "BY account_id ORDER BY id DESC) <= :recent) or LEFT JOIN LATERAL (... LIMIT "
+                ":recent), not one LIMIT shared by all the accounts"
+            if _starved(got, expected, quiet) else None,
             lesson=READ["n-plus-one"])
 
 
-def test_statements_use_a_bounded_number_of_queries(learner: Any, accounts: ModuleType,
-                                                    bank: Engine) -> None:
+def _starved(got: dict[Any, Any], expected: dict[int, dict[str, Any]], quiet: int) -> bool:
+    """The quiet account came back with fewer postings than it has, the busy one in full."""
+    statement = got.get(quiet)
+    return statement is not None and len(statement.recent) < len(expected[quiet]["recent"])
+
+
+def _funded_by_sql(engine: Engine, count: int) -> list[int]:
+    """`count` customer accounts holding 100.00 each, written the way the README fixes the
+    tables (a SYSTEM account on the other side of each DEPOSIT entry): quicker than 200
+    calls of the API, and the statements read the same rows."""
+    with engine.begin() as conn:
+        system = conn.execute(text("INSERT INTO account (kind, currency) "
+                                   "VALUES ('SYSTEM', 'USD') RETURNING id")).scalar_one()
+        ids = [int(i) for i in conn.execute(text(
+            "INSERT INTO account (kind, currency) SELECT 'CUSTOMER', 'USD' "
+            "FROM generate_series(1, :n) RETURNING id"), {"n": count}).scalars()]
+        conn.execute(text("""
+            WITH legs AS (SELECT gen_random_uuid() AS entry, id FROM unnest(CAST(:ids AS bigint[]))
+                                                               AS t(id)),
+            entries AS (INSERT INTO ledger_entry (id, kind)
+                        SELECT entry, 'DEPOSIT' FROM legs RETURNING id)
+            INSERT INTO posting (entry_id, account_id, amount, currency)
+            SELECT entry, id, 100.00, 'USD' FROM legs
+            UNION ALL
+            SELECT entry, :system, -100.00, 'USD' FROM legs"""), {"ids": ids, "system": system})
+        conn.execute(text("UPDATE account SET balance = -100.00 * :n WHERE id = :system"),
+                     {"n": count, "system": system})
+    return sorted(ids)
+
+
+def test_statements_use_a_bounded_number_of_queries(learner: Any, ledger_tables: Engine
+                                                    ) -> None:
+    bank = ledger_tables
     statements = learner.module("statements")
-    ids = _accounts(accounts, bank, 100)
+    ids = _funded_by_sql(bank, 100)
     _ring(bank, ids, rounds=4)
     counts = {}
     for size in (10, 100):

@@ -137,9 +137,10 @@ def apply_interest(engine: Engine, account_id: int, rule: Callable[[Decimal], De
                    max_attempts: int = 20) -> InterestResult:
     """Credit the interest `rule(balance)` computes (a Decimal >= 0), with optimistic locking.
 
-    The rule runs in Python and may be slow (it could call a pricing service): hold no lock
-    and no transaction while it runs. If the account changed meanwhile, read it again and
-    recompute; after max_attempts conflicts in a row raise ConcurrentModification.
+    The rule runs in Python and may be slow (it could call a pricing service): hold no lock,
+    no transaction and no connection while it runs. If the account changed meanwhile, read it
+    again and recompute; after max_attempts attempts that all found it changed (the rule called
+    max_attempts times) raise ConcurrentModification.
     """
     raise NotImplementedError(
         "read balance and version, call rule(balance) outside any transaction, then UPDATE "

@@ -80,8 +80,9 @@ def exchange(engine: Engine, fx: FxClient, clock: Clock, *, idempotency_key: str
 
     Returns COMPLETED (target credited), FAILED (source refunded) or PENDING (the provider's
     answer is unknown; reconcile() settles it). Raises QuoteExpired, QuoteNotFound,
-    QuoteAlreadyUsed, InsufficientFunds, CurrencyMismatch or IdempotencyConflict without
-    moving money. A retry with the same key returns the same exchange as it stands now.
+    QuoteAlreadyUsed, InsufficientFunds, CurrencyMismatch, AccountNotFound, ValueError (a bad
+    amount) or IdempotencyConflict without moving money or sending an order. A retry with the
+    same key returns the same exchange as it stands now.
     """
     raise NotImplementedError(
         "tx 1 (key, quote valid by clock(), conditional debit, PENDING row) and commit; then "
