@@ -88,7 +88,8 @@ def test_producer_is_idempotent_with_acks_all(learner, kafka):
             "acknowledgement means the record is safe.",
             expected="acks=all, enable.idempotence=true, base settings kept (under any of "
                      "their librdkafka names)",
-            actual=f"{len(problems)} problem(s)", evidence="\n".join(problems),
+            actual="; ".join(problems),
+            evidence="\n".join(f"{key} = {value!r}" for key, value in sorted(config.items())),
             lesson=f"{SEE} {PRODUCER}",
             fix=f"drop {', '.join(a for _, _, a, _ in aliased)}: the base already sets it"
             if aliased and len(problems) == len(aliased) else None)
