@@ -211,7 +211,8 @@ def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer)
             "the row's headers column (trace context here) becomes Kafka headers too.",
             expected=f"{len(rows)} records with headers event-id = row id, event-type = row "
                      "event_type, traceparent; value = payload JSON",
-            actual=f"{len(records)} records, {len(problems)} problem(s)",
+            actual=f"{len(records)} records; " + "; ".join(
+                sorted({problem.split(": ", 1)[-1] for problem in problems})[:3]),
             evidence="\n".join(problems[:10]) + "\n" + records_table(records),
             lesson=SEE,
             fix="send each value of the headers column as its text, UTF-8 encoded "

@@ -168,12 +168,15 @@ def test_failing_row_backs_off_exponentially(outbox, learner, kafka, relay_produ
         below = [n for n in off if (high := highs[n - 1]) is not None
                  and high < expected_delay(n) * (1 - JITTER)]
         side = "below" if len(below) == len(off) else "outside"
+        fixed = all(within(bounds, expected_delay(1)) for bounds in delays)
         raise CheckFailure(
             "The delay must grow exponentially: after its n-th failure a row waits "
             f"backoff_base_seconds × 2^(n − 1) (base {BASE} s here: {schedule} s), jitter "
             "within ±25%. "
             + ("The delays here are one doubling ahead: base × 2^n — the exponent counted from "
                "1, not 0." if shifted else
+               "Every failure here waits about the base: the delay never grows, so a broken "
+               "dependency is hit at the same rate for ever." if fixed else
                f"{len(off)} of the 5 delays fall {side} that range (the table shows "
                "which)."),
             expected=", ".join(f"{expected_delay(n):.2f} s ±25%" for n in range(1, 6)),
