@@ -5,8 +5,9 @@ database. Reading a topic completely is the kit's `read_topic`."""
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -22,6 +23,64 @@ def records_table(records: Sequence[Record], limit: int = 12) -> str:
                    "event-id": r.text("event-id"), "event-type": r.text("event-type")}
                   for r in records], ("partition", "offset", "key", "event-id", "event-type"),
                  limit)
+
+
+def unknown_event_ids(records: Sequence[Record], row_ids: Sequence[str]) -> list[Record]:
+    """The records whose `event-id` header names no outbox row (missing, or another id)."""
+    known = set(row_ids)
+    return [r for r in records if (r.text("event-id") or "") not in known]
+
+
+def unknown_ids_text(records: Sequence[Record]) -> str:
+    """Those records, with their key and the event-id header they carry."""
+    return table([{"partition": r.partition, "offset": r.offset, "key": r.key_text,
+                   "event-id header": r.text("event-id")} for r in records],
+                 ("partition", "offset", "key", "event-id header"), limit=8)
+
+
+# -- acknowledgements as the relay sees them ------------------------------------------------
+
+class AckWatch:
+    """Around a producer (a SlowProducer, so that acknowledgements come late): at the moment the
+    first delivery report is about to reach the relay's code — it is then inside flush() or
+    poll(), waiting — call `at_first_ack()` and keep what it returns in `seen`.
+
+    The look happens before the relay's own callback runs, so it shows what the relay did
+    *before* any acknowledgement: rows it already marked, transactions it left open.
+    """
+
+    def __init__(self, producer: Any, at_first_ack: Callable[[], Any]) -> None:
+        self._producer = producer
+        self._look = at_first_ack
+        self._lock = threading.Lock()
+        self.looked = False
+        self.seen: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs = dict(kwargs)
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+        if callback is None and len(args) > _CALLBACK_POSITION:
+            callback = args[_CALLBACK_POSITION]
+            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            with self._lock:
+                first, self.looked = not self.looked, True
+            if first:
+                self.seen = self._look()
+            if callback is not None:
+                callback(err, msg)
+
+        return self._producer.produce(*args, on_delivery=on_delivery, **kwargs)
+
+
+_CALLBACK_POSITION = 4  # produce(topic, value, key, partition, on_delivery, …)
 
 
 def deliver(kafka: Any, events: Sequence[tuple[str, str, Any]], *,

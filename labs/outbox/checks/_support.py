@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -52,6 +54,31 @@ ORDER BY created_at
 LIMIT 100
 FOR UPDATE SKIP LOCKED
 """
+
+
+# -- clocks -----------------------------------------------------------------------------------
+
+# Time zones the checks' database sessions may run in, with their usual UTC offset (hours).
+# Half and three-quarter hours, far from UTC: a clock read in the wrong zone is hours off.
+SESSION_ZONES = {"Asia/Kathmandu": 5.75, "America/St_Johns": -3.5}
+
+
+def local_offset_hours() -> float:
+    """This process's UTC offset now (what a naive datetime.now() is relative to)."""
+    return time.localtime().tm_gmtoff / 3600
+
+
+def session_zone() -> str:
+    """The database sessions' time zone: the one farthest from this process's own."""
+    local = local_offset_hours()
+    return max(SESSION_ZONES, key=lambda zone: abs(SESSION_ZONES[zone] - local))
+
+
+def db_now(engine: Engine) -> datetime:
+    """The database's clock_timestamp() now (an aware datetime)."""
+    with engine.connect() as conn:
+        value: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        return value
 
 
 # -- ids ------------------------------------------------------------------------------------

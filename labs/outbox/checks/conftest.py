@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from _support import session_zone
+from sqlalchemy import Engine, text
 
 from dojo.checks import apply_schema, call
 
@@ -16,9 +17,19 @@ _PRODUCERS: dict[str, Any] = {}  # one idempotent producer per distinct config, 
 
 @pytest.fixture
 def outbox(database: Any, learner: Any) -> Engine:
-    """A fresh database with the learner's schema.sql applied; its engine."""
-    apply_schema(database.engine, learner.dir)
-    return database.engine
+    """A fresh database with the learner's schema.sql applied; its engine.
+
+    Its sessions run in a time zone hours away from this process's (README: "the database's
+    clock"), as a database server elsewhere would: a naive `datetime.now()` compared with a
+    timestamptz is then read in the session's zone and is off by hours, not by nothing."""
+    engine = database.engine
+    with engine.connect() as conn:
+        conn.execute(text(f"ALTER DATABASE \"{database.name}\" SET timezone TO "
+                          f"'{session_zone()}'"))
+        conn.commit()
+    engine.dispose()  # new sessions take the database's setting
+    apply_schema(engine, learner.dir)
+    return engine
 
 
 @pytest.fixture

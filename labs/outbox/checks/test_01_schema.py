@@ -17,10 +17,11 @@ from _support import (
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
-from dojo.checks import CheckFailure, indent, table
+from dojo.checks import CheckFailure, first_line, indent, raised, table
 
 pytestmark = pytest.mark.stage("schema")
 SEE = READ["schema"]
+PAUSE = 0.25  # seconds between two inserts of one transaction
 
 TEXT = ("text", "character varying")
 TIMESTAMPTZ = ("timestamp with time zone",)
@@ -110,20 +111,73 @@ def test_outbox_keys(outbox):
             expected="PRIMARY KEY (id)",
             actual=f"primary key on {primary[0]['columns']}" if primary else "no primary key",
             evidence=index_table(found), lesson=SEE)
+    aggregate = "5b1f8e36-9a55-4d1c-8c1e-0d6a4f3b2a10"
+    insert_event(outbox, aggregate_id=aggregate, version=1)
+    duplicate = raised(insert_event, outbox, aggregate_id=aggregate, version=1)
+    if not isinstance(duplicate, IntegrityError):
+        raise CheckFailure(
+            "Two events of one aggregate must never share a version: without a unique key, two "
+            "concurrent updates can both write version 2 and the consumer cannot order them.",
+            expected="a second ('order', same aggregate_id, version 1) row is refused "
+                     "(unique violation)",
+            actual="it was inserted" if duplicate is None else first_line(duplicate),
+            evidence=index_table(found), lesson=SEE)
+    # Another aggregate type may use the same id and version: the key is all three columns.
+    other_type = raised(insert_event, outbox, aggregate_id=aggregate, version=1,
+                        aggregate_type="customer")
+    if other_type is not None:
+        raise CheckFailure(
+            "An event of another aggregate type with the same aggregate_id and version was "
+            "refused. The unique key is (aggregate_type, aggregate_id, aggregate_version): two "
+            "kinds of aggregate number their versions independently, and nothing makes their ids "
+            "distinct across types (a customer and an order may share an id).",
+            expected="('customer', same aggregate_id, version 1) is inserted next to the "
+                     "('order', …) row",
+            actual=f"refused: {first_line(other_type)}",
+            evidence=index_table(found), lesson=SEE)
     wanted = {"aggregate_type", "aggregate_id", "aggregate_version"}
     unique = [ix for ix in found if ix["is_unique"] and not ix["predicate"]
               and set(ix["columns"]) == wanted]
     if not unique:
         raise CheckFailure(
-            "Two events of one aggregate must never share a version: without a unique key, two "
-            "concurrent updates can both write version 2 and the consumer cannot order them.",
+            "The unique key on the aggregate's versions must be a constraint or unique index on "
+            "exactly those three columns.",
             expected="UNIQUE (aggregate_type, aggregate_id, aggregate_version)",
             actual="no unique constraint or index on exactly those three columns",
             evidence=index_table(found), lesson=SEE)
-    aggregate = "5b1f8e36-9a55-4d1c-8c1e-0d6a4f3b2a10"
-    insert_event(outbox, aggregate_id=aggregate, version=1)
-    with pytest.raises(IntegrityError):
-        insert_event(outbox, aggregate_id=aggregate, version=1)
+
+
+def test_created_at_is_the_time_of_the_insert(outbox):
+    require_table(outbox, "outbox_event", "schema")
+    insert = text(
+        "INSERT INTO outbox_event (id, aggregate_type, aggregate_id, event_type, "
+        "aggregate_version, payload) VALUES (gen_random_uuid(), 'order', gen_random_uuid(), "
+        "'order.placed.v1', 1, '{}'::jsonb) RETURNING created_at, now() AS started")
+    with outbox.begin() as conn:
+        first = conn.execute(insert).one()
+        conn.execute(text("SELECT pg_sleep(:s)"), {"s": PAUSE})
+        second = conn.execute(insert).one()
+    gap = (second.created_at - first.created_at).total_seconds()
+    if gap < PAUSE * 0.8:
+        at_start = first.created_at == first.started and second.created_at == second.started
+        raise CheckFailure(
+            "Two events written in one transaction, 0.25 s apart, got "
+            + ("the same created_at: the transaction's start time (now())." if at_start else
+               "created_at values that do not show the time between them.")
+            + " created_at must be when the row was written: a relay orders by it, and the "
+            "publish age (published_at − created_at) would count the whole business transaction "
+            "as time spent in the outbox.",
+            expected=f"created_at {PAUSE} s apart (DEFAULT clock_timestamp())",
+            actual=f"{gap:.3f} s apart" + ("; both equal now(), the transaction's start"
+                                           if at_start else ""),
+            evidence=table([{"row": 1, "created_at": first.created_at,
+                             "transaction start": first.started},
+                            {"row": 2, "created_at": second.created_at,
+                             "transaction start": second.started}],
+                           ("row", "created_at", "transaction start")),
+            lesson=SEE,
+            fix=("DEFAULT clock_timestamp() — now() and CURRENT_TIMESTAMP are the transaction's "
+                 "start, the same for every row it writes") if at_start else None)
 
 
 def test_partial_index_on_unpublished_rows(outbox):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from _support import (
@@ -15,7 +16,7 @@ from _support import (
 from sqlalchemy import Engine, text
 
 from dojo.checks import CheckFailure, call, first_line, raised, table
-from dojo.checks.faults import InjectedFault, fail_sql
+from dojo.checks.faults import InjectedFault, fail_sql, run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("atomic-write")
 SEE = READ["atomic-write"]
@@ -24,6 +25,8 @@ ROW_COLUMNS = ("id", "aggregate_type", "aggregate_id", "event_type", "aggregate_
                "payload", "published_at")
 INSERT_OUTBOX = r"\binsert\s+into\s+(public\.)?\"?outbox_event\b"
 INSERT_ORDERS = r"\binsert\s+into\s+(public\.)?\"?orders\b"
+UPDATE_ORDERS = r"\bupdate\s+(only\s+)?(public\.)?\"?orders\b"
+RACERS = 3  # concurrent changes of one order
 
 
 def order_rows(engine: Engine) -> list[dict]:
@@ -82,6 +85,31 @@ def test_order_and_event_are_written_together(outbox, learner):
             expected="id ≠ order id, published_at NULL, attempt_count 0",
             actual=f"id {row['id']}, published_at {row['published_at']}, "
                    f"attempt_count {row['attempt_count']}", lesson=SEE)
+    require_negative_totals_refused(outbox, orders, order_id)
+
+
+def require_negative_totals_refused(engine: Engine, orders: Any, order_id: uuid.UUID) -> None:
+    """A negative total is refused by both functions, and leaves nothing behind."""
+    before = state(engine)
+    counts = (count(engine, "SELECT count(*) FROM orders"),
+              count(engine, "SELECT count(*) FROM outbox_event"))
+    for name, args in (("place_order", (engine, uuid.uuid4(), -1250)),
+                       ("change_order_total", (engine, order_id, -1250))):
+        error = raised(getattr(orders, name), *args)
+        after = (count(engine, "SELECT count(*) FROM orders"),
+                 count(engine, "SELECT count(*) FROM outbox_event"))
+        [order] = [o for o in order_rows(engine) if str(o["id"]) == str(order_id)]
+        if error is None or after != counts or order["total_cents"] != 4200:
+            raise CheckFailure(
+                f"{name} was given a negative total (-1250 cents). It must refuse — raise — and "
+                "write nothing: no order, no change, no event announcing it.",
+                expected="an exception (the orders table's CHECK (total_cents >= 0) raises one "
+                         "if you let it propagate); orders and outbox_event unchanged",
+                actual=("it returned normally" if error is None else
+                        f"it raised {type(error).__name__}") +
+                       f"; orders rows {counts[0]} → {after[0]}, outbox_event rows "
+                       f"{counts[1]} → {after[1]}, the order's total {order['total_cents']}",
+                evidence="before:\n" + before + "\nafter:\n" + state(engine), lesson=SEE)
 
 
 def assert_nothing_left(engine: Engine, where: str, raised: BaseException | None,
@@ -151,22 +179,35 @@ def test_failure_after_the_order_insert_rolls_back_both(outbox, learner):
 def test_version_starts_at_1_and_increments(outbox, learner):
     require_table(outbox, "outbox_event", "schema")
     orders = learner.module("orders")
-    order_id = call(orders.place_order, outbox, uuid.uuid4(), 1000)
+    order_id = call(orders.place_order, outbox, uuid.uuid4(), 1037)
     versions = [call(orders.change_order_total, outbox, order_id, total)
-                for total in (1500, 1200)]
+                for total in (1589, 1211)]
     events = outbox_rows(outbox, "aggregate_id::text = :id", id=str(order_id))
-    got = [(e["aggregate_version"], e["event_type"], (e["payload"] or {}).get("total_cents"),
-            (e["payload"] or {}).get("previous_total_cents")) for e in events]
-    want = [(1, "order.placed.v1", 1000, None), (2, "order.total-changed.v1", 1500, 1000),
-            (3, "order.total-changed.v1", 1200, 1500)]
+    got = [(e["aggregate_version"], e["event_type"], (e["payload"] or {}).get("total_cents"))
+           for e in events]
+    want = [(1, "order.placed.v1", 1037), (2, "order.total-changed.v1", 1589),
+            (3, "order.total-changed.v1", 1211)]
     if not (versions == [2, 3] and got == want):
         raise CheckFailure(
             "Each change to an order writes one event with the next aggregate version, so a "
             "consumer can tell order and gaps; the first event of an aggregate is version 1.",
-            expected=f"change_order_total returns [2, 3]; events (version, type, total, previous) "
-                     f"{want}",
+            expected=f"change_order_total returns [2, 3]; events (version, type, total) {want}",
             actual=f"returned {versions}; events {got}", evidence=state(outbox),
             lesson=SEE)
+    previous = [(e["payload"] or {}).get("previous_total_cents") for e in events[1:]]
+    if previous != [1037, 1589]:
+        echoed = previous == [1589, 1211]
+        raise CheckFailure(
+            "order.total-changed.v1 carries previous_total_cents: the total before this change, "
+            "which a consumer needs to apply the difference. "
+            + ("Here it equals the new total: it was read after the UPDATE (an UPDATE's "
+               "RETURNING gives the row as changed, not as it was)." if echoed else
+               "Here it is not the total the order had before the change."),
+            expected="previous_total_cents 1037, then 1589 (1037 → 1589 → 1211)",
+            actual=f"previous_total_cents {previous[0]!r}, then {previous[1]!r}",
+            evidence=state(outbox), lesson=SEE,
+            fix=("read the order (SELECT … FOR UPDATE) before updating it and put that total "
+                 "in the event") if echoed else None)
     [order] = order_rows(outbox)
     if order["version"] != 3:
         raise CheckFailure("After two changes the order itself must be at version 3.",
@@ -177,3 +218,130 @@ def test_version_starts_at_1_and_increments(outbox, learner):
         raise CheckFailure("change_order_total of an order that does not exist must refuse.",
                            expected="LookupError (KeyError is one)", actual=first_line(error),
                            lesson=SEE)
+
+
+def test_a_failed_commit_leaves_neither_row(outbox, learner):
+    require_table(outbox, "outbox_event", "schema")
+    orders = learner.module("orders")
+    # Every statement runs; only the COMMIT of the transaction that wrote the order fails.
+    with fail_sql(outbox, INSERT_ORDERS, at="commit") as failed:
+        error = raised(orders.place_order, outbox, uuid.uuid4(), 2718)
+    require_failed_commit(outbox, failed, error, "place_order", "INSERT INTO orders")
+    order_id = call(orders.place_order, outbox, uuid.uuid4(), 2718)
+    with fail_sql(outbox, UPDATE_ORDERS, at="commit") as failed:
+        error = raised(orders.change_order_total, outbox, order_id, 3141)
+    require_failed_commit(outbox, failed, error, "change_order_total", "UPDATE orders")
+
+
+def require_failed_commit(engine: Engine, failed: list[str], error: BaseException | None,
+                          function: str, label: str) -> None:
+    """After a failed COMMIT: both rows or neither. Each order at version v has exactly the
+    events 1 … v, so the outbox holds as many rows as the orders' versions add up to."""
+    if not failed:
+        raise CheckFailure(
+            f"{function} never committed a transaction that ran `{label}` through the engine "
+            "it was given.",
+            expected=f"`{label} …` and the outbox insert, committed via the SQLAlchemy engine",
+            actual="no such commit (the check fails commits through engine events; run your SQL "
+                   "with engine.begin() / conn.execute(text(...)))", lesson=SEE)
+    events = count(engine, "SELECT count(*) FROM outbox_event")
+    announced = count(engine, "SELECT coalesce(sum(version), 0) FROM orders")
+    if events == announced:
+        return
+    outcome = ("" if isinstance(error, InjectedFault) else
+               f"; {function} {'raised ' + type(error).__name__ if error else 'returned'}")
+    if events > announced:
+        raise CheckFailure(
+            f"The check let every statement of {function} run and failed only the COMMIT of the "
+            f"transaction that ran `{label}`. The outbox row survived that failed commit, so "
+            "another transaction had committed it: an event announcing "
+            + ("an order that does not exist." if function == "place_order" else
+               "a change that never happened."),
+            expected="nothing of the failed transaction: every event belongs to an order "
+                     "version that exists",
+            actual=f"outbox_event rows {events}, order versions {announced}{outcome}",
+            evidence=state(engine), lesson=MISTAKES,
+            fix="write the event on the same connection (`conn`) as the business row, inside "
+                "the one `with engine.begin() as conn:` block — not through engine.begin() or "
+                "a session of its own")
+    raise CheckFailure(
+        f"A failed COMMIT inside {function} left the order's change without its event.",
+        expected="both rows committed, or neither",
+        actual=f"outbox_event rows {events}, order versions {announced}{outcome}",
+        evidence=state(engine), lesson=MISTAKES)
+
+
+def test_concurrent_changes_of_one_order_take_turns(outbox, learner):
+    require_table(outbox, "outbox_event", "schema")
+    orders = learner.module("orders")
+    order_id = call(orders.place_order, outbox, uuid.uuid4(), 1234)
+    totals = (2345, 3456, 4567)
+    warm_pool(outbox, RACERS)
+    # Each change waits 0.3 s before its UPDATE: all three have read the order by then, unless
+    # the read took the row lock and the others wait for it.
+    with slow_sql(outbox, 0.3, match=UPDATE_ORDERS, when="before"):
+        outcomes = run_concurrently(
+            lambda i: call(orders.change_order_total, outbox, order_id, totals[i]), RACERS,
+            timeout=30)
+    errors = [o for o in outcomes if o.error is not None]
+    events = outbox_rows(outbox, "aggregate_id::text = :id", id=str(order_id))
+    chain = [{"version": e["aggregate_version"], "event_type": e["event_type"],
+              "total_cents": (e["payload"] or {}).get("total_cents"),
+              "previous_total_cents": (e["payload"] or {}).get("previous_total_cents")}
+             for e in sorted(events, key=lambda e: e["aggregate_version"])]
+    evidence = table(chain, ("version", "event_type", "total_cents", "previous_total_cents"))
+    if errors:
+        raise CheckFailure(
+            f"Three changes of one order ran at the same time and {len(errors)} of them failed. "
+            "Concurrent changes must take turns on the order's row lock, not collide.",
+            expected="all three succeed, with versions 2, 3 and 4",
+            actual="; ".join(f"{type(o.error).__name__}: {first_line(o.error)[:120]}"
+                             for o in errors),
+            evidence=evidence, lesson=SEE)
+    versions = sorted(o.value for o in outcomes)
+    [order] = order_rows(outbox)
+    broken = [c for prev, c in zip(chain, chain[1:], strict=False)
+              if c["previous_total_cents"] != prev["total_cents"]]
+    if versions != [2, 3, 4] or [c["version"] for c in chain] != [1, 2, 3, 4]:
+        raise CheckFailure(
+            "Three changes of one order ran at the same time: each must get its own next "
+            "version.",
+            expected="change_order_total returns 2, 3 and 4; events versions 1, 2, 3, 4",
+            actual=f"returned {versions}; event versions {[c['version'] for c in chain]}",
+            evidence=evidence, lesson=SEE)
+    echoed = [c for c in broken if c["previous_total_cents"] == c["total_cents"]]
+    if broken and len(echoed) == len(broken):
+        raise CheckFailure(
+            "Three changes of one order ran at the same time; in each, previous_total_cents "
+            "equals the event's own new total: it was read after the UPDATE (RETURNING gives the "
+            "row as changed), not before.",
+            expected="each event's previous_total_cents = the total_cents of the version before "
+                     "it",
+            actual="version(s) " + ", ".join(
+                f"{c['version']} say previous {c['previous_total_cents']}" for c in broken),
+            evidence=evidence, lesson=SEE,
+            fix="read the order (SELECT … FOR UPDATE) before updating it and put that total in "
+                "the event")
+    if broken or (order["total_cents"], order["version"]) != (chain[-1]["total_cents"], 4):
+        raise CheckFailure(
+            f"Three changes of one order ran at the same time and {len(broken)} event(s) carry "
+            "a previous_total_cents that is not the total the version before them set: those "
+            "changes read the order before another change had committed, and a consumer that "
+            "applies the differences ends up with a wrong total.",
+            expected="each event's previous_total_cents = the total_cents of the version before "
+                     "it; the order at version 4 with the last event's total",
+            actual=f"{len(broken)} event(s) whose previous_total_cents is not the total before "
+                   f"them; the order is at version {order['version']}, total "
+                   f"{order['total_cents']}",
+            evidence=evidence, lesson=f"{SEE} {MISTAKES}",
+            fix="read the order with SELECT … FOR UPDATE before changing it: the row lock makes "
+                "concurrent changes take turns, each reading what the previous one wrote"
+            if broken and not echoed else None)
+
+
+def warm_pool(engine: Engine, n: int) -> None:
+    """Open n pooled connections now, so racing workers do not spend their head start
+    connecting."""
+    conns = [engine.connect() for _ in range(n)]
+    for conn in conns:
+        conn.close()

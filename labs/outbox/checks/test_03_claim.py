@@ -3,13 +3,16 @@ before anything is sent; relays never share a row and never wait for each other.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import pytest
+from _kafka_support import AckWatch
 from _support import (
     MISTAKES,
     READ,
+    db_now,
     explain_uses_partial_index,
     fill_with_published_rows,
     insert_event,
@@ -30,7 +33,7 @@ pytestmark = pytest.mark.stage("claim")
 SEE = READ["claim"]
 
 CLAIM_COLUMNS = ("id", "attempt_count", "lease_left", "published_at")
-RACE_ROUNDS = 3  # the lock-free claim mutant overlaps in round 1 (slowed SQL makes it certain)
+RACE_ROUNDS = 2  # the lock-free claim mutant overlaps in round 1 (slowed SQL makes it certain)
 
 
 def event_ids(events: Any) -> list[str]:
@@ -53,28 +56,68 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")
     ids = seed_rows(outbox, 10)
-    claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=30))
+    started = db_now(outbox)
+    claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE))
+    ended = db_now(outbox)
+    if sorted(claimed) == sorted(ids[:4]) and claimed != ids[:4]:
+        raise CheckFailure(
+            "claim_batch leased the right rows, the 4 oldest, but returned them in another "
+            "order. The relay sends them in the order it gets them, so an order's version 2 can "
+            "leave before its version 1. RETURNING has no order of its own, whatever the "
+            "subquery's ORDER BY.",
+            expected=f"the 4 oldest ids in created_at order: {ids[:4]}",
+            actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
+            lesson=SEE,
+            fix="sort what the claim returns by created_at (in Python, or SELECT … ORDER BY "
+                "created_at over the UPDATE's RETURNING)")
     if claimed != ids[:4]:
         raise CheckFailure(
             "claim_batch must lease the oldest unpublished rows and return them oldest first, at "
             "most batch_size. Without ORDER BY created_at in the locked SELECT, LIMIT takes "
-            "whichever rows the scan meets first (here the newest: the check inserted them first), "
-            "so an old event can wait for ever and an order's version 2 can leave before "
-            "version 1; and RETURNING has no order of its own, so sort what it gives back.",
+            "whichever rows the scan meets first (here the newest: the check inserted them "
+            "first), so an old event can wait for ever and an order's version 2 can leave before "
+            "version 1.",
             expected=f"the 4 oldest ids in created_at order: {ids[:4]}",
             actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
             lesson=SEE)
-    rows = {r["id"]: r for r in outbox_rows(outbox)}
-    bad = [r for i, r in rows.items() if (i in claimed) != (
-        r["attempt_count"] == 1 and r["lease_left"] is not None and 25 < r["lease_left"] < 35)]
-    if bad:
+    rows = lease_rows(outbox, started, ended)
+    untouched = [r for r in rows if r["id"] not in claimed and
+                 (r["attempt_count"] != 0 or r["lease_until"] is not None)]
+    uncounted = [r for r in rows if r["id"] in claimed and r["attempt_count"] != 1]
+    if untouched or uncounted:
+        zero = bool(uncounted) and all(r["attempt_count"] == 0 for r in uncounted)
         raise CheckFailure(
-            "Claiming a row leases it (lease_until = now + lease_seconds) and counts the attempt, "
-            "committed before claim_batch returns; unclaimed rows stay untouched.",
-            expected="the 4 claimed rows: attempt_count 1, lease ≈ 30 s left; the others: "
-                     "attempt_count 0, no lease",
-            actual="the rows below (lease_left in seconds)",
-            evidence=table(list(rows.values()), CLAIM_COLUMNS), lesson=SEE)
+            ("claim_batch did not count the attempt: the rows it claimed still have "
+             "attempt_count 0. A claim starts an attempt; a relay that crashes mid-send, or "
+             "whose send is never reported, never reaches the code that handles a failure, so "
+             "counting there hides those attempts from the backoff and from an operator."
+             if zero and not untouched else
+             "Claiming a row counts one attempt (attempt_count + 1); rows it did not claim stay "
+             "untouched."),
+            expected="the 4 claimed rows: attempt_count 1; the others: attempt_count 0, no lease",
+            actual=f"{len(uncounted)} claimed row(s) with another attempt_count, "
+                   f"{len(untouched)} unclaimed row(s) changed",
+            evidence=table(rows, LEASE_COLUMNS), lesson=SEE,
+            fix="add attempt_count = attempt_count + 1 to the claim's UPDATE"
+            if zero and not untouched else None)
+    off = [r for r in rows if r["id"] in claimed and not (
+        r["after_start"] is not None and r["after_start"] >= LEASE - SLACK
+        and r["after_end"] <= LEASE + SLACK)]
+    if off:
+        got = [r["after_start"] for r in off if r["after_start"] is not None]
+        whole = bool(got) and all(abs(g - round(g)) < 0.2 and abs(g - LEASE) > 0.3 for g in got)
+        raise CheckFailure(
+            f"claim_batch(lease_seconds={LEASE}) must lease each row until now + {LEASE} s "
+            "(database clock), committed before it returns."
+            + (" The leases are whole seconds: lease_seconds lost its fraction (a cast to "
+               "integer, or an interval built from an int)." if whole else ""),
+            expected=f"lease_until − the claim's time = {LEASE} s",
+            actual="lease_until − the claim's start: " + ", ".join(
+                "none" if r["after_start"] is None else f"{r['after_start']:.2f} s"
+                for r in off),
+            evidence=table(rows, LEASE_COLUMNS), lesson=SEE,
+            fix="make_interval(secs => :lease_seconds) (or :lease_seconds * interval '1 second'"
+                " with a float) keeps the fraction" if whole else None)
     leftover = open_transactions(other_sessions(outbox))
     if leftover:
         raise CheckFailure(
@@ -93,6 +136,22 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             expected=f"then {ids[4:8]}, then {ids[8:]}, then []",
             actual=f"then {second}, then {third}, then {fourth}",
             evidence=table(outbox_rows(outbox), CLAIM_COLUMNS), lesson=SEE)
+
+
+LEASE = 12.5  # seconds: a fraction, so a lease rounded to whole seconds shows
+SLACK = 0.05
+LEASE_COLUMNS = ("id", "attempt_count", "lease_until", "after_start", "after_end")
+
+
+def lease_rows(engine: Engine, started: Any, ended: Any) -> list[dict[str, Any]]:
+    """The rows with their lease measured from the claim's start and end (database clock)."""
+    with engine.connect() as conn:
+        found = conn.execute(text(
+            "SELECT id::text AS id, attempt_count, lease_until::text AS lease_until, "
+            "extract(epoch FROM lease_until - CAST(:s AS timestamptz))::float8 AS after_start, "
+            "extract(epoch FROM lease_until - CAST(:e AS timestamptz))::float8 AS after_end "
+            "FROM outbox_event ORDER BY created_at"), {"s": started, "e": ended}).mappings()
+        return [dict(r) for r in found]
 
 
 def test_claims_skip_rows_another_relay_has_locked(outbox, learner):
@@ -127,6 +186,7 @@ def test_claims_skip_rows_another_relay_has_locked(outbox, learner):
 def test_concurrent_claims_are_disjoint(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")
+    claim_between_pick_and_lease(outbox, relay)  # deterministic: first
     returned: set[str] = set()
     for round_no in range(1, RACE_ROUNDS + 1):
         seed_rows(outbox, 40)
@@ -163,6 +223,60 @@ def test_concurrent_claims_are_disjoint(outbox, learner):
                 expected="the leased rows are exactly the rows claim_batch returned",
                 actual=f"{len(lost)} leased row(s) returned to nobody",
                 evidence="\n".join(sorted(lost)[:10]), lesson=SEE)
+
+
+LEASING = r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b"
+HOLD = 0.5  # seconds relay A waits before its leasing UPDATE
+
+
+def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
+    """Relay A is held just before the UPDATE that leases its rows (after whatever it ran
+    before it: a pick in a transaction of its own, a locking SELECT, or nothing); relay B
+    claims in that moment. Rows A picked must be locked or leased by then."""
+    seed_rows(engine, 12)
+    with record_sql(engine, peek=0, xid=True) as log, \
+            slow_sql(engine, HOLD, match=LEASING, when="before") as held:
+        first = in_thread(relay.claim_batch, engine, batch_size=6, lease_seconds=30)
+        deadline = time.monotonic() + 10
+        while not held and first.alive and time.monotonic() < deadline:
+            time.sleep(0.002)
+        holding = bool(held)
+        second = event_ids(call(relay.claim_batch, engine, batch_size=6, lease_seconds=30))
+        a = event_ids(first.result(15))
+    shared = sorted(set(a) & set(second))
+    if not (holding and shared):
+        with engine.begin() as conn:  # the barrier race next starts from an empty outbox
+            conn.execute(text("DELETE FROM outbox_event"))
+        return
+    worker = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
+    mine = [s for s in log if s.worker == worker and touches_outbox(s.sql)]
+    picks = [s for s in mine if not re.search(LEASING, s.sql, re.IGNORECASE)]
+    leases = [s for s in mine if re.search(LEASING, s.sql, re.IGNORECASE)]
+    split = bool(picks and leases) and picks[0].xid is not None and \
+        picks[0].xid != leases[0].xid
+    unlocked = bool(picks) and not any(re.search(r"\bfor\s+(no\s+key\s+)?update\b", p.sql,
+                                                 re.IGNORECASE) for p in picks)
+    raise CheckFailure(
+        f"Relay A had picked its rows and was about to lease them (the check held its UPDATE "
+        f"for {HOLD} s); relay B claimed in that moment and got {len(shared)} of the same rows, "
+        "so both send them. "
+        + ("A's pick ran in a transaction of its own, committed before the UPDATE: its row "
+           "locks were gone and the rows not yet leased." if split else
+           "A's pick did not lock the rows it read (no FOR UPDATE), so nothing kept B off them."
+           if unlocked else
+           "Between the pick and the lease, A's rows were neither locked nor leased."),
+        expected="B claims only rows A did not pick",
+        actual=f"{len(shared)} row(s) returned to both relays",
+        evidence="relay A's statements (and their transactions):\n" +
+                 "\n".join(f"  {st.compact[:100]}\n    transaction {st.xid or '(none yet)'}"
+                           for st in mine) +
+                 "\n\nrows claimed by both:\n" + "\n".join(shared),
+        lesson=SEE,
+        fix="pick and lease in one transaction (SELECT … FOR UPDATE SKIP LOCKED, then the "
+            "UPDATE, before the commit) or in one statement (WITH … FOR UPDATE SKIP LOCKED "
+            "UPDATE …)" if split else
+            "lock the rows you pick: SELECT … FOR UPDATE SKIP LOCKED, in the transaction of the "
+            "UPDATE that leases them" if unlocked else None)
 
 
 def test_expired_lease_is_reclaimed(outbox, learner):
@@ -218,7 +332,7 @@ def relay_in_thread(relay: Any, engine: Engine, producer: Any, topic: str,
                      lease_seconds=30)
 
 
-def wait_for_send(slow: SlowProducer, job: Running) -> None:
+def wait_for_send(slow: Any, job: Running) -> None:
     """Wait until relay_once calls produce() (its claim is done); fail when it never does."""
     deadline = time.monotonic() + 10
     while not slow.first_send.wait(0.05):
@@ -237,13 +351,16 @@ def test_claim_commits_before_the_send(outbox, learner, kafka):
     relay = learner.module("relay")
     topic = kafka.topic(1, hint="claim")
     seed_rows(outbox, 3)
-    slow = SlowProducer(kafka.producer(), delay=0.8)
-    job = relay_in_thread(relay, outbox, slow, topic, 10)
-    wait_for_send(slow, job)
-    time.sleep(0.15)
-    sessions = other_sessions(outbox)
-    held = open_transactions(sessions)
+    # The look happens when the first acknowledgement is about to reach relay_once: it is
+    # then waiting for the broker, and whatever transaction it holds across the send is open.
+    watch = AckWatch(SlowProducer(kafka.producer(), delay=0.8),
+                     lambda: other_sessions(outbox))
+    job = relay_in_thread(relay, outbox, watch, topic, 10)
+    wait_for_send(watch, job)
     job.join(15)
+    job.result(0)
+    sessions = watch.seen or []
+    held = open_transactions(sessions)
     if held:
         raise CheckFailure(
             "While relay_once waited for a slow broker (0.8 s per acknowledgement), it kept a "
@@ -255,7 +372,6 @@ def test_claim_commits_before_the_send(outbox, learner, kafka):
                      "send",
             actual=f"{len(held)} session(s) idle in transaction during the send",
             evidence=table(sessions, SESSION_COLUMNS), lesson=MISTAKES)
-    job.result(0)
 
 
 def test_slow_send_does_not_block_another_relays_claim(outbox, learner, kafka):

@@ -8,30 +8,54 @@ import time
 from typing import Any
 
 import pytest
-from _kafka_support import records_table
+from _kafka_support import AckWatch, records_table, unknown_event_ids, unknown_ids_text
 from _support import (
     MISTAKES,
     READ,
     insert_event,
+    other_sessions,
     outbox_rows,
     require_table,
 )
 from confluent_kafka import Producer
+from sqlalchemy import text
 
 from dojo.checks import CheckFailure, call, in_thread, table
 from dojo.checks.faults import SlowProducer
-from dojo.checks.observers import read_topic
+from dojo.checks.observers import SESSION_COLUMNS, open_transactions, read_topic
 from dojo.checks.partitioning import partition_for
 
 pytestmark = pytest.mark.stage("publish")
 SEE = READ["publish"]
+PRODUCER = "transactional-outbox#producer-settings"
 
 ROW_COLUMNS = ("id", "aggregate_id", "aggregate_version", "published_at", "attempt_count")
 
 
+# librdkafka accepts some properties under two names; setting the alias overrides the other.
+ALIASES = (("bootstrap.servers", "metadata.broker.list"),
+           ("linger.ms", "queue.buffering.max.ms"),
+           ("message.timeout.ms", "delivery.timeout.ms"),
+           ("acks", "request.required.acks"),
+           ("retries", "message.send.max.retries"),
+           ("max.in.flight.requests.per.connection", "max.in.flight"),
+           ("compression.type", "compression.codec"),
+           ("sasl.mechanism", "sasl.mechanisms"))
+# The base the check hands over: the broker plus settings a caller chose (a message timeout
+# and linger that are not librdkafka's defaults).
+BASE_CHOICES = {"message.timeout.ms": 43210, "linger.ms": 7, "retries": 2147483647}
+
+
+def names_of(key: str) -> tuple[str, ...]:
+    for group in ALIASES:
+        if key in group:
+            return group
+    return (key,)
+
+
 def test_producer_is_idempotent_with_acks_all(learner, kafka):
     relay = learner.module("relay")
-    base = kafka.producer_config()
+    base = kafka.producer_config(**BASE_CHOICES)
     config = call(relay.producer_config, dict(base))
     problems = []
     if str(config.get("acks")).lower() not in ("all", "-1"):
@@ -41,22 +65,34 @@ def test_producer_is_idempotent_with_acks_all(learner, kafka):
         problems.append(f"enable.idempotence = {config.get('enable.idempotence')!r}: without "
                         "it, the client's own retries can write a record twice or reorder a "
                         "partition")
-    in_flight = config.get("max.in.flight.requests.per.connection")
+    in_flight = config.get("max.in.flight.requests.per.connection", config.get("max.in.flight"))
     if in_flight is not None and int(in_flight) > 5:
         problems.append(f"max.in.flight.requests.per.connection = {in_flight}: idempotence "
                         "keeps order only up to 5")
-    changed = {k: (v, config.get(k)) for k, v in base.items()
-               if k != "acks" and config.get(k) != v}
-    if changed:
-        problems.append(f"settings from the base config were changed or dropped: {changed} "
-                        "(keep what you are given: the checks choose the broker and timeouts)")
+    dropped = {k: v for k, v in base.items() if k != "acks" and k not in config}
+    changed = {k: (v, config[k]) for k, v in base.items()
+               if k != "acks" and k in config and str(config[k]) != str(v)}
+    aliased = [(k, v, alias, config[alias]) for k, v in base.items() if k != "acks"
+               for alias in names_of(k) if alias != k and alias in config
+               and str(config[alias]) != str(v)]
+    if dropped or changed:
+        problems.append(f"settings from the base config were changed or dropped: "
+                        f"{changed or dropped} (keep what you are given: the checks choose the "
+                        "broker and timeouts)")
+    for key, value, alias, other in aliased:
+        problems.append(f"{key} = {value!r} from the base config is overridden by {alias} = "
+                        f"{other!r}: librdkafka reads {alias} as {key} under another name")
     if problems:
         raise CheckFailure(
             "producer_config(base) must return the base settings plus a producer whose "
             "acknowledgement means the record is safe.",
-            expected="acks=all, enable.idempotence=true, base settings kept",
-            actual=f"{len(problems)} problem(s)", evidence="\n".join(problems),
-            lesson=SEE)
+            expected="acks=all, enable.idempotence=true, base settings kept (under any of "
+                     "their librdkafka names)",
+            actual="; ".join(problems),
+            evidence="\n".join(f"{key} = {value!r}" for key, value in sorted(config.items())),
+            lesson=f"{SEE} {PRODUCER}",
+            fix=f"drop {', '.join(a for _, _, a, _ in aliased)}: the base already sets it"
+            if aliased and len(problems) == len(aliased) else None)
     Producer(config)  # librdkafka accepts it
 
 
@@ -88,6 +124,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     rows = seed_aggregates(outbox, 4, 3)
     call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100, lease_seconds=30)
     records = read_topic(kafka, topic, 3)
+    require_event_ids(records, list(rows))
     wrong = []
     for rec in records:
         row = rows.get(rec.text("event-id") or "")
@@ -136,7 +173,9 @@ def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer)
     call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100, lease_seconds=30)
     records = read_topic(kafka, topic, 1)
     events = {r["id"]: r for r in outbox_rows(outbox)}
-    problems = []
+    require_event_ids(records, list(events))
+    problems: list[str] = []
+    quoted: list[int] = []
     for rec in records:
         event_id = rec.text("event-id")
         row = events.get(event_id or "")
@@ -154,9 +193,17 @@ def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer)
         if value != row["payload"]:
             problems.append(f"offset {rec.offset}: value {value!r} is not the row's payload "
                             f"{row['payload']!r}")
-        if rec.text("traceparent") != trace:
+        got = rec.header("traceparent")
+        if got == json.dumps(trace).encode():
+            quoted.append(rec.offset)
+            problems.append(f"offset {rec.offset}: header traceparent = {got!r}: the value "
+                            "JSON-encoded, with its quotes")
+        elif got is None:
             problems.append(f"offset {rec.offset}: the row's headers column "
                             f"{{'traceparent': …}} did not travel as a Kafka header")
+        elif got != trace.encode():
+            problems.append(f"offset {rec.offset}: header traceparent = {got!r}, the row "
+                            f"says {trace!r}")
     if not (len(records) == len(rows) and not problems):
         raise CheckFailure(
             "A consumer deduplicates on the event id and routes on the event type without "
@@ -164,24 +211,59 @@ def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer)
             "the row's headers column (trace context here) becomes Kafka headers too.",
             expected=f"{len(rows)} records with headers event-id = row id, event-type = row "
                      "event_type, traceparent; value = payload JSON",
-            actual=f"{len(records)} records, {len(problems)} problem(s)",
+            actual=f"{len(records)} records; " + "; ".join(
+                sorted({problem.split(": ", 1)[-1] for problem in problems})[:3]),
             evidence="\n".join(problems[:10]) + "\n" + records_table(records),
-            lesson=SEE)
+            lesson=SEE,
+            fix="send each value of the headers column as its text, UTF-8 encoded "
+                "(value.encode()), not json.dumps(value)"
+            if quoted and len(quoted) == len(problems) else None)
+
+
+def require_event_ids(records: Any, row_ids: list[str]) -> None:
+    """Every record must say which outbox row it is (the event-id header): the other checks
+    of this stage identify records by it."""
+    unknown = unknown_event_ids(records, row_ids)
+    if unknown:
+        raise CheckFailure(
+            f"{len(unknown)} of {len(records)} records carry an event-id header that names no "
+            "outbox row: the header must be the row's id (the event id, as text). Consumers "
+            "deduplicate on it, and this check identifies each record by it.",
+            expected="header event-id = the outbox row's id, on every record",
+            actual=f"{len(unknown)} record(s) with another or no event-id",
+            evidence=unknown_ids_text(unknown), lesson=SEE)
 
 
 def test_marks_only_acknowledged_records(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(1, hint="acks")
-    for i in range(5):
-        insert_event(outbox, created_ago=5.0 - i)
+    # Three orders' first events, then two of them changed: a batch of 3 takes the first
+    # events only, and the later versions of the same orders wait for the next pass.
+    first = seed_aggregates(outbox, 3, 1)
+    later = {}
+    for row in list(first.values())[:2]:
+        later[insert_event(outbox, aggregate_id=row["aggregate_id"], version=2,
+                           event_type="order.total-changed.v1")] = row["aggregate_id"]
     # The producer batches for 400 ms: records stay in its queue unless the relay waits.
     producer = relay_producer(**{"linger.ms": 400})
-    published = call(relay.relay_once, outbox, producer, topic, batch_size=100,
+    published = call(relay.relay_once, outbox, producer, topic, batch_size=3,
                      lease_seconds=30)
     waiting = len(producer)
     marked = outbox_rows(outbox, "published_at IS NOT NULL")
     in_topic = {r.text("event-id") for r in read_topic(kafka, topic, 1)}
+    never_sent = [r for r in marked if r["id"] in later]
+    if never_sent:
+        raise CheckFailure(
+            f"relay_once claimed and sent 3 events, and marked {len(never_sent)} more row(s) "
+            "published that it never claimed nor sent: later versions of the same orders. The "
+            "mark must name the acknowledged events by their id; marking by aggregate id marks "
+            "every event of that order, including ones written after the claim — lost.",
+            expected="the 3 claimed rows published; the 2 later versions still unpublished "
+                     "(attempt_count 0)",
+            actual=f"{len(marked)} row(s) marked, {len(never_sent)} of them never sent",
+            evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE,
+            fix="mark WHERE id = ANY(:acknowledged_event_ids) AND published_at IS NULL")
     unacked = [r for r in marked if r["id"] not in in_topic]
     if (marked and waiting) or unacked:
         raise CheckFailure(
@@ -194,12 +276,70 @@ def test_marks_only_acknowledged_records(outbox, learner, kafka, relay_producer)
             actual=f"{waiting} record(s) still in the producer's queue, {len(marked)} row(s) "
                    f"marked, {len(unacked)} of them not in the topic",
             evidence=table(marked, ROW_COLUMNS), lesson=MISTAKES)
-    if not (published == 5 and len(marked) == 5):
+    if not (published == 3 and sorted(r["id"] for r in marked) == sorted(first)):
         raise CheckFailure(
-            "All 5 rows were acknowledged, so relay_once should mark and report all 5.",
-            expected="relay_once returns 5; 5 rows published",
+            "The 3 claimed rows were acknowledged, so relay_once should mark and report those 3.",
+            expected="relay_once returns 3; the 3 claimed rows published",
             actual=f"returned {published!r}; {len(marked)} rows published",
             evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE)
+    marks_wait_for_the_acknowledgement(outbox, relay, kafka, topic)
+
+
+def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topic: str) -> None:
+    """A broker that acknowledges 0.6 s after each send: at the moment the first
+    acknowledgement reaches relay_once, no row may be published yet."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_event SET published_at = clock_timestamp() "
+                          "WHERE published_at IS NULL"))  # the rows of the first pass, done
+    fresh = [insert_event(engine, created_ago=3.0 - i) for i in range(3)]
+    watch = AckWatch(SlowProducer(kafka.producer(), delay=0.6),
+                     lambda: outbox_rows(engine, "id = ANY(CAST(:ids AS uuid[])) AND "
+                                                 "published_at IS NOT NULL", ids=fresh))
+    call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
+    early = watch.seen or []
+    if early:
+        raise CheckFailure(
+            f"{len(early)} row(s) were already marked published when the first acknowledgement "
+            "reached relay_once (the broker here acknowledges 0.6 s after each send). Marked "
+            "before the broker has the record, an event is lost if the relay dies before the "
+            "acknowledgement or the send fails: the row says published, so no relay sends it "
+            "again — un-marking on a failed report cannot help a process that is dead.",
+            expected="at the first acknowledgement, none of the 3 rows published yet",
+            actual=f"{len(early)} row(s) published before any acknowledgement",
+            evidence=table(early, ROW_COLUMNS), lesson=MISTAKES,
+            fix="mark a row only after its delivery report says it was delivered (after "
+                "flush(), or in the callback)")
+
+
+def test_publish_claimed_holds_no_transaction_while_it_waits(outbox, learner, kafka):
+    require_table(outbox, "outbox_event", "publish")
+    relay = learner.module("relay")
+    topic = kafka.topic(1, hint="waits")
+    for i in range(3):
+        insert_event(outbox, created_ago=3.0 - i)
+    events = call(relay.claim_batch, outbox, batch_size=10, lease_seconds=30)
+    # Looked at when the first acknowledgement is about to reach publish_claimed: it is then
+    # waiting for the broker (flush() or poll()).
+    watch = AckWatch(SlowProducer(kafka.producer(), delay=0.8),
+                     lambda: other_sessions(outbox))
+    call(relay.publish_claimed, outbox, watch, topic, events, ack_timeout_seconds=10)
+    sessions = watch.seen or []
+    held = open_transactions(sessions)
+    if not watch.looked:
+        raise CheckFailure(
+            "publish_claimed returned without waiting for a single acknowledgement.",
+            expected="publish_claimed waits for the delivery reports (flush() or poll())",
+            actual="it returned before the first report reached it", lesson=SEE)
+    if held:
+        raise CheckFailure(
+            "While publish_claimed waited for a slow broker (0.8 s per acknowledgement), a "
+            "session of it sat in an open transaction. Whatever that transaction read or locked "
+            "stays held, and a pooled connection is pinned, for as long as Kafka takes: a slow "
+            "broker becomes a stuck database. Send and wait with no transaction open; open the "
+            "marking transaction after the acknowledgements are in.",
+            expected="no session in an open transaction while publish_claimed waits",
+            actual=f"{len(held)} session(s) idle in transaction during the wait",
+            evidence=table(sessions, SESSION_COLUMNS), lesson=f"{SEE} {MISTAKES}")
 
 
 def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_producer):

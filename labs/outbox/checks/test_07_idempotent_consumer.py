@@ -3,6 +3,8 @@ transaction, duplicates and racing twins applied once, offsets committed after t
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from typing import Any
@@ -13,8 +15,9 @@ from _support import CONSUMER, require_table
 from confluent_kafka import TopicPartition
 from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, call, raised, table
+from dojo.checks import CheckFailure, call, first_line, raised, sqlstate, table
 from dojo.checks.faults import duplicate_and_reorder, run_concurrently, slow_sql
+from dojo.checks.observers import record_sql
 
 pytestmark = pytest.mark.stage("idempotent-consumer")
 
@@ -81,6 +84,20 @@ def test_duplicates_apply_once(outbox, learner, kafka):
     results = [call(consumer.handle_record, outbox, m) for m in messages]
     want = {a: (2, 300), b: (2, 700)}
     if not (stats(outbox) == want and results.count(True) == 4):
+        again = raised_or_value(consumer.handle_record, outbox, messages[0])
+        if again is False and results.count(True) > 4:
+            raise CheckFailure(
+                "Each of 4 events was delivered 3 times, as 3 records at different offsets (what "
+                "a relay that re-sends after a crash produces). Handed the very same record "
+                "again, handle_record said duplicate; handed the same event at another offset, "
+                "it applied it again: it deduplicates on the record's position (topic, "
+                "partition, offset), which only catches a re-read of one record, never the "
+                "relay's duplicates.",
+                expected=f"customer_stats {want}; handle_record True 4 times, False 8 times",
+                actual=f"True {results.count(True)} times; the same record again → False",
+                evidence=state(outbox), lesson=THE_KEY,
+                fix="deduplicate on the event-id header: the id of the outbox row, the same in "
+                    "every copy")
         raise CheckFailure(
             "Each of 4 events was delivered 3 times, shuffled (at-least-once delivery does this "
             "after a relay crash or a consumer rebalance). The effect must happen once per event.",
@@ -119,6 +136,69 @@ def test_event_id_comes_from_the_header(outbox, learner, kafka):
             expected="placed (header X) → True; the same event again (header X, payload with "
                      "another event_id) → False; total-changed of the same order (header Y) → True",
             actual=f"{outcomes}", evidence=state(outbox), lesson=THE_KEY)
+    refuses_a_record_without_event_id(outbox, consumer, kafka)
+
+
+def refuses_a_record_without_event_id(engine: Engine, consumer: Any, kafka: Any) -> None:
+    """A record with no event-id header has nothing to deduplicate on: refused, nothing
+    written, the effect not called."""
+    customer = str(uuid.uuid4())
+    [message] = deliver_without_event_id(kafka, placed(customer, 250))
+    before = processed(engine)
+    calls: list[str] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        calls.append(event_type)
+        consumer.apply_effect(conn, event_type, payload)
+
+    outcome = raised_or_value(consumer.handle_record, engine, message, effect=effect)
+    if not isinstance(outcome, Exception) or calls or processed(engine) != before:
+        raise CheckFailure(
+            "A record without an event-id header was "
+            + ("applied" if calls else "accepted")
+            + ": with no event id there is nothing to deduplicate on, so every redelivery of "
+            "it would be applied again. handle_record must refuse it — raise (ValueError) — "
+            "and write nothing; the record then goes wherever failed records go (the next "
+            "lab's dead-letter topic).",
+            expected="handle_record raises; no processed_event row; the effect not called",
+            actual=(f"it returned {outcome!r}" if not isinstance(outcome, Exception) else
+                    f"it raised {type(outcome).__name__}")
+                   + f"; the effect was called {len(calls)} time(s); "
+                   f"{len(processed(engine) - before)} new processed_event row(s)",
+            evidence=state(engine), lesson=THE_KEY,
+            fix="raise ValueError when the record has no event-id header, before the "
+                "transaction — never make up an id" if calls else None)
+
+
+def deliver_without_event_id(kafka: Any, payload: dict[str, Any]) -> list[Any]:
+    """One real record with an event-type header and no event-id."""
+    from confluent_kafka import TopicPartition
+
+    topic = kafka.topic(1, hint="no-id")
+    producer = kafka.producer(**{"linger.ms": 0})
+    producer.produce(topic, value=json.dumps(payload).encode(), key=b"k",
+                     headers=[("event-type", PLACED.encode())])
+    producer.flush(10)
+    reader = kafka.consumer()
+    reader.assign([TopicPartition(topic, 0, 0)])
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            msg = reader.poll(0.2)
+            if msg is not None and not msg.error():
+                return [msg]
+    finally:
+        reader.close()
+    raise RuntimeError("the check could not read back the record it wrote")
+
+
+def raised_or_value(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return call(fn, *args, **kwargs)
+    except CheckFailure:
+        raise
+    except Exception as exc:  # shown as what happened
+        return exc
 
 
 def test_racing_consumers_apply_once(outbox, learner, kafka):
@@ -131,29 +211,67 @@ def test_racing_consumers_apply_once(outbox, learner, kafka):
         def handle(_: int, message: Any = message) -> Any:
             return call(consumer.handle_record, outbox, message)
 
-        with slow_sql(outbox, 0.05):
+        with record_sql(outbox, peek=0) as log, slow_sql(outbox, 0.05):
             outcomes = run_concurrently(handle, 2, timeout=20)
         errors = [o.error for o in outcomes if o.error is not None]
         values = [o.value for o in outcomes if o.error is None]
+        checked_first = all(
+            first_marker_statement(log.by_worker(f"worker {i}")) == "SELECT" for i in (0, 1))
+        states = {sqlstate(e) for e in errors}
+        if errors and states <= {"40001", "40P01"}:
+            raise CheckFailure(
+                f"Two consumers handled the same event at the same moment (round {round_no}) and "
+                "the one that came second raised a serialization failure instead of returning "
+                "False. Under SERIALIZABLE (or REPEATABLE READ), the twin's INSERT … ON CONFLICT "
+                "DO NOTHING waits for the first commit and then cannot proceed: the data stays "
+                "right, but the consumer crashes on an ordinary duplicate. At READ COMMITTED the "
+                "twin's insert finds the committed marker, inserts nothing, and the handler "
+                "returns False.",
+                expected="one handle_record returns True, the other False, neither raises",
+                actual="; ".join(f"{type(e).__name__} (SQLSTATE {sqlstate(e)}): "
+                                 f"{first_line(e)[:100]}" for e in errors),
+                evidence=state(outbox), lesson=TWINS,
+                fix="run handle_record's transaction at READ COMMITTED (the default), or retry "
+                    "the transaction on SQLSTATE 40001 — the retry then returns False")
         if errors:
             raise CheckFailure(
                 f"Two consumers handled the same event at the same moment (round {round_no}) and "
-                "one of them crashed. Checking processed_event first and inserting afterwards is "
-                "a check-then-act race: both see 'not processed', both apply the effect, one then "
-                "hits the primary key. Let the database decide in one statement: INSERT INTO "
-                "processed_event … ON CONFLICT DO NOTHING, then apply the effect only if a row "
-                "was inserted — the twin waits for the first commit and inserts nothing.",
+                "one of them crashed."
+                + (" Both checked processed_event first and inserted afterwards: a "
+                   "check-then-act race — both saw 'not processed', both went on, and the second "
+                   "insert hit the primary key." if checked_first else ""),
                 expected="one handle_record returns True, the other False, neither raises",
                 actual="; ".join(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
                                  for e in errors), evidence=state(outbox),
-                lesson=RACE)
+                lesson=RACE if checked_first else TWINS,
+                fix="INSERT INTO processed_event … ON CONFLICT DO NOTHING first, and apply the "
+                    "effect only if it inserted a row — the twin waits for the first commit and "
+                    "inserts nothing" if checked_first else None)
         if not (sorted(values) == [False, True] and stats(outbox)[customer] == (1, 500)):
             raise CheckFailure(
                 f"Two consumers handled the same event at once (round {round_no}); the effect "
-                "must happen exactly once.",
+                "must happen exactly once."
+                + (" Both checked processed_event first (SELECT), both saw nothing and both "
+                   "applied the effect: check-then-act. The marker insert must decide, and its "
+                   "result must be read: a row inserted means first, none means duplicate."
+                   if checked_first else ""),
                 expected="True once, False once; orders_placed 1",
                 actual=f"returned {values}; customer_stats {stats(outbox).get(customer)}",
-                evidence=state(outbox), lesson=TWINS)
+                evidence=state(outbox) + "\n" + log.timeline(match="processed_event"),
+                lesson=RACE if checked_first else TWINS,
+                fix="INSERT INTO processed_event … ON CONFLICT DO NOTHING, and apply the effect "
+                    "only when it inserted a row (its rowcount, or RETURNING)"
+                if checked_first else None)
+
+
+def first_marker_statement(statements: Any) -> str | None:
+    """What a worker did first with processed_event: "SELECT" or "INSERT" (None: nothing)."""
+    for st in statements:
+        if re.search(r"\bprocessed_event\b", st.sql, re.IGNORECASE):
+            verb = st.sql.lstrip().split(None, 1)[0].upper()
+            return "SELECT" if verb in ("SELECT", "WITH") and "INSERT" not in st.sql.upper() \
+                else "INSERT"
+    return None
 
 
 def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
@@ -287,12 +405,18 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
             lesson=OFFSETS)
     offset = committed_offset(kafka_consumer, topic)
     if not (handled == 3 and offset == 3):
+        behind = handled == 3 and offset == 2
         raise CheckFailure(
             "After handling 3 records, the group's committed offset must say so (next to read: 3), "
-            "or a restarted consumer handles them all again.",
+            "or a restarted consumer handles them all again."
+            + (" It is the last handled record's own offset: Kafka's committed offset is the "
+               "next record to read, so a restart re-reads the last record every time, and the "
+               "group's lag never reaches 0." if behind else ""),
             expected="consume returns 3; committed offset 3",
             actual=f"consume returned {handled!r}; committed offset {offset}",
-            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS)
+            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
+            fix="commit(message=record) (it commits offset + 1), or "
+                "TopicPartition(topic, partition, record.offset() + 1)" if behind else None)
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
@@ -314,7 +438,7 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
 
     first = group_consumer(kafka, topic, group)
     # expected: the injected failure, propagated
-    error = raised(consumer_module.consume, outbox, first, max_records=3, timeout_seconds=10,
+    error = raised(consumer_module.consume, outbox, first, max_records=3, timeout_seconds=6,
                    effect=effect)
     offset = committed_offset(first, topic)
     first.close()
@@ -326,11 +450,19 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
             expected="consume() raises the effect's error", actual="it returned normally",
             evidence=state(outbox), lesson=OFFSETS)
     if offset not in (None, 1):
+        past = offset is not None and offset > 1
         raise CheckFailure(
             "The second record's effect failed, so consume() must stop with the error and leave "
-            "that record's offset uncommitted: the next consumer of the group starts from it.",
+            "that record's offset uncommitted: the next consumer of the group starts from it."
+            + (" It went on to the records after it and committed their offsets: a committed "
+               "offset covers every record before it, so the failed record is skipped for good "
+               "— raising at the end does not bring it back." if past else
+               " Offset 0 is the first record's own offset: the committed offset must be the "
+               "next record to read (offset + 1)." if offset == 0 else ""),
             expected="committed offset 1 (the failed record is next)",
-            actual=f"committed offset {offset}", evidence=state(outbox), lesson=OFFSETS)
+            actual=f"committed offset {offset}", evidence=state(outbox), lesson=OFFSETS,
+            fix="stop at the first record whose handling raises: re-raise at once, before "
+                "polling or committing anything after it" if past else None)
     second = group_consumer(kafka, topic, group)
     handled = call(consumer_module.consume, outbox, second, max_records=3 - (offset or 0),
                    timeout_seconds=5)

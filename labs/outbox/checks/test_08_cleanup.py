@@ -10,10 +10,13 @@ import pytest
 from _support import (
     MISTAKES,
     READ,
+    SESSION_ZONES,
     insert_event,
     insert_many,
+    local_offset_hours,
     outbox_rows,
     require_table,
+    session_zone,
 )
 
 from dojo.checks import CheckFailure, call, table
@@ -24,6 +27,10 @@ SEE = READ["cleanup"]
 
 DAY = 86400.0
 WEEK = 7 * DAY
+HOUR = 3600.0
+RETENTION = 6.5 * DAY
+# hours after (+) or before (−) the retention boundary the edge rows were published
+EDGE_HOURS = (-8, -6.5, -5, -4, -3, -2, -1, -0.25, 0.25, 1, 2, 3, 4, 5, 6.5, 8)
 ROW_COLUMNS = ("id", "created_at", "published_at", "attempt_count", "last_error")
 
 
@@ -37,9 +44,14 @@ def test_deletes_only_old_published_rows(outbox, learner):
     # from the publish, so they stay for the whole window like any other published row.
     late = [insert_event(outbox, created_ago=10 * DAY, published_ago=3600, attempt_count=n)
             for n in (4, 6, 8)]
-    deleted = call(cleanup.delete_published, outbox, retention_seconds=WEEK, batch_size=100)
+    # Rows published within hours of the retention boundary, on both sides: a cutoff computed
+    # on another clock (a naive local time, a wrong zone) is hours off.
+    edge = {insert_event(outbox, created_ago=RETENTION + 9 * HOUR - h * HOUR,
+                         published_ago=RETENTION - h * HOUR): h for h in EDGE_HOURS}
+    deleted = call(cleanup.delete_published, outbox, retention_seconds=RETENTION, batch_size=100)
     left = outbox_rows(outbox)
-    unpublished_gone = [i for i in stuck if i not in {r["id"] for r in left}]
+    left_ids = {r["id"] for r in left}
+    unpublished_gone = [i for i in stuck if i not in left_ids]
     if unpublished_gone:
         raise CheckFailure(
             "Cleanup deleted unpublished rows. Those events were never sent (a broker outage, a "
@@ -50,25 +62,59 @@ def test_deletes_only_old_published_rows(outbox, learner):
             actual=f"{len(unpublished_gone)} unpublished row(s) deleted",
             evidence="deleted unpublished ids:\n" + "\n".join(unpublished_gone),
             lesson=MISTAKES)
-    late_gone = [i for i in late if i not in {r["id"] for r in left}]
+    late_gone = [i for i in late if i not in left_ids]
     if late_gone:
         raise CheckFailure(
             "Cleanup deleted rows published an hour ago because they were created 10 days ago. "
             "Retention counts from published_at, not created_at: an event that waited out an "
             "outage has just reached the consumers, and its replay and audit window starts now.",
             expected="the 3 rows created 10 days ago and published 1 hour ago are still there "
-                     "(retention 7 days)",
+                     "(retention 6.5 days)",
             actual=f"{len(late_gone)} of them deleted (did the filter compare created_at?)",
             evidence="deleted ids (created 10 days ago, published 1 hour ago):\n" +
                      "\n".join(late_gone), lesson=SEE)
-    old_left = outbox_rows(outbox, "published_at < clock_timestamp() - interval '7 days'")
-    recent = [r for r in left if r["published_at"] is not None]
-    if not (deleted == 250 and len(left) == 28 and len(recent) == 23):
+    wrong_edge = {i: h for i, h in edge.items() if (i in left_ids) != (h > 0)}
+    if wrong_edge:
+        kept_old = sorted(-h for i, h in wrong_edge.items() if h < 0)
+        gone_new = sorted(h for i, h in wrong_edge.items() if h > 0)
+        gone = [h for i, h in edge.items() if i not in left_ids]
+        kept = [h for i, h in edge.items() if i in left_ids]
+        low, high = max(gone, default=None), min(kept, default=None)
+        shift = local_offset_hours() - SESSION_ZONES[session_zone()]
+        zone_shift = (low is None or low < shift) and (high is None or shift < high)
         raise CheckFailure(
-            "Rows published more than retention_seconds ago (7 days here) must be deleted; rows "
-            "published in the last day stay for replay and audit.",
-            expected="delete_published returns 250; 28 rows left (20 published yesterday, 3 an "
-                     "hour ago, 5 unpublished)",
+            "Cleanup's cutoff is hours off: "
+            + (f"rows published 6.5 days + {', '.join(f'{h:g}' for h in kept_old)} h ago were "
+               "kept" if kept_old else "")
+            + ("; " if kept_old and gone_new else "")
+            + (f"rows published 6.5 days − {', '.join(f'{h:g}' for h in gone_new)} h ago were "
+               "deleted" if gone_new else "")
+            + ". The cutoff is clock_timestamp() − retention_seconds, on the database's clock."
+            + (f" The check's database runs in {session_zone()} while this process runs at UTC"
+               f"{local_offset_hours():+g}; a cutoff from a naive datetime.now() is local wall "
+               "time that PostgreSQL reads in the session's zone: off by exactly that."
+               if zone_shift else ""),
+            expected="rows published more than 6.5 days ago deleted, newer ones kept, however "
+                     "close to the boundary",
+            actual=f"{len(wrong_edge)} row(s) near the boundary on the wrong side",
+            evidence=table([{"published": f"{RETENTION / DAY:g} days {-h:+g} h ago",
+                             "kept": i in left_ids, "should be kept": h > 0}
+                            for i, h in sorted(edge.items(), key=lambda e: e[1])],
+                           ("published", "kept", "should be kept"), limit=20),
+            lesson=SEE,
+            fix="compute the cutoff in SQL: published_at < clock_timestamp() - "
+                "make_interval(secs => :retention_seconds)" if zone_shift else None)
+    recent = [r for r in left if r["published_at"] is not None]
+    kept_edge = sum(1 for h in EDGE_HOURS if h > 0)
+    gone_edge = len(EDGE_HOURS) - kept_edge
+    if not (deleted == 250 + gone_edge and len(left) == 28 + kept_edge
+            and len(recent) == 23 + kept_edge):
+        old_left = outbox_rows(outbox, "published_at < clock_timestamp() - "
+                                       "make_interval(secs => :r)", r=RETENTION)
+        raise CheckFailure(
+            "Rows published more than retention_seconds ago (6.5 days here) must be deleted; "
+            "rows published since stay for replay and audit.",
+            expected=f"delete_published returns {250 + gone_edge}; {28 + kept_edge} rows left",
             actual=f"returned {deleted!r}; {len(left)} rows left, {len(recent)} of them published",
             evidence=table(old_left or left, ROW_COLUMNS), lesson=SEE)
 
@@ -76,26 +122,26 @@ def test_deletes_only_old_published_rows(outbox, learner):
 def test_deletes_in_bounded_batches(outbox, learner):
     require_table(outbox, "outbox_event", "cleanup")
     cleanup = learner.module("cleanup")
-    insert_many(outbox, 350, published=True, created_ago=9 * DAY, published_ago=8 * DAY)
+    insert_many(outbox, 333, published=True, created_ago=9 * DAY, published_ago=8 * DAY)
     with record_sql(outbox, xid=True) as log:
-        deleted = call(cleanup.delete_published, outbox, retention_seconds=WEEK, batch_size=100)
+        deleted = call(cleanup.delete_published, outbox, retention_seconds=WEEK, batch_size=70)
     deletes = [s for s in log if re.search(r"\bdelete\s+from\s+(public\.)?\"?outbox_event\b",
                                            s.sql, re.IGNORECASE) and s.rowcount > 0]
     rows: list[dict[str, Any]] = [
         {"statement": i + 1, "rows deleted": s.rowcount, "transaction": s.xid}
         for i, s in enumerate(deletes)]
-    too_big = [r for r in rows if r["rows deleted"] > 100]
+    too_big = [r for r in rows if r["rows deleted"] > 70]
     same_tx = len({r["transaction"] for r in rows}) < len(rows)
-    if not (deleted == 350 and len(deletes) >= 4 and not too_big and not same_tx):
+    if not (deleted == 333 and len(deletes) >= 5 and not too_big and not same_tx):
         raise CheckFailure(
             "Cleanup must delete in bounded batches, each its own short transaction: one huge "
             "DELETE (or a loop inside one transaction) holds its locks until the end, writes a "
             "burst of WAL the replicas must replay, and leaves a long transaction that stops "
             "vacuum everywhere.",
-            expected="350 deleted by ≥ 4 DELETE statements of ≤ 100 rows, each in its own "
+            expected="333 deleted by ≥ 5 DELETE statements of ≤ 70 rows, each in its own "
                      "transaction",
             actual=f"returned {deleted!r}; {len(deletes)} DELETE statement(s)"
-                   + (f", {len(too_big)} over 100 rows" if too_big else "")
+                   + (f", {len(too_big)} over 70 rows" if too_big else "")
                    + (", sharing one transaction" if same_tx else ""),
             evidence=table(rows, ("statement", "rows deleted", "transaction")),
             lesson=SEE)
