@@ -15,6 +15,7 @@ from _support import (
     require_done,
 )
 from _tools import ScriptedDownstream, healthy
+from sqlalchemy import text
 
 from dojo.checks import CheckFailure, call, table
 from dojo.checks.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
@@ -83,15 +84,25 @@ def test_racing_twins_book_once(lab, ledger_db):
                      "inserts nothing (rowcount 0)", lesson=SEE)
 
 
+def _markers(engine):
+    """How many rows processed_events holds (its columns are the learner's own)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM processed_events")).scalar_one()
+
+
+def _attempt(consumer, engine, event):
+    try:
+        return f"returned {call(consumer.apply_once, engine, event)!r}"
+    except InjectedFault:
+        return "raised the injected failure"
+
+
 def test_failed_effect_leaves_no_marker(lab, ledger_db):
     consumer = lab.module("consumer")
-    event = payment(lab)
+    # 1. The effect's INSERT fails.
+    event = payment(lab, "acc-1", 1250)
     with fail_sql(ledger_db, r"INSERT INTO ledger_entries", times=1) as failed:
-        try:
-            call(consumer.apply_once, ledger_db, event)
-            first = "returned"
-        except InjectedFault:
-            first = "raised the injected failure"
+        first = _attempt(consumer, ledger_db, event)
     again = call(consumer.apply_once, ledger_db, event)
     rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
     if not (failed and len(rows) == 1 and again is True):
@@ -102,4 +113,32 @@ def test_failed_effect_leaves_no_marker(lab, ledger_db):
             "together or not at all.",
             expected="first call raises; second returns True; one ledger row",
             actual=f"first call {first}; second returned {again!r}; {len(rows)} ledger row(s)",
+            lesson=SEE)
+
+    # 2. Every statement runs, and the COMMIT of the transaction that wrote the ledger row
+    #    fails: whatever committed anyway was in another transaction.
+    event = payment(lab, "acc-2", 3377)
+    before = _markers(ledger_db)
+    with fail_sql(ledger_db, r"ledger_entries", at="commit", times=1) as failed:
+        first = _attempt(consumer, ledger_db, event)
+    left = _markers(ledger_db) - before
+    booked_then = len([r for r in ledger(ledger_db) if r.event_id == event.event_id])
+    again = call(consumer.apply_once, ledger_db, event)
+    rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
+    if failed and (left or booked_then or again is not True or len(rows) != 1):
+        raise CheckFailure(
+            "The check let every statement of apply_once() run and failed the COMMIT of the "
+            "transaction that wrote the ledger row. "
+            + ("A processed_events row was left behind all the same: the marker was "
+               "committed by a transaction of its own (another connection, another "
+               "engine.begin()), and the retry took the event for a duplicate: the payment is "
+               "LOST. Insert the marker on the connection that books the effect, in its "
+               "transaction." if left else
+               "Afterwards the event was not booked exactly once."),
+            expected="first call raises; processed_events unchanged; second returns True; one "
+                     "ledger row",
+            actual=f"first call {first}; processed_events rows +{left}, ledger rows for the "
+                   f"event {booked_then}; the retry returned {again!r}; {len(rows)} ledger "
+                   "row(s) now",
+            evidence="failed COMMIT after: " + " ".join(failed[0].split())[:160],
             lesson=SEE)
