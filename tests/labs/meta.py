@@ -72,6 +72,25 @@ def mutant_params(root: Path | None = None) -> list[object]:
     return params
 
 
+ALTERNATIVES = Path(__file__).parent / "alternatives"
+
+
+def alternative_params(root: Path | None = None,
+                       alternatives: Path = ALTERNATIVES) -> list[object]:
+    """(lab, design) for every correct alternative design, `alternatives/<lab>/<name>/`:
+    complete implementations that differ from the reference where the README leaves room."""
+    params: list[object] = []
+    for case in discover(root):
+        folder = alternatives / case.slug
+        if not folder.is_dir():
+            continue
+        for design in sorted(p for p in folder.iterdir() if p.is_dir()
+                             and not p.name.startswith((".", "__"))):
+            params.append(pytest.param(case, design, id=f"{case.slug}/{design.name}",
+                                       marks=_marks(case.lab)))
+    return params
+
+
 def describe(results: list[CheckResult]) -> str:
     """Results as a teaching list: stage/check, status, and the first lines of the message."""
     lines = []

@@ -342,6 +342,19 @@ class DLQLab:
                          clock.monotonic() - virtual_started, committed,
                          dict(self.ends.get(topics.source, {})))
 
+    def learn_ends(self, topics: Topics, sent: ProducerTap) -> None:
+        """Where the source ends after a replay wrote to it, from the acknowledgements it
+        received (exact, at once); read the topic instead if one was never acknowledged."""
+        writes = sent.to(topics.source)
+        if any(p.acked_offset is None for p in writes):
+            self.refresh_ends(topics)
+            return
+        ends = self.ends.setdefault(topics.source, {})
+        for p in writes:
+            if p.acked_partition is not None and p.acked_offset is not None:
+                ends[p.acked_partition] = max(ends.get(p.acked_partition, 0),
+                                              p.acked_offset + 1)
+
     def refresh_ends(self, topics: Topics) -> None:
         """Learn the source's end offsets by reading it (records another writer, such as a
         replay, added), never from the broker's high watermark (wrong on Tansu after a
@@ -367,9 +380,29 @@ class DLQLab:
 
     # -- reading back ---------------------------------------------------------------------
     def read(self, topic: str, partitions: int, *, expect: int | None = None,
-             start: dict[int, int] | None = None) -> list[Record]:
+             start: dict[int, int] | None = None, fence: bool = False) -> list[Record]:
+        """Every record of `topic`. `fence=True` reads it completely at once (fence records
+        appended and read back): only for a topic no code of the learner reads afterwards in
+        this check. Without it the read stops 0.3 s after `expect` records came (0.6 s after
+        the last one when None)."""
+        if fence:
+            return read_topic(self.kafka, topic, partitions, fence=True, start=start,
+                              timeout=15.0)
         return read_topic(self.kafka, topic, partitions, fence=False, expect=expect,
                           start=start, timeout=4.0)
+
+
+class HookedProducer(ProducerTap):
+    """A producer tap that calls `before(record_number)` at every produce(), before the
+    record leaves (to look at the world at that moment, or change it)."""
+
+    def __init__(self, producer: Any, clock: Any, before: Callable[[int], None]) -> None:
+        super().__init__(producer, clock)
+        self._before_send = before
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        self._before_send(len(self.produced))
+        return super().produce(*args, **kwargs)
 
 
 class CommitAudit:

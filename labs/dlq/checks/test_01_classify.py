@@ -51,7 +51,7 @@ def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, 
     require_done(run, inputs, downstream, read=SEE)
 
     poison = [i for i in inputs if i.label != "healthy"]
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=len(poison))
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
     wrongly = [i for n, i in enumerate(inputs) if i.label == "healthy" and n in found]
@@ -191,7 +191,7 @@ def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
     run = lab.run(ledger_db, topics, settings, downstream, clock)
     require_done(run, inputs, downstream, read=READ["retry"])
     applied = applied_ids(ledger_db)
-    dlt = lab.read(topics.dead_letter, topics.partitions)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     rows, wrong = [], []
     for b in buggy:
@@ -236,7 +236,7 @@ def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
         "up: the failure belongs to these messages, so after max_attempts they go to the DLT. "
         "(Holding them as if the gateway were down would block the partition for ever.)"))
 
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=2)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     calls = {s.account: len(downstream.authorizations(s.event_id)) for s in stuck}
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]

@@ -70,7 +70,7 @@ def dead_letter_some(lab, engine, clock, *, transient=False):
     ended = clock.now()
     require_done(run, inputs, downstream, read=READ["classify"])
     poison = [i for i in inputs if i.label != "healthy"]
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=len(poison))
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt, by_key=True)
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
     if missing:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from _support import READ, Crafted, craft_dead_letters
+from _support import READ, Crafted, HookedProducer, craft_dead_letters
 from _tools import Item, healthy
 from confluent_kafka import Producer
 
@@ -39,18 +39,6 @@ def replay(lab, topics, group, clock, *, producer=None, config=None, **options):
                 group_id=group, clock=clock, **options)
 
 
-class SendHook(ProducerTap):
-    """The replay's producer, with `before(record_number)` called at every produce()."""
-
-    def __init__(self, producer, clock, before):
-        super().__init__(producer, clock)
-        self._before_send = before
-
-    def produce(self, *args, **kwargs):
-        self._before_send(len(self.produced))
-        return super().produce(*args, **kwargs)
-
-
 def mixed(lab, topics, replays=(None, 1, None, None, 1, None)):
     kinds = ("InvalidEvent", "DownstreamUnavailable", "PaymentDeclined")
     specs = [(healthy(f"acc-{n}", 100 + n), kinds[n % 3], r) for n, r in enumerate(replays)]
@@ -71,7 +59,7 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
                                              (odd[1], "DownstreamTimeout", 2)])
     group = lab.kafka.group_id("dlt-replayer")
     report = replay(lab, topics, group, clock)
-    back = lab.read(topics.source, topics.partitions, expect=len(dead))
+    back = lab.read(topics.source, topics.partitions, fence=True)
     by_value = {r.value: r for r in back}
     problems, shown = [], None
     for c in dead:
@@ -133,11 +121,11 @@ def test_a_second_run_sends_nothing_twice(lab, clock):
     dead = mixed(lab, topics)
     group = lab.kafka.group_id("dlt-replayer")
     replay(lab, topics, group, clock)
-    first = lab.read(topics.source, topics.partitions, expect=len(dead))
+    first = lab.read(topics.source, topics.partitions, fence=True)
     committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
                                   topics.partitions)
     second = replay(lab, topics, group, clock)
-    after = lab.read(topics.source, topics.partitions, expect=len(first))
+    after = lab.read(topics.source, topics.partitions, fence=True)
     ends: dict[int, int] = {}
     for c in dead:
         ends[c.partition] = max(ends.get(c.partition, 0), c.offset + 1)
@@ -165,8 +153,8 @@ def test_replay_parks_what_keeps_coming_back(lab, clock):
     orphan = craft_dead_letters(lab, topics, [(healthy("acc-5", 105), "InvalidEvent", None)],
                                 origin=False)
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, max_replays=3)
-    back = {r.value for r in lab.read(topics.source, topics.partitions, expect=2)}
-    parked = lab.read(topics.parking_lot, topics.partitions, expect=3)
+    back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
+    parked = lab.read(topics.parking_lot, topics.partitions, fence=True)
     parked_by_value = {r.value: r for r in parked}
     rows: list[tuple[Any, ...]] = []
     over_cap: list[Crafted] = []
@@ -225,7 +213,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     since = time.time() - 60
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock,
                     exception_types={"DownstreamUnavailable"}, failed_after=since)
-    back = {r.value for r in lab.read(topics.source, topics.partitions, expect=2)}
+    back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
     for c in old + new:
         want = c.exception == "DownstreamUnavailable" and c.timestamp_ms / 1000 >= since
@@ -304,7 +292,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             expected="nothing committed for the replay group",
             actual=f"replay {outcome}; committed {offsets_text(committed)}", lesson=SEE)
     replay(lab, topics, group, clock)
-    back = lab.read(topics.source, topics.partitions, expect=len(dead))
+    back = lab.read(topics.source, topics.partitions, fence=True)
     if len(back) != len(dead):
         raise CheckFailure(
             "With the broker back, the same job replays what the failed run could not.",
@@ -323,7 +311,7 @@ def test_replay_commits_each_record_before_the_next_send(lab, clock):
             seen.append((number + 1, committed_offsets(config, group, topics.dead_letter,
                                                        topics.partitions)))
 
-    hook = SendHook(lab.dlt_producer(), clock, before)
+    hook = HookedProducer(lab.dlt_producer(), clock, before)
     replay(lab, topics, group, clock, producer=hook)
     by_value = {c.item.value: c for c in dead}
     sent = [by_value.get(p.value or b"") for p in hook.produced]
@@ -358,7 +346,7 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
             late.extend(craft_dead_letters(lab, topics, [
                 (healthy("acc-late", 999, partition=0), "InvalidEvent", None)]))
 
-    hook = SendHook(lab.dlt_producer(), clock, before)
+    hook = HookedProducer(lab.dlt_producer(), clock, before)
     # One record at a time into the replay's consumer: it cannot see the partition's end
     # before it has worked through what came before it.
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=hook,

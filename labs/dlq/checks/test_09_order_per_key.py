@@ -18,17 +18,24 @@ from _support import (
 from _tools import ScriptedDownstream, healthy, invalid, with_label
 
 from dojo.checks import CheckFailure, call, table
+from dojo.checks.observers import ProducerTap
 
 pytestmark = pytest.mark.stage("order-per-key")
 SEE = READ["order-per-key"]
 KEY = "acc-42"
 
 
-def replay_all(lab, topics, group, clock):
+def replay_all(lab, topics, group, clock, **options):
+    """Run the learner's replay job over the DLT, and learn where the source now ends from
+    the acknowledgements of what it re-published. Returns its report and what it sent."""
     module = lab.module("replay")
-    return call(module.replay, lab.kafka.consumer_config(), lab.dlt_producer(),
-                dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
-                group_id=group, clock=clock, rate_per_second=1000.0)
+    options.setdefault("rate_per_second", 1000.0)
+    sent = ProducerTap(lab.dlt_producer(), clock)
+    report = call(module.replay, lab.kafka.consumer_config(), sent,
+                  dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
+                  group_id=group, clock=clock, **options)
+    lab.learn_ends(topics, sent)
+    return report, sent
 
 
 def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
@@ -80,7 +87,7 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
 
     topics, _, inputs, head, followers, others = park_a_key(
         lab, ledger_db, clock, audit=audit, extra=(poison_head, poison_follower))
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=5)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     by_item = {id(i.item): n for n, i in enumerate(inputs)}
     booked = {r.event_id for r in ledger(ledger_db)}
@@ -153,8 +160,7 @@ def test_replay_restores_a_keys_order(lab, ledger_db, clock):
     gateway = ScriptedDownstream(lab.payments, clock)  # fixed: nothing is declined now
     run = lab.run(ledger_db, topics, settings, gateway, clock)
     require_done(run, inputs, gateway, read=SEE)
-    report = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
-    lab.refresh_ends(topics)
+    report, _ = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
     run = lab.run(ledger_db, topics, settings, gateway, clock, timeout=15)
     require_done(run, inputs, gateway, read=SEE, why="The replayed messages came back.")
     events = [head, *followers, late[0].item]
@@ -189,7 +195,6 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
     topics, settings, inputs, head, followers, _ = park_a_key(lab, ledger_db, clock)
     group = lab.kafka.group_id("dlt-replayer")
     replay_all(lab, topics, group, clock)  # too early: the cause is not fixed yet
-    lab.refresh_ends(topics)
     still = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
     run = lab.run(ledger_db, topics, settings, still, clock, timeout=15)
     require_done(run, inputs, still, read=SEE)
@@ -205,7 +210,6 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
             expected=f"none of {KEY}'s messages booked", actual="some were",
             evidence=order_table(events, ids, names), lesson=SEE)
     replay_all(lab, topics, group, clock)  # after the fix, the same job carries on
-    lab.refresh_ends(topics)
     fixed = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
     require_done(run, inputs, fixed, read=SEE)
@@ -234,17 +238,13 @@ def test_a_redelivered_replayed_head_is_counted_once(lab, ledger_db, clock):
     topics, settings, inputs, head, followers, _ = park_a_key(lab, ledger_db, clock,
                                                               followers=1)
     # After the fix, a replay job for declined payments brings back the head alone.
-    report = call(lab.module("replay").replay, lab.kafka.consumer_config(),
-                  lab.dlt_producer(), dead_letter_topic=topics.dead_letter,
-                  parking_lot_topic=topics.parking_lot,
-                  group_id=lab.kafka.group_id("dlt-declined"), clock=clock,
-                  rate_per_second=1000.0, exception_types={"PaymentDeclined"})
-    lab.refresh_ends(topics)
+    report, sent = replay_all(lab, topics, lab.kafka.group_id("dlt-declined"), clock,
+                              exception_types={"PaymentDeclined"})
     fixed = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
     require_done(run, inputs, fixed, read=SEE)
-    copies = [r for r in lab.read(topics.source, topics.partitions)
-              if r.value == head.value and r.header("x-replay-count") is not None]
+    copies = [p for p in sent.to(topics.source)
+              if p.value == head.value and p.acked_offset is not None]
     replayed = copies[-1] if copies else None
     booked = {r.event_id for r in ledger(ledger_db)}
     if head.event_id not in booked or replayed is None:
@@ -256,7 +256,7 @@ def test_a_redelivered_replayed_head_is_counted_once(lab, ledger_db, clock):
     # The consumer crashed after booking the replayed head, before committing it: the same
     # record comes again.
     commit_group(lab, settings.group_id, topics.source,
-                 {replayed.partition: replayed.offset})
+                 {replayed.acked_partition: replayed.acked_offset})
     run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
     require_done(run, inputs, fixed, read=SEE)
     late = lab.produce(topics.source, [healthy(KEY, 2_468)])
@@ -295,7 +295,7 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                   group_id=lab.kafka.group_id("dlt-replayer"), clock=clock,
                   rate_per_second=1000.0, max_replays=3,
                   exception_types={"DownstreamUnavailable", "KeyParked"})
-    back = lab.read(topics.source, topics.partitions, expect=2)
+    back = lab.read(topics.source, topics.partitions, fence=True)
     order = [next((c for c in dead if c.item.value == r.value), None) for r in back]
     sent = [f"{(c.item.key or b'').decode()} {c.item.cents}" for c in order if c is not None]
     if sent != ["acc-l 201", "acc-l 202"]:
