@@ -112,7 +112,7 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
             "The DLT write of an undecodable record failed (its broker was unreachable), yet the "
             "record's offset was committed: the record is in neither the ledger nor the DLT, and "
             "Kafka will never deliver it again. It is LOST. A write succeeded only when its "
-            "delivery callback reported no error (flush() returning 0 says only that nothing "
+            "delivery callback reported no error (flush() returning zero says only that nothing "
             "is queued any more); when it failed, do not commit: write again with backoff, or "
             "stop and let the record be redelivered.",
             expected=f"p0 committed at most up to {poison.offset} (the poison's offset)",

@@ -105,7 +105,7 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
             "kafka_dlt-original-partition), every header it came with (traceparent, "
             "event-type and any x- header of the business, in order, repeats kept), none of "
             "the failure headers of its last trip (kafka_dlt-*, x-dlt-*), and x-replay-count "
-            "one higher than on the DLT record (absent counts as 0).",
+            "one higher than on the DLT record (absent counts as zero).",
             expected=f"{len(dead)} clean records in {topics.source}",
             actual="\n    - " + "\n    - ".join(problems[:4])
                    + (f"\n    … and {len(problems) - 4} more" if len(problems) > 4 else ""),

@@ -112,6 +112,11 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
                  if n in found}
     not_parked_kind = [inputs[n].describe() for n, fq in parked_as.items()
                        if not fq.endswith(".KeyParked")]
+
+    def fate(item):
+        where = "dead-lettered" if by_item[id(item)] in found else "not dead-lettered"
+        return f"{where}, {'booked' if item.event_id in booked else 'not booked'}"
+
     if key_ok and others_ok and not poison_ok:
         raise CheckFailure(
             f"{POISON_KEY}'s first record could not be parsed and went to the DLT, and the "
@@ -120,7 +125,8 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             "and a fixed copy of it may come back by replay.",
             expected=f"both {POISON_KEY} records in the DLT, the second as KeyParked; none "
                      "booked",
-            actual="see below", evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            actual=f"head (invalid): {fate(poison_head)}; follower: {fate(poison_follower)}",
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
             lesson=SEE)
     if not (key_ok and others_ok):
         raise CheckFailure(
@@ -130,7 +136,12 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             "keys are not affected.",
             expected=f"all three {KEY} messages in the DLT, none booked; every other key booked, "
                      "none dead-lettered",
-            actual="see below", evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            actual=f"head: {fate(head)}; next: {fate(followers[0])}; last: "
+                   f"{fate(followers[1])}; other keys: "
+                   + ("; ".join(f"{o.account} {fate(o)}" for o in others
+                                if by_item[id(o)] in found or o.event_id not in booked)
+                      or "all booked, none dead-lettered"),
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
             lesson=SEE)
     if not_parked_kind:
         raise CheckFailure(
