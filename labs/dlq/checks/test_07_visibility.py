@@ -184,10 +184,11 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
                       for n in range(len(ages))],
         timestamps=[now_ms - int(ago * 1000) for ago in ages])
     gone = crafted[:2]  # retention deleted the two oldest
-    futures = lab.kafka.admin().delete_records(
-        [TopicPartition(topics.dead_letter, 1, gone[-1].offset + 1)])
+    admin = lab.kafka.admin()  # kept alive: a client collected mid-request never answers
+    futures = admin.delete_records([TopicPartition(topics.dead_letter, 1, gone[-1].offset + 1)])
     for future in futures.values():
         future.result(timeout=15)
+    del admin
     group = lab.kafka.group_id("dlt-fresh")
     now = time.time()
     depth = call(metrics_module.dead_letter_depth, config, topics.dead_letter, group)
@@ -201,7 +202,7 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
         raise CheckFailure(
             "Retention deleted the two oldest records of p1 (its low watermark is now "
             f"{gone[-1].offset + 1}). For a group that has committed nothing, what waits starts "
-            "at the low watermark, not at offset 0: records that no longer exist are not "
+            "at the low watermark, not at offset zero: records that no longer exist are not "
             "waiting, and cannot be the oldest.",
             expected=f"depth 2 and an age of about {expected_age:.1f} s",
             actual=f"depth {depth!r}, age "
