@@ -5,6 +5,7 @@ anomaly — lost, duplicated, reordered — with the offsets that prove it.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,21 +115,31 @@ def report(verdict: Verdict, lives: Sequence[Life], seed: int) -> str:
     return "\n".join(lines)
 
 
-def describe_life(entries: Sequence[dict[str, Any]], result: Any) -> tuple[str, int, int, int]:
-    """(how it ended, records polled, DLT acks, commits) from a life's log and exit."""
+def describe_life(entries: Sequence[dict[str, Any]], outcome: dict[str, Any]
+                  ) -> tuple[str, int, int, int]:
+    """(how it ended, records polled, DLT acks, commits) from a life's log and the outcome
+    `_crash.consumer_lives` reported for it."""
     kills = [e["why"] for e in entries if e.get("ev") == "kill"]
     polled = sum(1 for e in entries if e.get("ev") == "poll")
     acks = sum(1 for e in entries if e.get("ev") == "ack")
     commits = sum(1 for e in entries if e.get("ev") in ("commit", "store_offsets"))
     if kills:
         ended = "SIGKILL " + kills[0]
-    elif result.killed:
+    elif outcome.get("timed_out"):
+        ended = f"still running after {outcome['duration']:.0f} s: stopped"
+    elif outcome.get("signal") == signal.SIGKILL:
         ended = "SIGKILL (outside the kill points)"
-    elif result.timed_out:
-        ended = f"still running after {result.duration:.0f} s: stopped"
-    elif result.error:
-        last = result.error.strip().splitlines()[-1]
+    elif outcome.get("error"):
+        last = outcome["error"].strip().splitlines()[-1]
         ended = f"raised {last}"
     else:
         ended = "returned (nothing left to do)"
     return ended, polled, acks, commits
+
+
+def committed_at_start(entries: Sequence[dict[str, Any]]) -> dict[int, int] | None:
+    """The group's committed offsets a life saw when it started (None: it logged none)."""
+    for entry in entries:
+        if entry.get("ev") == "committed":
+            return {int(p): o for p, o in entry["at_start"].items()}
+    return None

@@ -18,7 +18,7 @@ from typing import Any
 from _tools import Item
 from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, InstantClock, call, table
+from dojo.checks import CheckFailure, InstantClock, call, first_line, table
 from dojo.checks.observers import (
     CommitProbe,
     ConsumerTap,
@@ -69,8 +69,8 @@ class Input:
         return f"p{self.partition}@{self.offset}"
 
     def describe(self) -> str:
-        key = self.item.key.decode() if self.item.key else "no key"
-        return f"{self.at} ({self.label}, key {key})"
+        key = f"key {self.item.key.decode()}" if self.item.key is not None else "no key"
+        return f"{self.at} ({self.label}, {key})"
 
 
 @dataclass
@@ -96,6 +96,29 @@ class RunResult:
                    for p, end in self.ends.items())
 
 
+class RunRaised(CheckFailure):
+    """consumer.run() raised instead of running until should_stop() said stop."""
+
+    def __init__(self, error: BaseException, result: RunResult, downstream: Any,
+                 inputs: Sequence[Input]) -> None:
+        self.error, self.result = error, result
+        last = result.consumer.delivered[-1] if result.consumer.delivered else None
+        by_offset = {(i.partition, i.offset): i for i in inputs}
+        found = by_offset.get((last.partition, last.offset)) if last else None
+        handling = (found.describe() if found else f"p{last.partition}@{last.offset}") \
+            if last else "no record yet"
+        super().__init__(
+            "consumer.run() raised an exception instead of consuming until should_stop() said "
+            "stop. A consumer that dies on one record dies again on it after every restart "
+            "(the record is never committed): the whole partition stops.",
+            expected="run() handles every record (booked or dead-lettered) and returns only "
+                     "when should_stop() is true",
+            actual=f"run() raised {first_line(error)}, while handling {handling}",
+            evidence="what happened (clock time):\n" + timeline(result, downstream, inputs,
+                                                                 limit=14),
+            lesson=READ["keep-flowing"])
+
+
 _PRODUCERS: dict[str, Any] = {}  # learner producers, one per distinct config, for the session
 
 
@@ -106,6 +129,7 @@ class DLQLab:
         self.kafka = kafka
         self.learner = learner
         self.ends: dict[str, dict[int, int]] = {}
+        self.inputs: dict[str, list[Input]] = {}  # every input produced, per topic
         self._input_producer: Any = None
 
     # learner modules, imported fresh for this test
@@ -194,6 +218,7 @@ class DLQLab:
             if err is not None:
                 raise RuntimeError(f"the check could not produce its input: {err}")
             out.append(Input(item, msg.partition(), msg.offset(), msg.timestamp()[1]))
+            self.inputs.setdefault(topic, []).append(out[-1])
             ends = self.ends.setdefault(topic, {})
             ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
         return out
@@ -261,14 +286,17 @@ class DLQLab:
             consumer: Any = None, timeout: float = 12.0, linger: float = 0.0,
             watch: Callable[[dict[int, int]], None] | None = None,
             before_commit: Callable[[dict[int, int]], None] | None = None,
-            hold_acks: float = 0.0) -> RunResult:
+            hold_acks: float = 0.0,
+            stop_when: Callable[[], bool] | None = None) -> RunResult:
         """Run consumer.run() until the group has committed every input (then `linger` s
-        more), or `timeout` real seconds. `watch(committed)` sees every probe."""
+        more), `stop_when()` is true, or `timeout` real seconds. `watch(committed)` sees every
+        probe. A run() that raises fails the check with what it was handling (RunRaised)."""
         consumer_module = self.module("consumer")
         raw = consumer if consumer is not None else self.source_consumer(settings, topics)
         ctap = ConsumerTap(raw, clock, before_commit=before_commit)
         ptap = producer if isinstance(producer, ProducerTap) else \
-            ProducerTap(producer or self.dlt_producer(), clock, hold_acks=hold_acks)
+            ProducerTap(producer if producer is not None else self.dlt_producer(), clock,
+                        hold_acks=hold_acks)
         probe = CommitProbe(self.kafka, settings.group_id, topics.source,
                             topics.partitions)
         state: dict[str, Any] = {"outcome": "returned", "done_at": None}
@@ -276,6 +304,9 @@ class DLQLab:
         virtual_started = clock.monotonic()
 
         def should_stop() -> bool:
+            if stop_when is not None and stop_when():
+                state["outcome"] = "stopped"
+                return True
             ends = self.ends.get(topics.source, {})
             committed = probe.read()
             if watch is not None:
@@ -295,12 +326,34 @@ class DLQLab:
         try:
             call(consumer_module.run, ctap, ptap, engine, downstream, settings, clock=clock,
                  metrics=metrics, should_stop=should_stop)
+        except CheckFailure:
+            raise
+        except Exception as exc:
+            committed = probe.read(force=True)
+            result = RunResult(ctap, ptap, "raised", time.monotonic() - started,
+                               clock.monotonic() - virtual_started, committed,
+                               dict(self.ends.get(topics.source, {})))
+            raise RunRaised(exc, result, downstream, self.inputs.get(topics.source, [])) \
+                from exc
         finally:
             committed = probe.read(force=True)
             probe.close()
         return RunResult(ctap, ptap, str(state["outcome"]), time.monotonic() - started,
                          clock.monotonic() - virtual_started, committed,
                          dict(self.ends.get(topics.source, {})))
+
+    def learn_ends(self, topics: Topics, sent: ProducerTap) -> None:
+        """Where the source ends after a replay wrote to it, from the acknowledgements it
+        received (exact, at once); read the topic instead if one was never acknowledged."""
+        writes = sent.to(topics.source)
+        if any(p.acked_offset is None for p in writes):
+            self.refresh_ends(topics)
+            return
+        ends = self.ends.setdefault(topics.source, {})
+        for p in writes:
+            if p.acked_partition is not None and p.acked_offset is not None:
+                ends[p.acked_partition] = max(ends.get(p.acked_partition, 0),
+                                              p.acked_offset + 1)
 
     def refresh_ends(self, topics: Topics) -> None:
         """Learn the source's end offsets by reading it (records another writer, such as a
@@ -318,19 +371,77 @@ class DLQLab:
         try:
             result = self.run(engine, topics, settings, downstream, clock, **kwargs)
             return result, result.outcome, result.committed
-        except CheckFailure:
-            raise  # a stub, or the check's own verdict
-        except Exception as exc:
+        except RunRaised as raised:
+            exc = raised.error
             how = f"run() raised {type(exc).__name__}: {str(exc)[:120]}"
-            return None, how, committed_offsets(self.kafka,
-                                                settings.group_id, topics.source,
-                                                topics.partitions)
+            return raised.result, how, committed_offsets(self.kafka,
+                                                         settings.group_id, topics.source,
+                                                         topics.partitions)
 
     # -- reading back ---------------------------------------------------------------------
     def read(self, topic: str, partitions: int, *, expect: int | None = None,
-             start: dict[int, int] | None = None) -> list[Record]:
+             start: dict[int, int] | None = None, fence: bool = False) -> list[Record]:
+        """Every record of `topic`. `fence=True` reads it completely at once (fence records
+        appended and read back): only for a topic no code of the learner reads afterwards in
+        this check. Without it the read stops 0.3 s after `expect` records came (0.6 s after
+        the last one when None)."""
+        if fence:
+            return read_topic(self.kafka, topic, partitions, fence=True, start=start,
+                              timeout=15.0)
         return read_topic(self.kafka, topic, partitions, fence=False, expect=expect,
                           start=start, timeout=4.0)
+
+
+class HookedProducer(ProducerTap):
+    """A producer tap that calls `before(record_number)` at every produce(), before the
+    record leaves (to look at the world at that moment, or change it)."""
+
+    def __init__(self, producer: Any, clock: Any, before: Callable[[int], None]) -> None:
+        super().__init__(producer, clock)
+        self._before_send = before
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        self._before_send(len(self.produced))
+        return super().produce(*args, **kwargs)
+
+
+class CommitAudit:
+    """Judges every offset commit of the learner's consumer before it reaches the broker:
+    each input it covers for the first time must be booked (in ledger_entries) or
+    acknowledged by the DLT by then. Hand `producer` to every run() of the check (the
+    acknowledgements are remembered across runs) and the audit itself as `before_commit`.
+    """
+
+    COLUMNS = ("commit", "record below it", "at that moment")
+
+    def __init__(self, lab: DLQLab, engine: Engine, topics: Topics, clock: InstantClock, *,
+                 hold_acks: float = 0.0) -> None:
+        self.engine, self.topics, self.lab = engine, topics, lab
+        self.producer = ProducerTap(lab.dlt_producer(), clock, hold_acks=hold_acks)
+        self.violations: list[tuple[str, str, str]] = []
+        self._judged: set[tuple[int, int]] = set()
+
+    def __call__(self, upto: dict[int, int]) -> None:
+        inputs = self.lab.inputs.get(self.topics.source, [])
+        fresh = [i for i in inputs if i.offset < upto.get(i.partition, -1)
+                 and (i.partition, i.offset) not in self._judged]
+        if not fresh:
+            return
+        booked = applied_ids(self.engine)
+        writes = self.producer.to(self.topics.dead_letter)
+        acked = {p.value for p in writes if p.acked_at is not None and p.error is None}
+        for i in fresh:
+            self._judged.add((i.partition, i.offset))
+            if (i.item.event_id in booked) or (i.item.value in acked):
+                continue
+            pending = any(p.value == i.item.value for p in writes)
+            state = ("its DLT write was produced but not yet acknowledged" if pending
+                     else "not booked, no DLT write")
+            self.violations.append((f"p{i.partition} -> {upto[i.partition]}", i.describe(),
+                                    state))
+
+    def table(self) -> str:
+        return table(self.violations[:8], self.COLUMNS)
 
 
 # -- the database -----------------------------------------------------------------------------
@@ -438,9 +549,63 @@ def retries_of(downstream: Any, event_id: str | None) -> list[float]:
 
 
 def nominal_backoffs(settings: Any, retries: int) -> list[float]:
+    """The README's nominal waits before retry 1 … `retries`: min(cap, initial × mult^(n−1))."""
     r = settings.retry
     return [min(r.max_backoff_seconds, r.initial_backoff_seconds * r.multiplier ** (n - 1))
             for n in range(1, retries + 1)]
+
+
+# The check's own time between two authorize() calls (a thread switch on a loaded machine)
+# adds to the wait it measures; it never takes any away.
+WAIT_SLACK_SECONDS = 0.15
+
+
+@dataclass(frozen=True)
+class BackoffWait:
+    """One measured wait before a retry, against the README's formula."""
+
+    account: str
+    retry: int
+    nominal: float
+    jitter: float
+    waited: float
+    capped: bool
+
+    COLUMNS = ("account", "retry", "nominal s", "allowed s", "waited s", "÷ nominal", "")
+
+    @property
+    def factor(self) -> float:
+        return self.waited / self.nominal
+
+    @property
+    def low(self) -> float:
+        return self.nominal * (1 - self.jitter) - 0.02
+
+    @property
+    def high(self) -> float:
+        return self.nominal * (1 + self.jitter) + WAIT_SLACK_SECONDS
+
+    @property
+    def inside(self) -> bool:
+        return self.low <= self.waited <= self.high
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.account, self.retry, f"{self.nominal:.2f}", f"{self.low:.2f}–{self.high:.2f}",
+                f"{self.waited:.3f}", f"{self.factor:.3f}", "" if self.inside else "WRONG")
+
+
+def backoff_table(settings: Any, downstream: Any, items: Sequence[Item]) -> list[BackoffWait]:
+    """Every wait between two authorize() calls of each item, with its nominal value."""
+    r = settings.retry
+    out = []
+    for item in items:
+        gaps = retries_of(downstream, item.event_id)
+        for n, (gap, nominal) in enumerate(zip(gaps, nominal_backoffs(settings, len(gaps)),
+                                               strict=True), start=1):
+            raw = r.initial_backoff_seconds * r.multiplier ** (n - 1)
+            out.append(BackoffWait(item.account or "?", n, nominal, r.jitter, gap,
+                                   raw > r.max_backoff_seconds))
+    return out
 
 
 
@@ -514,9 +679,14 @@ def spring_headers(source: str, partition: int, offset: int, exception: str,
 
 def craft_dead_letters(lab: DLQLab, topics: Topics,
                        specs: Sequence[tuple[Item, str, int | None]], *,
-                       timestamp_ms: int | None = None) -> list[Crafted]:
+                       timestamp_ms: int | None = None,
+                       timestamps: Sequence[int] | None = None,
+                       origin: bool = True) -> list[Crafted]:
     """Write (item, exception class, replay count) records to the DLT, one per batch, in
-    order; each goes to the partition its key gives in the source (murmur2, like Java)."""
+    order; each goes to the partition its key gives in the source (murmur2, like Java),
+    unless the item names one (the original was placed there explicitly). `timestamps`
+    gives each record its own DLT timestamp (ms); `origin=False` leaves out the
+    kafka_dlt-original-* headers (a record written by hand, or by a broken tool)."""
     from dojo.checks.partitioning import partition_for
 
     out = []
@@ -526,10 +696,13 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
         source_offset = 1000 + n  # where it would have been read (the check never reads it)
         headers = list(item.headers) + spring_headers(topics.source, partition,
                                                       source_offset, exception, replays)
+        if not origin:
+            headers = [(k, v) for k, v in headers if not k.startswith("kafka_dlt-original-")]
         reports: list[Any] = []
         if lab._input_producer is None:
             lab._input_producer = lab.kafka.producer(**{"linger.ms": 0})
-        kwargs: dict[str, Any] = {"timestamp": timestamp_ms} if timestamp_ms else {}
+        stamp = timestamps[n] if timestamps is not None else timestamp_ms
+        kwargs: dict[str, Any] = {"timestamp": stamp} if stamp else {}
         lab._input_producer.produce(topics.dead_letter, key=item.key, value=item.value,
                                     partition=partition, headers=headers,
                                     on_delivery=lambda e, m, r=reports: r.append((e, m)),

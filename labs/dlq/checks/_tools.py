@@ -43,8 +43,14 @@ def event_bytes(event_id: str, account: str, cents: int, kind: str = "deposit",
                        "amount_cents": cents, "currency": currency}).encode()
 
 
+TENANT = "x-tenant"  # a business header whose name starts with x-, like the lab's own
+ROUTE = "x-route"  # repeated: Kafka headers are a list, not a map
+
+
 def _headers() -> tuple[tuple[str, bytes], ...]:
-    return ((TRACEPARENT, traceparent()), (EVENT_TYPE, b"payment.v1"))
+    return ((TRACEPARENT, traceparent()), (EVENT_TYPE, b"payment.v1"),
+            (TENANT, b"tenant-" + uuid.uuid4().hex[:6].encode()),
+            (ROUTE, b"edge-fra-2"), (ROUTE, b"ingest-ams-7"))
 
 
 def healthy(account: str, cents: int = 1000, *, kind: str = "deposit", label: str = "healthy",
@@ -55,9 +61,11 @@ def healthy(account: str, cents: int = 1000, *, kind: str = "deposit", label: st
                 _headers(), event_id, account, signed, partition)
 
 
-def undecodable(key: str | None = None, partition: int | None = None) -> Item:
-    """Bytes that are not UTF-8 (and unique, so the check can recognise them anywhere)."""
+def undecodable(key: str | None = None, partition: int | None = None, size: int = 0) -> Item:
+    """Bytes that are not UTF-8 (and unique, so the check can recognise them anywhere),
+    padded to `size` bytes."""
     value = b"\xff\xfe\x00\x9c not json \xc3\x28 " + uuid.uuid4().hex.encode()
+    value += b"\x9c" * max(0, size - len(value))
     return Item("undecodable", key.encode() if key else None, value, _headers(),
                 partition=partition)
 
@@ -88,6 +96,12 @@ def with_label(item: Item, label: str) -> Item:
 # -- the payment gateway ---------------------------------------------------------------------
 
 
+# A reason longer than the header's 1000 characters, in a script whose letters take two
+# bytes each in UTF-8: a cut made on the bytes keeps about half of it, or splits a letter.
+LONG_REASON = ("счёт закрыт по решению суда, возврат средств невозможен; "
+               "обратитесь в отделение банка. ") * 18
+
+
 @dataclass
 class Call:
     what: str  # authorize | ping
@@ -106,12 +120,16 @@ class ScriptedDownstream:
     def __init__(self, payments: Any, clock: Any,
                  scripts: Mapping[str | None, list[str]] | None = None,
                  *, down_while: Callable[[], bool] | None = None,
-                 on_call: Callable[[Call], None] | None = None) -> None:
+                 on_call: Callable[[Call], None] | None = None,
+                 latency: float = 0.0,
+                 override: Callable[[str | None], str | None] | None = None) -> None:
         self.payments = payments
         self.clock = clock
         self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.down_while = down_while or (lambda: False)
         self.on_call = on_call
+        self.latency = latency  # clock seconds every authorize() takes (a slow gateway)
+        self.override = override  # (event id) -> an outcome instead of the script's, or None
         self.calls: list[Call] = []
         self._seen: dict[str | None, int] = {}
         self._lock = threading.Lock()
@@ -122,15 +140,27 @@ class ScriptedDownstream:
         if self.on_call is not None:
             self.on_call(call)
 
+    @staticmethod
+    def message(outcome: str, event_id: str | None) -> str:
+        """str() of the exception authorize() raises for `outcome`."""
+        return {
+            "timeout": f"gateway timed out after 2.0 s authorising {event_id}",
+            "unavailable": f"gateway answered 503 for {event_id}",
+            "declined": f"gateway declined {event_id}: account closed",
+            "declined-long": f"gateway declined {event_id}: {LONG_REASON}",
+            "bug": "'risk_score'",
+            "bug2": "'NoneType' object is not subscriptable",
+        }.get(outcome, "")
+
     def _error(self, outcome: str, event_id: str | None) -> BaseException | None:
         p = self.payments
-        if outcome == "timeout":
-            return p.DownstreamTimeout(f"gateway timed out after 2.0 s authorising {event_id}")
-        if outcome == "unavailable":
-            return p.DownstreamUnavailable(f"gateway answered 503 for {event_id}")
-        if outcome == "declined":
-            return p.PaymentDeclined(f"gateway declined {event_id}: account closed")
-        return None
+        text = self.message(outcome, event_id)
+        kinds: dict[str, Callable[[str], BaseException]] = {
+            "timeout": p.DownstreamTimeout, "declined": p.PaymentDeclined,
+            "declined-long": p.PaymentDeclined,
+            "bug": lambda _: KeyError("risk_score"),  # a bug in the gateway client
+            "bug2": TypeError}
+        return kinds[outcome](text) if outcome in kinds else None
 
     def authorize(self, event: Any) -> None:
         event_id = getattr(event, "event_id", None)
@@ -145,13 +175,29 @@ class ScriptedDownstream:
             self._seen[event_id] = n + 1
         script = self.scripts.get(event_id, [])
         outcome = script[n] if n < len(script) else "ok"
+        if self.override is not None:
+            outcome = self.override(event_id) or outcome
         self._record(Call("authorize", event_id, now, outcome))
-        error = self._error(outcome, event_id)
-        if error is None:
-            return
+        if self.latency:
+            self.clock.advance(self.latency)
         if outcome == "unavailable":
-            raise error from ConnectionResetError(104, "connection reset by gateway-7f9c:8443")
-        raise error
+            self._unavailable(event_id)
+        error = self._error(outcome, event_id)
+        if error is not None:
+            raise error
+
+    def _unavailable(self, event_id: str | None) -> None:
+        """A 503 raised from a read timeout that happened while handling a connection reset:
+        the root cause is two links down, the last one implicit (__context__)."""
+        try:
+            try:
+                raise ConnectionResetError(104, "connection reset by gateway-7f9c:8443")
+            except ConnectionResetError:
+                # no `from`: the reset is only the implicit __context__, on purpose
+                raise TimeoutError("read from gateway-7f9c:8443 timed out")  # noqa: B904
+        except TimeoutError as exc:
+            raise self.payments.DownstreamUnavailable(self.message("unavailable", event_id)) \
+                from exc
 
     def ping(self) -> None:
         now = self.clock.monotonic()

@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 from _support import (
     READ,
+    BackoffWait,
     applied_ids,
+    backoff_table,
     dlt_table,
     dlt_writes_of,
     first_delivery,
     match_dlt,
     nominal_backoffs,
     require_done,
-    retries_of,
     timeline,
 )
 from _tools import (
@@ -50,7 +51,7 @@ def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, 
     require_done(run, inputs, downstream, read=SEE)
 
     poison = [i for i in inputs if i.label != "healthy"]
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=len(poison))
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
     wrongly = [i for n, i in enumerate(inputs) if i.label == "healthy" and n in found]
@@ -96,11 +97,15 @@ def test_permanent_failures_go_to_the_dead_letter_topic_at_once(lab, ledger_db, 
 
 def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, clock):
     topics = lab.topics()
-    settings = lab.settings(topics)  # 4 attempts: retries wait 0.4, 0.8, 1.6 s (± 20 %)
-    flaky = [healthy(f"acc-{n}", 100 * n, label="transient") for n in range(1, 5)]
-    items = [flaky[0], healthy("acc-9"), flaky[1], flaky[2], healthy("acc-8"), flaky[3]]
+    # 5 attempts: retries wait 4.3, 9.89, then the cap 15.7 twice (each ± 25 %). Long waits
+    # cost no real time and keep the check's own timing noise far below the jitter.
+    settings = lab.settings(topics, attempts=5, initial=4.3, multiplier=2.3, cap=15.7,
+                            jitter=0.25)
+    flaky = [healthy(f"acc-{n}", 137 * n + 11, label="transient") for n in range(1, 6)]
+    items = [flaky[0], healthy("acc-9"), flaky[1], flaky[2], healthy("acc-8"), flaky[3],
+             flaky[4]]
     inputs = lab.produce(topics.source, items)
-    script = ["timeout", "unavailable", "timeout"]  # the fourth attempt succeeds
+    script = ["timeout", "unavailable", "timeout", "unavailable"]  # the fifth attempt works
     downstream = ScriptedDownstream(lab.payments, clock, {f.event_id: script for f in flaky})
     run = lab.run(ledger_db, topics, settings, downstream, clock)
     require_done(run, inputs, downstream, read=READ["retry"])
@@ -108,46 +113,112 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
     applied = applied_ids(ledger_db)
     calls = {f.event_id: len(downstream.authorizations(f.event_id)) for f in flaky}
     unbooked = [f for f in flaky if len(applied.get(f.event_id or "", [])) != 1]
-    if unbooked or not all(n == 4 for n in calls.values()):
+    if unbooked or not all(n == 5 for n in calls.values()):
         raise CheckFailure(
-            "Each of these events failed transiently three times (timeout, 503, timeout) and "
-            "would succeed on the fourth attempt. max_attempts is 4: retry in place until then.",
-            expected="4 authorize() calls each, then booked once, nothing dead-lettered",
+            "Each of these events failed transiently four times (timeout, 503, timeout, 503) "
+            "and would succeed on the fifth attempt. max_attempts is 5: retry in place until "
+            "then.",
+            expected="5 authorize() calls each, then booked once, nothing dead-lettered",
             actual=f"authorize() calls per event: {sorted(calls.values())}; "
-                   f"{len(unbooked)} of 4 not booked exactly once",
+                   f"{len(unbooked)} of {len(flaky)} not booked exactly once",
             evidence=timeline(run, downstream, inputs, limit=20), lesson=READ["retry"])
 
-    nominal = nominal_backoffs(settings, 3)
-    jitter = settings.retry.jitter
-    rows, bad, factors = [], [], []
-    for f in flaky:
-        for n, (gap, d) in enumerate(zip(retries_of(downstream, f.event_id), nominal,
-                                         strict=False), start=1):
-            low, high = d * (1 - jitter) - 0.02, d * (1 + jitter) + 0.15
-            factors.append(gap / d)
-            ok = low <= gap <= high
-            rows.append((f.account, n, f"{d:.2f}", f"{low:.2f}–{high:.2f}", f"{gap:.3f}",
-                         "" if ok else "WRONG"))
-            if not ok:
-                bad.append(rows[-1])
+    waits = backoff_table(settings, downstream, flaky)
+    bad = [w for w in waits if not w.inside]
+    evidence = table([w.row() for w in waits], BackoffWait.COLUMNS, limit=20)
     if bad:
         raise CheckFailure(
             "Retry n waits min(max_backoff, initial × multiplier^(n−1)) × a jitter factor in "
-            "[1 − jitter, 1 + jitter]: 0.4, 0.8, 1.6 s here, each ± 20 %. Waits are measured "
-            "between authorize() calls on the clock you are given (clock.sleep, not time.sleep).",
+            "[1 − jitter, 1 + jitter]: 4.30, 9.89, 15.70, 15.70 s here, each ± 25 %. Waits are "
+            "measured between authorize() calls on the clock you are given (clock.sleep, not "
+            "time.sleep).",
             expected="every wait inside its range",
-            actual=f"{len(bad)} of {len(rows)} waits outside",
-            evidence=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
-            lesson=READ["retry"])
-    if not (max(factors) - min(factors) > 0.03):
+            actual=f"{len(bad)} of {len(waits)} waits outside; first: retry {bad[0].retry} "
+                   f"of {bad[0].account} waited {bad[0].waited:.2f} s",
+            evidence=evidence, lesson=READ["retry"])
+    factors = [w.factor for w in waits]
+    if max(factors) - min(factors) < 0.03:
         raise CheckFailure(
             "Every retry waited exactly the nominal backoff: no jitter. After an outage, every "
             "consumer instance would then retry in the same instant and hit the recovering "
             "gateway together.",
             expected="waits spread across [1 − jitter, 1 + jitter] × nominal",
             actual=f"wait / nominal ranged only {min(factors):.3f}–{max(factors):.3f}",
-            evidence=table(rows, ("account", "retry", "nominal s", "allowed s", "waited s", "")),
-            lesson=READ["retry"])
+            evidence=evidence, lesson=READ["retry"])
+    spreads = {f.account: _spread([w.factor for w in waits if w.account == f.account])
+               for f in flaky}
+    if all(spread < 0.05 for spread in spreads.values()):
+        raise CheckFailure(
+            "Within each record, every retry waited the same multiple of its nominal backoff: "
+            "one jitter factor was drawn per record and reused. The README's rule draws a new "
+            "factor for every retry; with one per record, two consumers that drew close "
+            "factors stay in step for the whole retry window.",
+            expected="each retry's wait / nominal drawn anew (they differ within a record)",
+            actual="wait / nominal per record: " + "; ".join(
+                f"{account} {min(w.factor for w in waits if w.account == account):.3f}–"
+                f"{max(w.factor for w in waits if w.account == account):.3f}"
+                for account in spreads),
+            evidence=evidence, lesson=READ["retry"],
+            fix="draw random.uniform(1 - jitter, 1 + jitter) inside the retry loop, once per "
+                "wait")
+    capped = [w for w in waits if w.capped]
+    if capped and _spread([w.waited for w in capped]) < 0.2:
+        raise CheckFailure(
+            "Every wait at the cap was exactly max_backoff (15.70 s): the cap was applied "
+            "after the jitter, min(max_backoff, nominal × factor), so the jitter vanishes "
+            "once the exponential passes the cap, and every instance waits the same from then "
+            "on. The README's order: cap the nominal wait, then jitter it, "
+            "min(max_backoff, nominal) × factor.",
+            expected=f"waits at the cap spread over {15.7 * 0.75:.2f}–{15.7 * 1.25:.2f} s",
+            actual=f"{len(capped)} waits at the cap, "
+                   f"{min(w.waited for w in capped):.3f}–{max(w.waited for w in capped):.3f} s",
+            evidence=evidence, lesson=READ["retry"])
+
+
+def _spread(values):
+    return max(values) - min(values) if values else 0.0
+
+
+def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    buggy = [healthy(f"acc-{n}", 211 * n + 3, label="transient") for n in range(1, 4)]
+    scripts = {buggy[0].event_id: ["bug", "timeout"], buggy[1].event_id: ["bug2"],
+               buggy[2].event_id: ["bug", "bug2", "unavailable"]}
+    items = [buggy[0], healthy("acc-7"), buggy[1], buggy[2], healthy("acc-8")]
+    inputs = lab.produce(topics.source, items)
+    downstream = ScriptedDownstream(lab.payments, clock, scripts)
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=READ["retry"])
+    applied = applied_ids(ledger_db)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    rows, wrong = [], []
+    for b in buggy:
+        n = next(k for k, i in enumerate(inputs) if i.item is b)
+        script = scripts[b.event_id]
+        calls = len(downstream.authorizations(b.event_id))
+        booked = len(applied.get(b.event_id or "", []))
+        rows.append((inputs[n].describe(), " → ".join(script + ["ok"]), calls,
+                     "yes" if n in found else "no", booked))
+        if n in found or booked != 1 or calls != len(script) + 1:
+            wrong.append(inputs[n])
+    if wrong:
+        dead = [r for r in dlt if r.text("kafka_dlt-exception-fqcn")]
+        kinds = sorted({(r.text("kafka_dlt-exception-fqcn") or "").rsplit(".", 1)[-1]
+                        for r in dead})
+        raise CheckFailure(
+            "authorize() raised an exception that is neither a TransientError nor a "
+            "PermanentError (a KeyError, a TypeError: a bug in the gateway's client). It says "
+            "nothing final about the payment, so it is treated as transient: retried in place "
+            "with the backoff, and booked when an attempt works.",
+            expected="each booked once after its failures, nothing dead-lettered",
+            actual=f"{len(wrong)} of {len(buggy)} went wrong"
+                   + (f"; dead-lettered as {', '.join(kinds)}" if kinds else ""),
+            evidence=table(rows, ("input", "gateway answers", "authorize() calls",
+                                  "in DLT", "ledger rows")) + "\nwhat happened:\n"
+                     + timeline(run, downstream, inputs, limit=14),
+            lesson=READ["classify"])
 
 
 def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
@@ -165,7 +236,7 @@ def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
         "up: the failure belongs to these messages, so after max_attempts they go to the DLT. "
         "(Holding them as if the gateway were down would block the partition for ever.)"))
 
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=2)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     calls = {s.account: len(downstream.authorizations(s.event_id)) for s in stuck}
     missing = [i for n, i in enumerate(inputs) if i.label != "healthy" and n not in found]
@@ -183,30 +254,67 @@ def test_exhausted_transient_failures_are_dead_lettered(lab, ledger_db, clock):
 
 def test_retry_window_stays_inside_max_poll_interval(lab, ledger_db, clock):
     topics = lab.topics()
-    # 10 attempts capped at 8 s would take 1 + 2 + 4 + 8 × 6 = 55 s of backoff; the broker
-    # evicts a consumer that does not poll for max.poll.interval.ms (60 s here).
-    settings = lab.settings(topics, attempts=10, initial=1.0, multiplier=2.0, cap=8.0,
+    # 10 attempts capped at 8 s would take 1.3 + 2.6 + 5.2 + 8 × 6 s of backoff, and the
+    # gateway takes 2.7 s to time out each attempt; the broker evicts a consumer that does
+    # not poll for max.poll.interval.ms (60 s here). No jitter: the schedule is exact.
+    latency = 2.7
+    settings = lab.settings(topics, attempts=10, initial=1.3, multiplier=2.0, cap=8.0,
                             jitter=0.0, max_poll_interval_ms=60_000)
     stuck = with_label(healthy("poison-t1", 300), "transient-exhausted")
     inputs = lab.produce(topics.source, [stuck, healthy("acc-1")])
-    downstream = ScriptedDownstream(lab.payments, clock, {stuck.event_id: ["unavailable"] * 20})
+    downstream = ScriptedDownstream(lab.payments, clock, {stuck.event_id: ["timeout"] * 20},
+                                    latency=latency)
     run = lab.run(ledger_db, topics, settings, downstream, clock)
     require_done(run, inputs, downstream, read=READ["retry"])
 
     times = [c.at for c in downstream.authorizations(stuck.event_id)]
-    window = times[-1] - times[0] if times else 0.0
     budget = settings.max_poll_interval_ms / 1000 / 2
     writes = dlt_writes_of(run, topics.dead_letter, inputs[0])
-    spent = (writes[0].at - times[0]) if writes and times else window
-    if not (len(times) >= 2 and spent <= budget + 0.5 and writes):
+    starts = [t - times[0] for t in times]
+    spent = (writes[0].at - times[0]) if writes and times else None
+    schedule = table([(n, f"t+{t:.1f}s", f"t+{t + latency:.1f}s",
+                       "PAST THE HALF" if t > budget + 0.3 else "")
+                      for n, t in enumerate(starts, start=1)],
+                     ("attempt", "started", "gateway answered", ""), limit=12)
+    late = [(n, t) for n, t in enumerate(starts, start=1) if t > budget + 0.3]
+    slept = sum(s for at, s in clock.sleeps if times and times[0] <= at <= times[-1])
+    following = nominal_backoffs(settings, len(times))[-1] if times else 0.0
+    if late:
+        n, t = late[0]
+        # It stopped exactly where a window made of the waits alone would end.
+        only_waits = len(times) < settings.retry.max_attempts and \
+            slept <= budget + 0.3 < slept + following
+        counted = (f"; its waits add up to {slept:.1f} s, under {budget:.0f} s, and it "
+                   "stopped when the next wait would have crossed: the window counted the "
+                   "waits and left out the attempts' own time" if only_waits else "")
         raise CheckFailure(
             "While a record is retried in place the consumer does not poll, so the whole retry "
             "window must stay well inside max.poll.interval.ms, or the broker evicts the "
-            "consumer and rebalances. The lab's rule: stop retrying (dead-letter) when the next "
-            "backoff would take the record past half of max_poll_interval_ms.",
-            expected=f"at least one retry, and the DLT write within {budget:.0f} s of the first "
-                     "attempt (half of 60 s)",
-            actual=f"{len(times)} attempts over {window:.1f} s; "
-                   + (f"dead-lettered after {spent:.1f} s" if writes else "never dead-lettered"),
-            evidence="attempts at t+: " + ", ".join(f"{t - times[0]:.1f}s" for t in times),
-            lesson=READ["retry"])
+            "consumer and rebalances. The lab's rule, on the clock from the start of the first "
+            "attempt (the attempts' own time counts, here 2.7 s each): retry only when the "
+            "next wait ends within half of max_poll_interval_ms.",
+            expected=f"every attempt starts within {budget:.0f} s of the first (half of 60 s)",
+            actual=f"attempt {n} started {t:.1f} s after the first" + counted,
+            evidence=schedule, lesson=READ["retry"])
+    if not (len(times) >= 2 and spent is not None and spent <= budget + latency + 0.5):
+        raise CheckFailure(
+            "After the last attempt that fits in the window fails, the record goes to the DLT "
+            "at once, so the partition moves on (the gateway answers ping(): the failure "
+            "belongs to this message).",
+            expected=f"at least one retry, and the DLT write within {budget + latency:.1f} s "
+                     "of the first attempt (half of 60 s, plus the last attempt's 2.7 s)",
+            actual=f"{len(times)} attempts; "
+                   + (f"dead-lettered after {spent:.1f} s" if spent is not None
+                      else "never dead-lettered"),
+            evidence=schedule, lesson=READ["retry"])
+    ended = starts[-1] + latency
+    if len(times) < settings.retry.max_attempts and ended + following <= budget - 0.5:
+        raise CheckFailure(
+            "The record was dead-lettered while another retry still fitted in the window: "
+            "give up only when the next wait would take the record past half of "
+            "max_poll_interval_ms.",
+            expected=f"retries until the next wait would end past {budget:.0f} s",
+            actual=f"gave up {ended:.1f} s after the first attempt began; retry "
+                   f"{len(times)} would have waited {following:.1f} s and started at "
+                   f"{ended + following:.1f} s",
+            evidence=schedule, lesson=READ["retry"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from _history import (
     Life,
+    committed_at_start,
     describe_life,
     judge,
     report,
@@ -20,6 +21,7 @@ from _support import (
     CHECKS_DIR,
     MISTAKES,
     READ,
+    CommitAudit,
     applied_ids,
     dlt_table,
     ledger,
@@ -37,7 +39,7 @@ from _tools import (
 )
 from confluent_kafka import Producer
 
-from dojo.checks import CheckFailure, table
+from dojo.checks import CheckFailure, NotWritten
 from dojo.checks.faults import run_in_subprocess, unreachable_bootstrap
 from dojo.checks.observers import ProducerTap, committed_offsets, offsets_text, read_jsonl
 
@@ -65,31 +67,13 @@ def test_every_commit_covers_only_finished_records(lab, ledger_db, clock):
              healthy("acc-3", partition=1), business_rule("poison-b1", partition=2),
              healthy("acc-4", partition=2), healthy("acc-5", partition=0)]
     inputs = lab.produce(topics.source, items)
-    violations: list[tuple[str, str, str]] = []
-    holder: dict[str, ProducerTap] = {}
-
-    def audit(upto: dict[int, int]) -> None:
-        booked = applied_ids(ledger_db)
-        acked = {p.value for p in holder["tap"].to(topics.dead_letter)
-                 if p.acked_at is not None and p.error is None}
-        for i in inputs:
-            if i.offset < upto.get(i.partition, -1):
-                done = (i.item.event_id in booked) or (i.item.value in acked)
-                if not done:
-                    writes = [p for p in holder["tap"].to(topics.dead_letter)
-                              if p.value == i.item.value]
-                    state = ("its DLT write was produced but not yet acknowledged"
-                             if writes else "not booked, no DLT write")
-                    violations.append((f"p{i.partition} -> {upto[i.partition]}",
-                                       i.describe(), state))
-
     # The broker takes 0.3 s to acknowledge each DLT write, as a loaded one would.
     downstream = ScriptedDownstream(lab.payments, clock)
-    tap = ProducerTap(lab.dlt_producer(), clock, hold_acks=0.3)
-    holder["tap"] = tap
-    run = lab.run(ledger_db, topics, settings, downstream, clock, producer=tap,
+    audit = CommitAudit(lab, ledger_db, topics, clock, hold_acks=0.3)
+    run = lab.run(ledger_db, topics, settings, downstream, clock, producer=audit.producer,
                   before_commit=audit)
     require_done(run, inputs, downstream, read=SEE)
+    violations = audit.violations
     if violations:
         raise CheckFailure(
             "At every commit the check looked at the database and at the acknowledgements your "
@@ -98,42 +82,73 @@ def test_every_commit_covers_only_finished_records(lab, ledger_db, clock):
             "acknowledgement (flush() returned and the delivery callback reported no error).",
             expected="every record below a committed offset is booked or acknowledged by the DLT",
             actual=f"{len(violations)} commit(s) ran ahead of the acknowledgement",
-            evidence=table(violations[:8], ("commit", "record below it", "at that moment")) +
-                     "\nwhat happened:\n" + timeline(run, downstream, inputs, limit=14), lesson=SEE)
+            evidence=audit.table() + "\nwhat happened:\n"
+                     + timeline(run, downstream, inputs, limit=14), lesson=SEE)
 
 
 def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
     topics = lab.topics()
     settings = lab.settings(topics)
-    items = [healthy("acc-1", partition=0), undecodable("poison-u1", partition=0),
+    # The poison is 3 KB of bytes: the second broken producer below refuses it as too large.
+    poison_item = undecodable("poison-u1", partition=0, size=3000)
+    items = [healthy("acc-1", partition=0), poison_item,
              healthy("acc-2", partition=0), healthy("acc-3", partition=1),
              healthy("acc-4", partition=2)]
     inputs = lab.produce(topics.source, items)
     poison = inputs[1]
-    # The DLT's broker is unreachable: every DLT write fails after 0.3 s.
-    broken = Producer(lab.producer_config(**{"bootstrap.servers": unreachable_bootstrap(),
-                                             "message.timeout.ms": 300, "log_level": 0}))
     downstream = ScriptedDownstream(lab.payments, clock)
+
+    # 1. The DLT's broker is unreachable: each write's delivery report says it timed out.
+    unreachable = ProducerTap(Producer(lab.producer_config(
+        **{"bootstrap.servers": unreachable_bootstrap(), "message.timeout.ms": 300,
+           "log_level": 0})), clock)
     first, ended, committed = lab.run_until_stopped(ledger_db, topics, settings, downstream,
-                                                    clock, producer=broken, timeout=1.5)
-    broken.purge()
+                                                    clock, producer=unreachable, timeout=1.5)
+    unreachable.purge()
+    failed = [p for p in unreachable.to(topics.dead_letter) if p.error]
     if not (committed.get(0, -1) <= poison.offset):
+        said = f"; its delivery report said: {failed[0].error}" if failed else ""
         raise CheckFailure(
             "The DLT write of an undecodable record failed (its broker was unreachable), yet the "
             "record's offset was committed: the record is in neither the ledger nor the DLT, and "
-            "Kafka will never deliver it again. It is LOST. When the DLT write is not "
-            "acknowledged, do not commit: retry the write (with backoff), or stop and let the "
-            "record be redelivered.",
+            "Kafka will never deliver it again. It is LOST. A write succeeded only when its "
+            "delivery callback reported no error (flush() returning zero says only that nothing "
+            "is queued any more); when it failed, do not commit: write again with backoff, or "
+            "stop and let the record be redelivered.",
             expected=f"p0 committed at most up to {poison.offset} (the poison's offset)",
-            actual=f"committed {offsets_text(committed)} ({ended})",
+            actual=f"committed {offsets_text(committed)} ({ended}); "
+                   f"{len(unreachable.to(topics.dead_letter))} DLT write(s), "
+                   f"{len(failed)} reported failed" + said,
             evidence=timeline(first, downstream, inputs) if first else "", lesson=MISTAKES)
 
+    # 2. The DLT keeps refusing the record (larger than the producer's message.max.bytes):
+    #    a dozen refusals in a row must not make the consumer give up on it.
+    refusing = ProducerTap(Producer(lab.producer_config(**{"message.max.bytes": 1000})),
+                           clock)
+    wanted = 12
+    second, ended, committed = lab.run_until_stopped(
+        ledger_db, topics, settings, downstream, clock, producer=refusing, timeout=4.0,
+        stop_when=lambda: len(refusing.to(topics.dead_letter)) >= wanted)
+    tries = len(refusing.to(topics.dead_letter))
+    if not (committed.get(0, -1) <= poison.offset):
+        raise CheckFailure(
+            f"The DLT refused the record {tries} times in a row (it is larger than the "
+            "producer's message.max.bytes), and the consumer then committed past it: the "
+            "record is in neither the ledger nor the DLT. It is LOST. A DLT that keeps failing "
+            "stops the partition, which is what an alert on lag is for; it never justifies "
+            "moving on without the record.",
+            expected=f"p0 committed at most up to {poison.offset} after any number of failed "
+                     "writes",
+            actual=f"committed {offsets_text(committed)} ({ended})",
+            evidence=timeline(second, downstream, inputs, limit=16) if second else "",
+            lesson=MISTAKES)
+
     downstream = ScriptedDownstream(lab.payments, clock)
-    second = lab.run(ledger_db, topics, settings, downstream, clock)
-    require_done(second, inputs, downstream, read=SEE, why=(
-        "The second run had a working DLT producer and the same group: it should pick up "
-        "the record whose DLT write failed."))
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=1)
+    third = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(third, inputs, downstream, read=SEE, why=(
+        "The last run had a working DLT producer and the same group: it should pick up "
+        "the record whose DLT writes had failed."))
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     booked = applied_ids(ledger_db)
     twice = [i for i in inputs if len(booked.get(i.item.event_id or "", [])) > 1]
     if not (1 in match_dlt(inputs, dlt) and not twice):
@@ -144,6 +159,56 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
             actual=f"DLT has {len(dlt)} record(s); booked twice: "
                    f"{', '.join(i.describe() for i in twice) or 'none'}",
             evidence="DLT:\n" + dlt_table(dlt, inputs), lesson=SEE)
+
+
+def test_a_stop_between_retries_leaves_the_record_uncommitted(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)  # 4 attempts
+    flaky = healthy("acc-1", 4321, label="transient", partition=0)
+    items = [healthy("acc-2", 1111, partition=1), flaky, healthy("acc-3", 2222, partition=0)]
+    inputs = lab.produce(topics.source, items)
+    stop = {"now": False}
+
+    def on_call(call):
+        if call.event_id == flaky.event_id and \
+                len(downstream.authorizations(flaky.event_id)) >= 2:
+            stop["now"] = True  # shutting down while the record waits for its third attempt
+
+    downstream = ScriptedDownstream(lab.payments, clock, {flaky.event_id: ["timeout"] * 3},
+                                    on_call=on_call)
+    run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6,
+                  stop_when=lambda: stop["now"])
+    held = inputs[1]
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    in_dlt = 1 in match_dlt(inputs, dlt)
+    committed = run.committed.get(held.partition, -1)
+    if in_dlt or committed > held.offset:
+        raise CheckFailure(
+            f"should_stop() said stop while {held.describe()} waited for its third attempt "
+            "(two transient failures, two retries left). An unfinished record stays "
+            "uncommitted: the next consumer gets it again and finishes its retries. Sending it "
+            "to the DLT instead dead-letters a healthy payment because of a deploy."
+            if in_dlt else
+            f"should_stop() said stop while {held.describe()} waited for its third attempt, "
+            "and its offset was committed though it was neither booked nor dead-lettered: it "
+            "is LOST.",
+            expected=f"{held.describe()} not in the DLT and p{held.partition} committed at "
+                     f"most up to {held.offset}",
+            actual=("it is in the DLT; " if in_dlt else "") +
+                   f"p{held.partition} committed up to {max(committed, 0)}",
+            evidence="what happened (clock time):\n" + timeline(run, downstream, inputs,
+                                                                 limit=14), lesson=SEE)
+    again = ScriptedDownstream(lab.payments, clock)
+    after = lab.run(ledger_db, topics, settings, again, clock)
+    require_done(after, inputs, again, read=SEE, why=(
+        "The next run should pick the record up where the stopped one left it."))
+    booked = applied_ids(ledger_db)
+    if len(booked.get(flaky.event_id or "", [])) != 1:
+        raise CheckFailure(
+            "The record a stop left unfinished is booked by the next run, once.",
+            expected=f"{held.describe()} booked once",
+            actual=f"{len(booked.get(flaky.event_id or '', []))} ledger rows",
+            evidence=timeline(after, again, inputs, limit=12), lesson=SEE)
 
 
 # -- kill -9 at random points -----------------------------------------------------------------
@@ -173,7 +238,7 @@ def crash_inputs():
     return items + extra, scripts
 
 
-def test_kill_nine_at_random_points_loses_nothing(lab, ledger_db, database, clock,
+def test_kill_nine_at_random_points_loses_nothing(lab, ledger_db, ledger_database, clock,
                                                   record_property):
     topics = lab.topics()
     settings = lab.settings(topics, attempts=3, initial=0.05, cap=0.2)
@@ -190,23 +255,36 @@ def test_kill_nine_at_random_points_loses_nothing(lab, ledger_db, database, cloc
     lab.consumer_config(settings)  # fails early, in this process, if it drops base settings
     lives: list[Life] = []
     with tempfile.TemporaryDirectory(prefix="dojo-dlq-crash-") as tmp:
+        specs, aims = [], []
         for number, mode in enumerate(plan, start=1):
             kill = {"mode": mode, "n": rng.randint(1, 3) if mode in ("after-effect",
                                                                   "after-ack")
                     else rng.randint(2, 6), "seconds": rng.uniform(0.1, 0.5)}
-            log_path = str(Path(tmp) / f"life{number}.jsonl")
-            spec = {"db_url": database.url, "consumer_base": base_consumer,
-                    "producer_base": lab.kafka.producer_config(), "partitions": 3,
-                    "settings": {**asdict(settings)}, "scripts": scripts,
-                    "ends": lab.ends[topics.source], "kill": kill, "log": log_path,
-                    "timeout": 8.0}
-            result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_life", spec,
-                                       path=[lab.learner.dir, CHECKS_DIR], timeout=20)
-            ended, polled, acks, commits = describe_life(read_jsonl(log_path), result)
-            aim = AIM[mode].format(n=kill["n"], s=kill["seconds"])
-            lives.append(Life(number, aim, ended, polled, acks, commits,
-                              committed_offsets(base_consumer, settings.group_id,
-                                                topics.source, 3)))
+            specs.append({"db_url": ledger_database.url, "consumer_base": base_consumer,
+                          "producer_base": lab.kafka.producer_config(), "partitions": 3,
+                          "settings": {**asdict(settings)}, "scripts": scripts,
+                          "ends": lab.ends[topics.source], "kill": kill,
+                          "log": str(Path(tmp) / f"life{number}.jsonl"), "timeout": 8.0,
+                          "life_seconds": 20.0})
+            aims.append(AIM[mode].format(n=kill["n"], s=kill["seconds"]))
+        result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", specs,
+                                   path=[lab.learner.dir, CHECKS_DIR], timeout=90)
+        if result.value is None:
+            raise CheckFailure(
+                "The check could not start your consumer in a child process.",
+                expected="consumer.py and payments.py import and run in a fresh process",
+                actual=(result.error or result.stderr or "no output").strip().splitlines()[-1],
+                evidence=(result.error or result.stderr or "")[-1500:], lesson=SEE)
+        logs = [read_jsonl(spec["log"]) for spec in specs]
+        for number, (_spec, outcome) in enumerate(zip(specs, result.value, strict=False),
+                                                 start=1):
+            if outcome.get("stub"):
+                raise NotWritten(*outcome["stub"])
+            ended, polled, acks, commits = describe_life(logs[number - 1], outcome)
+            after = committed_at_start(logs[number]) if number < len(logs) else None
+            lives.append(Life(number, aims[number - 1], ended, polled, acks, commits,
+                              after if after is not None else committed_offsets(
+                                  base_consumer, settings.group_id, topics.source, 3)))
     downstream = ScriptedDownstream(lab.payments, clock, scripts)
     final = lab.run(ledger_db, topics, settings, downstream, clock, timeout=15)
     lives.append(Life(len(lives) + 1, "none: a clean run to the end",
@@ -214,8 +292,7 @@ def test_kill_nine_at_random_points_loses_nothing(lab, ledger_db, database, cloc
                       len(final.consumer.delivered),
                       sum(1 for p in final.producer.produced if p.acked_at and not p.error),
                       len(final.consumer.commits), final.committed))
-    poison = sum(1 for i in inputs if i.label not in ("healthy", "transient"))
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=poison)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     verdict = judge(inputs, ledger(ledger_db), dlt, lives)
     story = report(verdict, lives, seed)
     record_property("dojo_summary", verdict.counts())

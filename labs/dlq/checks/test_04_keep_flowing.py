@@ -39,14 +39,16 @@ def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
     settings = lab.settings(topics)
     behind0 = [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(20)]
     behind1 = [healthy(f"acc-{n}", 300 + n, partition=1) for n in range(5)]
-    items = [undecodable("poison-u1", partition=0), *behind0,
+    # the pill of partition 0 has no key (a producer that sent garbage sent no key either)
+    items = [undecodable(None, partition=0), *behind0,
              invalid("poison-i1", partition=1), *behind1]
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6)
     require_done(run, inputs, downstream, read=SEE, why=(
-        "A poison pill sits at the head of partitions 0 and 1: if the consumer retries it "
-        "for ever (or seeks back to it), nothing behind it ever moves and lag only grows."))
+        "A poison pill sits at the head of partitions 0 (without a key) and 1: if the consumer "
+        "retries it for ever (or seeks back to it), nothing behind it ever moves and lag "
+        "only grows."))
 
     booked = applied_ids(ledger_db)
     unbooked = [i for i in inputs if i.label == "healthy" and i.item.event_id not in booked]

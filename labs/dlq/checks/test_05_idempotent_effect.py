@@ -9,16 +9,19 @@ import uuid
 import pytest
 from _support import (
     READ,
+    HookedProducer,
     applied_ids,
     balances,
     ledger,
     require_done,
 )
-from _tools import ScriptedDownstream, healthy
+from _tools import ScriptedDownstream, healthy, undecodable, with_label
+from sqlalchemy import create_engine, text
 
 from dojo.checks import CheckFailure, call, table
 from dojo.checks.faults import InjectedFault, duplicate_and_reorder, fail_sql, run_concurrently
 from dojo.checks.faults import slow_sql as slowed
+from dojo.checks.observers import SESSION_COLUMNS, open_transactions, sessions
 
 pytestmark = pytest.mark.stage("idempotent-effect")
 SEE = READ["idempotent-effect"]
@@ -83,15 +86,25 @@ def test_racing_twins_book_once(lab, ledger_db):
                      "inserts nothing (rowcount 0)", lesson=SEE)
 
 
+def _markers(engine):
+    """How many rows processed_events holds (its columns are the learner's own)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM processed_events")).scalar_one()
+
+
+def _attempt(consumer, engine, event):
+    try:
+        return f"returned {call(consumer.apply_once, engine, event)!r}"
+    except InjectedFault:
+        return "raised the injected failure"
+
+
 def test_failed_effect_leaves_no_marker(lab, ledger_db):
     consumer = lab.module("consumer")
-    event = payment(lab)
+    # 1. The effect's INSERT fails.
+    event = payment(lab, "acc-1", 1250)
     with fail_sql(ledger_db, r"INSERT INTO ledger_entries", times=1) as failed:
-        try:
-            call(consumer.apply_once, ledger_db, event)
-            first = "returned"
-        except InjectedFault:
-            first = "raised the injected failure"
+        first = _attempt(consumer, ledger_db, event)
     again = call(consumer.apply_once, ledger_db, event)
     rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
     if not (failed and len(rows) == 1 and again is True):
@@ -103,3 +116,77 @@ def test_failed_effect_leaves_no_marker(lab, ledger_db):
             expected="first call raises; second returns True; one ledger row",
             actual=f"first call {first}; second returned {again!r}; {len(rows)} ledger row(s)",
             lesson=SEE)
+
+    # 2. Every statement runs, and the COMMIT of the transaction that wrote the ledger row
+    #    fails: whatever committed anyway was in another transaction.
+    event = payment(lab, "acc-2", 3377)
+    before = _markers(ledger_db)
+    with fail_sql(ledger_db, r"ledger_entries", at="commit", times=1) as failed:
+        first = _attempt(consumer, ledger_db, event)
+    left = _markers(ledger_db) - before
+    booked_then = len([r for r in ledger(ledger_db) if r.event_id == event.event_id])
+    again = call(consumer.apply_once, ledger_db, event)
+    rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
+    if failed and (left or booked_then or again is not True or len(rows) != 1):
+        raise CheckFailure(
+            "The check let every statement of apply_once() run and failed the COMMIT of the "
+            "transaction that wrote the ledger row. "
+            + ("A processed_events row was left behind all the same: the marker was "
+               "committed by a transaction of its own (another connection, another "
+               "engine.begin()), and the retry took the event for a duplicate: the payment is "
+               "LOST. Insert the marker on the connection that books the effect, in its "
+               "transaction." if left else
+               "Afterwards the event was not booked exactly once."),
+            expected="first call raises; processed_events unchanged; second returns True; one "
+                     "ledger row",
+            actual=f"first call {first}; processed_events rows +{left}, ledger rows for the "
+                   f"event {booked_then}; the retry returned {again!r}; {len(rows)} ledger "
+                   "row(s) now",
+            evidence="failed COMMIT after: " + " ".join(failed[0].split())[:160],
+            lesson=SEE)
+
+
+def test_no_transaction_is_open_across_a_remote_call(lab, ledger_database, clock):
+    engine = ledger_database.engine
+    observer = create_engine(ledger_database.url)
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    declined = with_label(healthy("acc-d", 901), "declined")
+    flaky = healthy("acc-t", 1_313, label="transient")
+    items = [healthy("acc-1", 1_111), declined, flaky, undecodable("acc-u"),
+             healthy("acc-d", 4_242), healthy("acc-2", 2_222)]
+    inputs = lab.produce(topics.source, items)
+    seen: list[tuple[str, dict]] = []
+
+    def look(moment):
+        for session in open_transactions(sessions(observer)):
+            seen.append((moment, session))
+
+    def on_call(call):
+        look(f"during {call.what}() ({call.outcome})")
+
+    downstream = ScriptedDownstream(lab.payments, clock, {
+        declined.event_id: ["declined"] * 5, flaky.event_id: ["timeout", "unavailable"]},
+        on_call=on_call)
+    producer = HookedProducer(lab.dlt_producer(), clock,
+                              lambda n: look(f"as DLT write #{n + 1} was produced"))
+    try:
+        run = lab.run(engine, topics, settings, downstream, clock, producer=producer)
+    finally:
+        observer.dispose()
+    require_done(run, inputs, downstream, read=SEE)
+    if seen:
+        moments = list(dict.fromkeys(moment for moment, _ in seen))
+        calls = sum(1 for m in moments if m.startswith("during"))
+        raise CheckFailure(
+            "While the consumer waited for the gateway or for the DLT, one of its database "
+            "sessions sat in an open transaction. A transaction held across a remote call "
+            "keeps its locks (the processed_events row a twin waits for, the parked key) and "
+            "a pooled connection for as long as the other side takes: a 30 s gateway timeout "
+            "becomes a 30 s lock. Call the gateway and write to the DLT outside any "
+            "transaction; open one only for the statements that book.",
+            expected="no session idle in transaction at any gateway call or DLT write",
+            actual=f"a transaction open during {calls} gateway call(s) and "
+                   f"{len(moments) - calls} DLT write(s)",
+            evidence=table([{**session, "moment": moment} for moment, session in seen[:8]],
+                           ("moment", *SESSION_COLUMNS)), lesson=SEE)

@@ -7,25 +7,34 @@ the acknowledgement."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
-from _support import READ, craft_dead_letters
-from _tools import healthy
+from _support import READ, Crafted, HookedProducer, craft_dead_letters
+from _tools import Item, healthy
 from confluent_kafka import Producer
 
 from dojo.checks import CheckFailure, call, table
 from dojo.checks.faults import unreachable_bootstrap
-from dojo.checks.observers import committed_offsets, headers_table, offsets_text, show_bytes
+from dojo.checks.observers import (
+    ProducerTap,
+    committed_offsets,
+    headers_table,
+    offsets_text,
+    show_bytes,
+)
+from dojo.checks.partitioning import partition_for
 
 pytestmark = pytest.mark.stage("replay")
 SEE = READ["replay"]
 FAILURE_PREFIXES = ("kafka_dlt-", "x-dlt-")
 
 
-def replay(lab, topics, group, clock, *, producer=None, **options):
+def replay(lab, topics, group, clock, *, producer=None, config=None, **options):
     module = lab.module("replay")
     options.setdefault("rate_per_second", 1000.0)
-    return call(module.replay, lab.kafka.consumer_config(), producer or lab.dlt_producer(),
+    return call(module.replay, {**lab.kafka.consumer_config(), **(config or {})},
+                producer if producer is not None else lab.dlt_producer(),
                 dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
                 group_id=group, clock=clock, **options)
 
@@ -39,42 +48,67 @@ def mixed(lab, topics, replays=(None, 1, None, None, 1, None)):
 def test_replayed_records_are_clean_and_counted(lab, clock):
     topics = lab.topics()
     dead = mixed(lab, topics)
+    # The original of acc-p was placed in another partition than its key's (explicitly, by
+    # its producer), and one record has no key: it goes back to its original partition.
+    placed_key = b"acc-p"
+    placed = (partition_for(placed_key, topics.partitions) + 1) % topics.partitions
+    odd = [healthy("acc-p", 777, partition=placed), healthy("acc-x", 888, partition=2)]
+    odd[1] = Item(odd[1].label, None, odd[1].value, odd[1].headers, odd[1].event_id,
+                  odd[1].account, odd[1].cents, 2)
+    dead += craft_dead_letters(lab, topics, [(odd[0], "DownstreamTimeout", None),
+                                             (odd[1], "DownstreamTimeout", 2)])
     group = lab.kafka.group_id("dlt-replayer")
     report = replay(lab, topics, group, clock)
-    back = lab.read(topics.source, topics.partitions, expect=len(dead))
+    back = lab.read(topics.source, topics.partitions, fence=True)
     by_value = {r.value: r for r in back}
     problems, shown = [], None
     for c in dead:
         r = by_value.get(c.item.value)
+        name = c.item.key.decode() if c.item.key is not None else "(no key)"
         if r is None:
-            problems.append(f"{c.item.key.decode()}: not re-published to {topics.source}")
+            problems.append(f"{name}: not re-published to {topics.source}")
             continue
         wrong = []
         if r.key != c.item.key:
             wrong.append(f"key {show_bytes(r.key, 20)} (was {show_bytes(c.item.key, 20)})")
-        if r.partition != c.partition:
-            wrong.append(f"partition {r.partition} (its key's partition is {c.partition})")
-        stale = [n for n in r.names() if n.startswith(FAILURE_PREFIXES)]
+        want = partition_for(c.item.key, topics.partitions) if c.item.key is not None \
+            else c.partition
+        if r.partition != want:
+            why = (f"its key's partition is {want} (murmur2); p{r.partition} is "
+                   "kafka_dlt-original-partition, where its producer had placed it"
+                   if c.item.key is not None and r.partition == c.partition else
+                   f"its key's partition is {want} (murmur2)" if c.item.key is not None else
+                   f"without a key it goes back to kafka_dlt-original-partition, {want}")
+            wrong.append(f"partition {r.partition}: {why}")
+        stale = list(dict.fromkeys(n for n in r.names() if n.startswith(FAILURE_PREFIXES)))
         if stale:
-            wrong.append("old failure headers kept: " + ", ".join(stale))
-        for name, value in c.item.headers:
-            if r.header(name) != value:
-                wrong.append(f"business header {name} lost or changed")
+            wrong.append("old failure headers kept: " + ", ".join(stale[:3])
+                         + (f" and {len(stale) - 3} more" if len(stale) > 3 else ""))
+        sent = [(k, v) for k, v in c.item.headers]
+        kept = [(k, v) for k, v in r.headers if k != "x-replay-count"]
+        lost = [k for k in dict.fromkeys(k for k, _ in sent)
+                if [v for n, v in sent if n == k] != [v for n, v in kept if n == k]]
+        if lost:
+            wrong.append(f"business header(s) lost or changed: {', '.join(lost)}")
         counts = [v for k, v in r.headers if k == "x-replay-count"]
-        want = str((c.replays or 0) + 1).encode()
-        if counts != [want]:
-            wrong.append(f"x-replay-count {counts} (should be one header, {want.decode()})")
+        want_count = str((c.replays or 0) + 1).encode()
+        if counts != [want_count]:
+            wrong.append(f"x-replay-count {counts} (should be one header, "
+                         f"{want_count.decode()})")
         if wrong:
-            problems.append(f"{c.item.key.decode()}: " + "; ".join(wrong))
+            problems.append(f"{name}: " + "; ".join(wrong))
             shown = shown or r
     if problems:
         raise CheckFailure(
-            "A replayed record is the original again: the same key (so it lands in its key's "
-            "partition) and value, the business headers it came with (traceparent, event-type), "
-            "none of the failure headers of its last trip, and x-replay-count one higher than on "
-            "the DLT record (absent counts as 0).",
+            "A replayed record is the original again: the same key and value, in its key's "
+            "partition (murmur2, as the original producer chose it; without a key, back to "
+            "kafka_dlt-original-partition), every header it came with (traceparent, "
+            "event-type and any x- header of the business, in order, repeats kept), none of "
+            "the failure headers of its last trip (kafka_dlt-*, x-dlt-*), and x-replay-count "
+            "one higher than on the DLT record (absent counts as zero).",
             expected=f"{len(dead)} clean records in {topics.source}",
-            actual="\n    - " + "\n    - ".join(problems),
+            actual="\n    - " + "\n    - ".join(problems[:4])
+                   + (f"\n    … and {len(problems) - 4} more" if len(problems) > 4 else ""),
             evidence=headers_table(shown.headers) if shown is not None else "", lesson=SEE)
     if getattr(report, "replayed", None) != len(dead):
         raise CheckFailure(
@@ -87,11 +121,11 @@ def test_a_second_run_sends_nothing_twice(lab, clock):
     dead = mixed(lab, topics)
     group = lab.kafka.group_id("dlt-replayer")
     replay(lab, topics, group, clock)
-    first = lab.read(topics.source, topics.partitions, expect=len(dead))
+    first = lab.read(topics.source, topics.partitions, fence=True)
     committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
                                   topics.partitions)
     second = replay(lab, topics, group, clock)
-    after = lab.read(topics.source, topics.partitions, expect=len(first))
+    after = lab.read(topics.source, topics.partitions, fence=True)
     ends: dict[int, int] = {}
     for c in dead:
         ends[c.partition] = max(ends.get(c.partition, 0), c.offset + 1)
@@ -115,35 +149,55 @@ def test_replay_parks_what_keeps_coming_back(lab, clock):
              (healthy("acc-3", 103), "PaymentDeclined", 5), (healthy("acc-4", 104),
                                                             "PaymentDeclined", None)]
     dead = craft_dead_letters(lab, topics, specs)
+    # written by hand (or by a broken tool): no kafka_dlt-original-* headers
+    orphan = craft_dead_letters(lab, topics, [(healthy("acc-5", 105), "InvalidEvent", None)],
+                                origin=False)
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, max_replays=3)
-    back = {r.value for r in lab.read(topics.source, topics.partitions, expect=2)}
-    parked = lab.read(topics.parking_lot, topics.partitions, expect=2)
+    back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
+    parked = lab.read(topics.parking_lot, topics.partitions, fence=True)
     parked_by_value = {r.value: r for r in parked}
-    rows, wrong = [], []
-    for c in dead:
+    rows: list[tuple[Any, ...]] = []
+    over_cap: list[Crafted] = []
+    no_origin: list[Crafted] = []
+    for c in dead + orphan:
+        lost_origin = c in orphan
         over = (c.replays or 0) >= 3
         where = ("source" if c.item.value in back else "") + \
             ("parking lot" if c.item.value in parked_by_value else "")
-        want = "parking lot" if over else "source"
+        want = "parking lot" if over or lost_origin else "source"
         rows.append(((c.item.key or b"").decode(), c.replays if c.replays is not None else "none",
-                     want, where or "nowhere"))
-        if where != want:
-            wrong.append(c)
-        elif over:
+                     "missing" if lost_origin else "present", want, where or "nowhere"))
+        wrong = where != want
+        if not wrong and want == "parking lot":
             p = parked_by_value[c.item.value]
             if p.text("kafka_dlt-exception-fqcn") is None or \
-                    p.text("x-replay-count") != str(c.replays):
-                rows[-1] = (*rows[-1][:3], "parking lot, but without its evidence")
-                wrong.append(c)
-    if wrong:
+                    p.text("x-replay-count") != (str(c.replays) if c.replays is not None
+                                                 else None):
+                rows[-1] = (*rows[-1][:4], "parking lot, but without its evidence")
+                wrong = True
+        if wrong:
+            (no_origin if lost_origin else over_cap).append(c)
+    columns = ("key", "x-replay-count", "original topic", "should go to", "went to")
+    if over_cap:
         raise CheckFailure(
             "A message that has been replayed max_replays times and is back again will not be "
             "fixed by one more replay: it goes to the parking lot (as it is, failure headers and "
             "replay count kept as evidence), where only a person decides. Without the cap, "
             "replay and DLT feed each other for ever.",
             expected="replay count < 3: back to the source; ≥ 3: parking lot",
-            actual=f"{len(wrong)} of {len(dead)} went elsewhere; report {report!r}",
-            evidence=table(rows, ("key", "x-replay-count", "should go to", "went to")), lesson=SEE)
+            actual=f"{len(over_cap)} of {len(dead)} went elsewhere; report {report!r}",
+            evidence=table(rows, columns), lesson=SEE)
+    if no_origin:
+        went = rows[-1][4]
+        raise CheckFailure(
+            "A DLT record without kafka_dlt-original-topic cannot be sent back: nobody knows "
+            "where it came from, and a guess (the DLT's name without its suffix, a default "
+            "topic) may feed another service's topic. It goes to the parking lot as it is, "
+            "for a person to decide.",
+            expected="the record without origin headers in the parking lot, nothing else "
+                     "done with it",
+            actual=f"it went to: {went}; report {report!r}",
+            evidence=table(rows, columns), lesson=SEE)
 
 
 def test_replay_filters_by_exception_type_and_time(lab, clock):
@@ -159,7 +213,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     since = time.time() - 60
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock,
                     exception_types={"DownstreamUnavailable"}, failed_after=since)
-    back = {r.value for r in lab.read(topics.source, topics.partitions, expect=2)}
+    back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
     for c in old + new:
         want = c.exception == "DownstreamUnavailable" and c.timestamp_ms / 1000 >= since
@@ -184,17 +238,33 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
 def test_replay_is_rate_limited(lab, clock):
     topics = lab.topics()
     dead = mixed(lab, topics, replays=(None,) * 6)
+    rate = 7.3
+    sends = ProducerTap(lab.dlt_producer(), clock)
     began = clock.monotonic()
-    replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, rate_per_second=4.0)
+    replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=sends,
+           rate_per_second=rate)
     took = clock.monotonic() - began
-    floor = (len(dead) - 1) / 4.0 - 0.1
-    if not (took >= floor):
+    times = [p.at for p in sends.to(topics.source)]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    interval = 1 / rate
+    close = [(n, g) for n, g in enumerate(gaps, start=2) if g < interval - 0.005]
+    floor = (len(dead) - 1) * interval - 0.01
+    evidence = table([(n, f"t+{t - times[0]:.3f}s", f"{g:.3f} s" if g is not None else "",
+                       "TOO SOON" if g is not None and g < interval - 0.005 else "")
+                      for n, (t, g) in enumerate(zip(times, [None, *gaps], strict=True),
+                                                 start=1)],
+                     ("send", "at (clock)", "after the previous", ""))
+    if close or len(times) < len(dead) or took < floor:
         raise CheckFailure(
             "Replay is a write to production: at most rate_per_second records per second, so a "
-            "backlog of thousands does not flood the consumer (or the gateway behind it). Wait "
-            "with clock.sleep() between sends.",
-            expected=f"6 records at 4 per second: at least {floor:.2f} s on the clock",
-            actual=f"{took:.2f} s", lesson=SEE)
+            "backlog of thousands does not flood the consumer (or the gateway behind it). "
+            "Space the sends: each re-publish at least 1 / rate_per_second after the previous "
+            "one on the clock (clock.sleep() for the rest); no burst at the start, as a token "
+            "bucket that starts full would allow.",
+            expected=f"{len(dead)} records at {rate} per second: sends at least "
+                     f"{interval:.3f} s apart",
+            actual=f"{len(close)} of {len(gaps)} gaps shorter" if close else
+                   f"{len(times)} sends in {took:.2f} s", evidence=evidence, lesson=SEE)
 
 
 def test_replay_commits_only_after_the_ack(lab, clock):
@@ -222,8 +292,75 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             expected="nothing committed for the replay group",
             actual=f"replay {outcome}; committed {offsets_text(committed)}", lesson=SEE)
     replay(lab, topics, group, clock)
-    back = lab.read(topics.source, topics.partitions, expect=len(dead))
+    back = lab.read(topics.source, topics.partitions, fence=True)
     if len(back) != len(dead):
         raise CheckFailure(
             "With the broker back, the same job replays what the failed run could not.",
             expected=f"{len(dead)} records in {topics.source}", actual=str(len(back)), lesson=SEE)
+
+
+def test_replay_commits_each_record_before_the_next_send(lab, clock):
+    topics = lab.topics()
+    dead = mixed(lab, topics, replays=(None, None, 3, None, None, None))
+    group = lab.kafka.group_id("dlt-replayer")
+    config = lab.kafka.consumer_config()
+    seen: list[tuple[int, dict[int, int]]] = []
+
+    def before(number):
+        if number:  # from the second send on: what the group had committed by then
+            seen.append((number + 1, committed_offsets(config, group, topics.dead_letter,
+                                                       topics.partitions)))
+
+    hook = HookedProducer(lab.dlt_producer(), clock, before)
+    replay(lab, topics, group, clock, producer=hook)
+    by_value = {c.item.value: c for c in dead}
+    sent = [by_value.get(p.value or b"") for p in hook.produced]
+    rows, late = [], []
+    for number, committed in seen:
+        behind = [c for c in sent[:number - 1]
+                  if c is not None and committed.get(c.partition, -1) <= c.offset]
+        rows.append((f"send {number}", offsets_text(committed),
+                     ", ".join(f"p{c.partition}@{c.offset}" for c in behind) or "—"))
+        if behind:
+            late.append(number)
+    if late:
+        raise CheckFailure(
+            "When the replay sent its next record, records it had sent (and had acknowledged) "
+            "before were not committed yet for its group. A crash then sends them all again. "
+            "Commit each DLT offset as soon as its write was acknowledged, before the next "
+            "send: a crash repeats at most the record in flight.",
+            expected="at every send, every record sent before it committed",
+            actual=f"{len(late)} of {len(seen)} sends found earlier records uncommitted",
+            evidence=table(rows, ("at", "group's committed DLT offsets", "sent, not committed")),
+            lesson=SEE)
+
+
+def test_replay_stops_at_the_end_it_found(lab, clock):
+    topics = lab.topics()
+    dead = craft_dead_letters(lab, topics, [
+        (healthy(f"acc-{n}", 300 + n, partition=0), "InvalidEvent", None) for n in range(5)])
+    late: list = []
+
+    def before(number):
+        if number == 0:  # the replay has begun: the consumer writes one more dead letter
+            late.extend(craft_dead_letters(lab, topics, [
+                (healthy("acc-late", 999, partition=0), "InvalidEvent", None)]))
+
+    hook = HookedProducer(lab.dlt_producer(), clock, before)
+    # One record at a time into the replay's consumer: it cannot see the partition's end
+    # before it has worked through what came before it.
+    report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=hook,
+                    config={"queued.min.messages": 1, "max.partition.fetch.bytes": 1024})
+    sent = {p.value for p in hook.to(topics.source)}
+    if late and late[0].item.value in sent:
+        raise CheckFailure(
+            "A dead letter written while the replay ran was replayed by it. Replay works "
+            "through what was in the DLT when it started: it reads the end offsets first and "
+            "stops there. Reading until the end of the partition instead chases a live "
+            "consumer that keeps dead-lettering (during an outage, for ever), and replays a "
+            "failure seconds old before anyone has looked at it.",
+            expected=f"the {len(dead)} records that were there at the start replayed, not "
+                     f"p{late[0].partition}@{late[0].offset}",
+            actual=f"p{late[0].partition}@{late[0].offset}, written after the first send, was "
+                   f"re-published; report {report!r}",
+            lesson=SEE)

@@ -8,39 +8,52 @@ from __future__ import annotations
 import pytest
 from _support import (
     READ,
+    CommitAudit,
+    commit_group,
     craft_dead_letters,
     ledger,
     match_dlt,
     require_done,
 )
-from _tools import ScriptedDownstream, healthy, with_label
+from _tools import ScriptedDownstream, healthy, invalid, with_label
 
 from dojo.checks import CheckFailure, call, table
+from dojo.checks.observers import ProducerTap
 
 pytestmark = pytest.mark.stage("order-per-key")
 SEE = READ["order-per-key"]
 KEY = "acc-42"
 
 
-def replay_all(lab, topics, group, clock):
+def replay_all(lab, topics, group, clock, **options):
+    """Run the learner's replay job over the DLT, and learn where the source now ends from
+    the acknowledgements of what it re-published. Returns its report and what it sent."""
     module = lab.module("replay")
-    return call(module.replay, lab.kafka.consumer_config(), lab.dlt_producer(),
-                dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
-                group_id=group, clock=clock, rate_per_second=1000.0)
+    options.setdefault("rate_per_second", 1000.0)
+    sent = ProducerTap(lab.dlt_producer(), clock)
+    report = call(module.replay, lab.kafka.consumer_config(), sent,
+                  dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
+                  group_id=group, clock=clock, **options)
+    lab.learn_ends(topics, sent)
+    return report, sent
 
 
-def park_a_key(lab, engine, clock):
-    """acc-42's first deposit is declined; two more acc-42 payments and other keys follow."""
+def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
+    """acc-42's first deposit is declined; one or two more acc-42 payments and other keys
+    follow (and `extra` items at the end)."""
     topics = lab.topics()
     settings = lab.settings(topics)
     head = with_label(healthy(KEY, 10_000), "declined")
-    followers = [healthy(KEY, 8_000, kind="withdrawal"), healthy(KEY, 500)]
+    behind = [healthy(KEY, 8_000, kind="withdrawal"), healthy(KEY, 500)][:followers]
     others = [healthy(f"acc-{n}", 100 + n) for n in range(1, 7)]
-    items = [others[0], head, others[1], followers[0], others[2], others[3], followers[1],
-             others[4], others[5]]
+    items = [others[0], head, others[1], behind[0], others[2], others[3], *behind[1:],
+             others[4], others[5], *extra]
+    followers = behind
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
-    run = lab.run(engine, topics, settings, downstream, clock)
+    kwargs = {"producer": audit(topics).producer, "before_commit": audit(topics)} \
+        if audit else {}
+    run = lab.run(engine, topics, settings, downstream, clock, **kwargs)
     require_done(run, inputs, downstream, read=SEE)
     return topics, settings, inputs, head, followers, others
 
@@ -58,22 +71,63 @@ def order_table(events, ids, names):
                  ("message (in original order)", "cents", "ledger id"))
 
 
+POISON_KEY = "acc-77"
+
+
 def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledger_db, clock):
-    topics, _, inputs, head, followers, others = park_a_key(lab, ledger_db, clock)
-    dlt = lab.read(topics.dead_letter, topics.partitions, expect=3)
+    # acc-77's first record is not even a valid event: it parks its key all the same
+    poison_head = invalid(POISON_KEY)
+    poison_follower = healthy(POISON_KEY, 4_321)
+    audits = {}
+
+    def audit(topics):
+        if "one" not in audits:
+            audits["one"] = CommitAudit(lab, ledger_db, topics, clock)
+        return audits["one"]
+
+    topics, _, inputs, head, followers, others = park_a_key(
+        lab, ledger_db, clock, audit=audit, extra=(poison_head, poison_follower))
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     by_item = {id(i.item): n for n, i in enumerate(inputs)}
     booked = {r.event_id for r in ledger(ledger_db)}
     rows = []
     for name, item in [("head (declined)", head), ("follower 1", followers[0]),
-                       ("follower 2", followers[1])] + [(f"other {o.account}", o)
-                                                         for o in others]:
+                       ("follower 2", followers[1]),
+                       (f"{POISON_KEY} head (invalid)", poison_head),
+                       (f"{POISON_KEY} follower", poison_follower)] + \
+            [(f"other {o.account}", o) for o in others]:
         n = by_item[id(item)]
-        rows.append((name, inputs[n].at, "yes" if n in found else "no",
+        kind = (found[n][0].text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1] \
+            if n in found else ""
+        rows.append((name, inputs[n].at, f"yes ({kind})" if n in found else "no",
                      "yes" if item.event_id in booked else "no"))
     key_ok = all(by_item[id(i)] in found and i.event_id not in booked
                  for i in [head, *followers])
+    poison_ok = all(by_item[id(i)] in found and i.event_id not in booked
+                    for i in (poison_head, poison_follower))
     others_ok = all(by_item[id(o)] not in found and o.event_id in booked for o in others)
+    parked_as = {n: (found[n][0].text("kafka_dlt-exception-fqcn") or "")
+                 for n in (by_item[id(i)] for i in (*followers, poison_follower))
+                 if n in found}
+    not_parked_kind = [inputs[n].describe() for n, fq in parked_as.items()
+                       if not fq.endswith(".KeyParked")]
+
+    def fate(item):
+        where = "dead-lettered" if by_item[id(item)] in found else "not dead-lettered"
+        return f"{where}, {'booked' if item.event_id in booked else 'not booked'}"
+
+    if key_ok and others_ok and not poison_ok:
+        raise CheckFailure(
+            f"{POISON_KEY}'s first record could not be parsed and went to the DLT, and the "
+            "payment behind it, of the same key, was booked. Whatever sends a record of a "
+            "key to the DLT parks the key: a malformed event is still that account's event, "
+            "and a fixed copy of it may come back by replay.",
+            expected=f"both {POISON_KEY} records in the DLT, the second as KeyParked; none "
+                     "booked",
+            actual=f"head (invalid): {fate(poison_head)}; follower: {fate(poison_follower)}",
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            lesson=SEE)
     if not (key_ok and others_ok):
         raise CheckFailure(
             f"{KEY}'s deposit was dead-lettered; the withdrawal behind it would run against a "
@@ -82,7 +136,31 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             "keys are not affected.",
             expected=f"all three {KEY} messages in the DLT, none booked; every other key booked, "
                      "none dead-lettered",
-            actual="see below", evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            actual=f"head: {fate(head)}; next: {fate(followers[0])}; last: "
+                   f"{fate(followers[1])}; other keys: "
+                   + ("; ".join(f"{o.account} {fate(o)}" for o in others
+                                if by_item[id(o)] in found or o.event_id not in booked)
+                      or "all booked, none dead-lettered"),
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            lesson=SEE)
+    if not_parked_kind:
+        raise CheckFailure(
+            "A record dead-lettered because its key is parked says so: its "
+            "kafka_dlt-exception-fqcn is payments.KeyParked, so replay and the person reading "
+            "the DLT tell it from a record that failed on its own.",
+            expected="KeyParked on every record parked behind its key",
+            actual=f"{len(not_parked_kind)} without it: {', '.join(not_parked_kind)}",
+            evidence=table(rows, ("message", "at", "in DLT", "booked")), lesson=SEE)
+    violations = audits["one"].violations
+    if violations:
+        raise CheckFailure(
+            "At every commit the check looked at the ledger and at the DLT's "
+            "acknowledgements. A record parked behind its key was committed before the DLT "
+            "had acknowledged it: a crash right then loses it, and its key never comes back "
+            "in order. Parking is a dead-letter write like any other: commit after the "
+            "acknowledgement.",
+            expected="every record below a committed offset booked or acknowledged by the DLT",
+            actual=f"{len(violations)} commit(s) ran ahead", evidence=audits["one"].table(),
             lesson=SEE)
 
 
@@ -93,8 +171,7 @@ def test_replay_restores_a_keys_order(lab, ledger_db, clock):
     gateway = ScriptedDownstream(lab.payments, clock)  # fixed: nothing is declined now
     run = lab.run(ledger_db, topics, settings, gateway, clock)
     require_done(run, inputs, gateway, read=SEE)
-    report = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
-    lab.refresh_ends(topics)
+    report, _ = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
     run = lab.run(ledger_db, topics, settings, gateway, clock, timeout=15)
     require_done(run, inputs, gateway, read=SEE, why="The replayed messages came back.")
     events = [head, *followers, late[0].item]
@@ -129,7 +206,6 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
     topics, settings, inputs, head, followers, _ = park_a_key(lab, ledger_db, clock)
     group = lab.kafka.group_id("dlt-replayer")
     replay_all(lab, topics, group, clock)  # too early: the cause is not fixed yet
-    lab.refresh_ends(topics)
     still = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
     run = lab.run(ledger_db, topics, settings, still, clock, timeout=15)
     require_done(run, inputs, still, read=SEE)
@@ -145,7 +221,6 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
             expected=f"none of {KEY}'s messages booked", actual="some were",
             evidence=order_table(events, ids, names), lesson=SEE)
     replay_all(lab, topics, group, clock)  # after the fix, the same job carries on
-    lab.refresh_ends(topics)
     fixed = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
     require_done(run, inputs, fixed, read=SEE)
@@ -157,6 +232,60 @@ def test_a_head_that_fails_again_keeps_its_followers_behind(lab, ledger_db, cloc
             "their original order.", expected="ledger ids ascending, one per message",
             actual=str([ids[e.event_id] for e in events]),
             evidence=order_table(events, ids, names), lesson=SEE)
+    after = lab.produce(topics.source, [healthy(KEY, 1_999)])
+    run = lab.run(ledger_db, topics, settings, fixed, clock)
+    require_done(run, inputs + after, fixed, read=SEE)
+    if after[0].item.event_id not in {r.event_id for r in ledger(ledger_db)}:
+        raise CheckFailure(
+            f"Every parked message of {KEY} is booked now, yet a new payment of the key was "
+            "parked: the key never came free. When the replayed head failed again it was "
+            "counted as one more waiting message, though its first DLT copy was counted "
+            "already (it stays the head; nothing new waits).",
+            expected="the new payment booked straight away",
+            actual="it was dead-lettered as parked", lesson=SEE)
+
+
+def test_a_redelivered_replayed_head_is_counted_once(lab, ledger_db, clock):
+    topics, settings, inputs, head, followers, _ = park_a_key(lab, ledger_db, clock,
+                                                              followers=1)
+    # After the fix, a replay job for declined payments brings back the head alone.
+    report, sent = replay_all(lab, topics, lab.kafka.group_id("dlt-declined"), clock,
+                              exception_types={"PaymentDeclined"})
+    fixed = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    copies = [p for p in sent.to(topics.source)
+              if p.value == head.value and p.acked_offset is not None]
+    replayed = copies[-1] if copies else None
+    booked = {r.event_id for r in ledger(ledger_db)}
+    if head.event_id not in booked or replayed is None:
+        raise CheckFailure(
+            f"A replay of the declined payments brought {KEY}'s head back; it must be booked "
+            "(its followers still wait in the DLT).",
+            expected="the head booked", actual=f"not booked; replay reported {report!r}",
+            lesson=SEE)
+    # The consumer crashed after booking the replayed head, before committing it: the same
+    # record comes again.
+    commit_group(lab, settings.group_id, topics.source,
+                 {replayed.acked_partition: replayed.acked_offset})
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    late = lab.produce(topics.source, [healthy(KEY, 2_468)])
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs + late, fixed, read=SEE)
+    booked = {r.event_id for r in ledger(ledger_db)}
+    early = [e for e in (*followers, late[0].item) if e.event_id in booked]
+    if early:
+        raise CheckFailure(
+            f"The replayed head of {KEY} was booked, then delivered again (a crash before its "
+            "commit). The redelivery counted as a second release: the key came free while "
+            f"its follower still waits in the DLT, and a new payment of {KEY} was "
+            "booked ahead of it. A release must count once per record: guard it with the "
+            "record's source offset, as every update of the parked state is.",
+            expected=f"the new payment of {KEY} parked behind the follower, neither booked",
+            actual="booked: " + ", ".join("the new payment" if e is late[0].item
+                                          else "a follower" for e in early),
+            lesson=SEE)
 
 
 def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
@@ -177,7 +306,7 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                   group_id=lab.kafka.group_id("dlt-replayer"), clock=clock,
                   rate_per_second=1000.0, max_replays=3,
                   exception_types={"DownstreamUnavailable", "KeyParked"})
-    back = lab.read(topics.source, topics.partitions, expect=2)
+    back = lab.read(topics.source, topics.partitions, fence=True)
     order = [next((c for c in dead if c.item.value == r.value), None) for r in back]
     sent = [f"{(c.item.key or b'').decode()} {c.item.cents}" for c in order if c is not None]
     if sent != ["acc-l 201", "acc-l 202"]:
