@@ -80,3 +80,17 @@ def test_on_a_terminal_a_spinner_counts_seconds_until_the_services_are_ready(lab
     text = out.getvalue()
     assert "\r⠙ starting Kafka… " in text, "the spinner turned and counted seconds"
     assert "Kafka up in 1.0 s (Kafka: apache)" in text
+
+
+def test_a_later_check_of_the_stage_that_fails_the_same_way_gets_one_line(lab: Lab) -> None:
+    failure = CheckFailure("tally.count() is not written yet.", expected="written",
+                           actual="it raises NotImplementedError")
+    stage = lab.stage_ids[0]
+    first, second = (CheckResult(stage, name, "fail", str(failure), hint="split the words",
+                                 failure=failure.report) for name in ("counts", "ignores_case"))
+    other = CheckResult(stage, "keeps_order", "fail", "the order changed")
+    text = _printed(lab, first, second, other)
+    assert text.count("tally.count() is not written yet.") == 1
+    assert text.count("hint: split the words") == 1
+    assert "ignores_case" in text and "fails the same way as counts above" in text
+    assert "the order changed" in text, "another message is printed in full"

@@ -80,6 +80,9 @@ class Printer:
     _stage: str | None = None
     _pending: bool = False  # a "running …" line is on screen, to be replaced by the result
     _spinner: Spinner | None = None
+    # (stage, status, message) -> the check that printed it: a later check of the stage that
+    # fails the same way gets one line, so the message and its hint stay in view
+    _said: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     def paint(self, text: str, status: str) -> str:
         if not self.colour:
@@ -146,6 +149,11 @@ class Printer:
             return
         # a typed failure is rendered from its fields, its lesson links with the stage's, once
         text = result.failure.render(lessons=False) if result.failure else result.message
+        first = self._said.setdefault((result.stage, result.status, text), result.check)
+        if first != result.check:
+            print(f"      fails the same way as {first} above", file=self.out)
+            self.out.flush()
+            return
         for line in text.splitlines():
             print(f"      {line}", file=self.out)
         if result.hint:
