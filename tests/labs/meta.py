@@ -1,7 +1,9 @@
 """What the meta-tests share: lab discovery at collection time and the assertions' wording.
 
 Every `labs/<slug>/` becomes parametrised cases, marked `kafka` when its lab.yaml lists the
-kafka service (CI reruns exactly those on Apache Kafka) and `postgres` when it lists postgres.
+kafka service (CI reruns exactly those on Apache Kafka) and `postgres` when it lists postgres;
+a mutant whose check never requests Kafka (the kit's `kafka`/`services` fixtures, at any
+depth) is not marked `kafka`.
 A lab.yaml that does not load still becomes a case, one that fails with the loader's message.
 """
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dojo.content.labs import Lab, LabError, Mutant, content_root, lab_dirs, load_lab
+from dojo.content.lab_checks import scan_checks
+from dojo.content.labs import Lab, LabError, Mutant, content_root, lab_dirs, load_lab, load_mutant
 from dojo.runner.results import CheckResult
 
 # "lab/stage/check: why" for every needs-backend result; printed by conftest at the end
@@ -57,6 +60,21 @@ def lab_params(root: Path | None = None) -> list[object]:
     return [pytest.param(case, id=case.slug, marks=_marks(case.lab)) for case in discover(root)]
 
 
+def _mutant_marks(lab: Lab, mutant_dir: Path, offline: set[str]) -> list[pytest.MarkDecorator]:
+    """The lab's marks, without `kafka` when the check the mutant names never reaches the
+    broker: its verdict cannot depend on which broker runs, so CI proves it once (on the
+    default broker) instead of again on Apache Kafka. A mutant.yaml that does not load keeps
+    every mark; its test says what is wrong with it."""
+    marks = _marks(lab)
+    try:
+        check = load_mutant(mutant_dir).check
+    except Exception:  # the test itself reports the broken mutant.yaml
+        return marks
+    if check in offline:
+        marks = [mark for mark in marks if mark.name != "kafka"]
+    return marks
+
+
 def mutant_params(root: Path | None = None) -> list[object]:
     params: list[object] = []
     for case in discover(root):
@@ -65,10 +83,11 @@ def mutant_params(root: Path | None = None) -> list[object]:
         folder = case.lab.mutants_dir
         if not folder.is_dir():
             continue
+        offline = {c.id for c in scan_checks(case.lab.checks_dir).checks if not c.uses_kafka}
         for mutant_dir in sorted(p for p in folder.iterdir() if p.is_dir()
                                  and not p.name.startswith((".", "__"))):
             params.append(pytest.param(case, mutant_dir, id=f"{case.slug}/{mutant_dir.name}",
-                                       marks=_marks(case.lab)))
+                                       marks=_mutant_marks(case.lab, mutant_dir, offline)))
     return params
 
 

@@ -21,6 +21,7 @@ class CheckDecl:
     line: int
     stage_line: int  # where the marker is (the decorator, or the module's pytestmark)
     needs_kafka: bool = False  # marked @pytest.mark.needs_kafka(...): may be needs-backend
+    uses_kafka: bool = True  # requests the kit's `kafka` or `services` fixture, at any depth
 
 
 @dataclass(frozen=True)
@@ -72,16 +73,69 @@ def _functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]
     return [f for f in found if f.name.startswith("test_")]
 
 
+# kit fixtures through which a check reaches the broker (`database` needs `services` too, but
+# hands out only PostgreSQL)
+KAFKA_FIXTURES = frozenset({"kafka", "services"})
+
+
+def _fixture_name(func: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The name `func` is requested by when it is a pytest fixture (`name=` wins), else None."""
+    for decorator in func.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (isinstance(target, ast.Attribute) and target.attr == "fixture") or (
+                isinstance(target, ast.Name) and target.id == "fixture"):
+            if isinstance(decorator, ast.Call):
+                for keyword in decorator.keywords:
+                    if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
+                        return str(keyword.value.value)
+            return func.name
+    return None
+
+
+def _parameters(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    args = func.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} - {"self"}
+
+
+def kafka_fixtures(trees: list[ast.Module]) -> set[str]:
+    """The fixtures defined in `trees` (and the kit's) that reach Kafka, directly or through
+    another fixture."""
+    fixtures: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = _fixture_name(node)
+                if name is not None:
+                    fixtures.setdefault(name, set()).update(_parameters(node))
+    reach = set(KAFKA_FIXTURES)
+    grew = True
+    while grew:
+        grew = False
+        for name, needs in fixtures.items():
+            if name not in reach and needs & reach:
+                reach.add(name)
+                grew = True
+    return reach
+
+
 def scan_checks(checks_dir: Path) -> ChecksScan:
     """Every check in `checks_dir/test_*.py`, in file then source order."""
     checks: list[CheckDecl] = []
     errors: list[tuple[Path, int, str]] = []
-    for path in sorted(checks_dir.glob("test_*.py")):
+    parsed: list[tuple[Path, ast.Module]] = []
+    helpers: list[ast.Module] = []
+    for path in sorted(checks_dir.glob("*.py")):
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except SyntaxError as exc:
-            errors.append((path, exc.lineno or 1, f"syntax error: {exc.msg}"))
+            if path.name.startswith("test_"):
+                errors.append((path, exc.lineno or 1, f"syntax error: {exc.msg}"))
             continue
+        helpers.append(tree)
+        if path.name.startswith("test_"):
+            parsed.append((path, tree))
+    reach = kafka_fixtures(helpers)
+    for path, tree in parsed:
         module_stage, module_line = _module_stage(tree)
         module_kafka = any(_names_needs_kafka(value) for value in _pytestmarks(tree))
         for func in _functions(tree):
@@ -89,5 +143,6 @@ def scan_checks(checks_dir: Path) -> ChecksScan:
             stage, stage_line = marks[0] if marks else (module_stage, module_line)
             needs_kafka = module_kafka or any(_names_needs_kafka(d) for d in func.decorator_list)
             checks.append(CheckDecl(func.name[len("test_"):], stage, path, func.lineno,
-                                    stage_line or func.lineno, needs_kafka))
+                                    stage_line or func.lineno, needs_kafka,
+                                    bool(_parameters(func) & reach)))
     return ChecksScan(tuple(checks), tuple(errors))
