@@ -35,11 +35,13 @@ SEE = READ["kafka-headers"]
 STATE = "shop=5ZJ1ql8,rojo=00f067aa0ba902b7"
 
 
-def place(shop: Any, trace: str, parent: str, state: str | None = STATE) -> str:
+def place(shop: Any, trace: str, parent: str, state: str | None = STATE,
+          on_asyncio: bool = False) -> str:
     headers = {"traceparent": traceparent(trace, parent)}
     if state:
         headers["tracestate"] = state
-    answer = shop.server.post(order_body(), headers)
+    answer = (shop.post_async(order_body(), headers) if on_asyncio
+              else shop.server.post(order_body(), headers))
     if answer.status != 201:
         raise CheckFailure("POST /orders must place the order.", expected="201",
                            actual=str(answer.status), evidence=str(answer.body)[:400],
@@ -48,8 +50,18 @@ def place(shop: Any, trace: str, parent: str, state: str | None = STATE) -> str:
 
 
 def test_the_record_carries_traceparent_from_a_producer_span(shop, kafka):
+    verify_record(shop, kafka, on_asyncio=False)
+
+
+def test_on_asyncio_the_record_carries_traceparent_from_a_producer_span(shop, kafka):
+    # handle_order_async sends on a thread of the loop's executor: the request's context
+    # must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    verify_record(shop, kafka, on_asyncio=True)
+
+
+def verify_record(shop: Any, kafka: Any, on_asyncio: bool) -> None:
     trace, caller = trace_id_hex(), span_id_hex()
-    place(shop, trace, caller)
+    place(shop, trace, caller, on_asyncio=on_asyncio)
     records = read_topic(kafka, shop.deps.topic, 1)
     if len(records) != 1:
         raise CheckFailure("One order, one record on the topic.", expected="1 record",

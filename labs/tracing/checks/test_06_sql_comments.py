@@ -98,6 +98,24 @@ def test_a_held_insert_shows_its_traceparent_in_pg_stat_activity(shop, database)
     verify_visible(shop, seen, trace, "the API's INSERT INTO orders")
 
 
+def test_on_asyncio_a_held_insert_shows_its_traceparent(shop, database):
+    # handle_order_async runs the INSERT on a thread of the loop's executor: the request's
+    # context must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    traced(shop)
+    trace = trace_id_hex()
+    with database.engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE"))
+        job = in_thread(shop.post_async, order_body(), {"traceparent": traceparent(trace)})
+        seen = waiting_statement(database.engine, "orders")
+        blocker.rollback()
+    answer = job.result(30)
+    if answer.status != 201:
+        raise CheckFailure("handle_order_async must place the order.", expected="201",
+                           actual=str(answer.status), evidence=str(answer.body)[:400],
+                           lesson=SEE)
+    verify_visible(shop, seen, trace, "the INSERT INTO orders of handle_order_async")
+
+
 def test_the_consumers_statements_carry_its_trace(shop, database):
     traced(shop)
     trace = trace_id_hex()

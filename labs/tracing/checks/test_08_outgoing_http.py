@@ -84,3 +84,12 @@ def test_without_an_incoming_trace_the_call_carries_the_new_one(shop):
                            actual=str(len(servers)), evidence=spans_table(servers),
                            lesson=SEE)
     verify_call(shop, hex_trace(servers[0]), None, "")
+
+
+def test_on_asyncio_the_inventory_call_carries_traceparent_from_a_client_span(shop):
+    # handle_order_async makes the call on a thread of the loop's executor: the request's
+    # context must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    trace, caller = trace_id_hex(), span_id_hex()
+    header = traceparent(trace, caller)
+    shop.post_async(order_body(), {"traceparent": header})
+    verify_call(shop, trace, caller, header)
