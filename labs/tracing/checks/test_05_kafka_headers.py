@@ -33,6 +33,9 @@ from dojo.checks.observers import headers_table, read_topic
 pytestmark = pytest.mark.stage("kafka-headers")
 SEE = READ["kafka-headers"]
 STATE = "shop=5ZJ1ql8,rojo=00f067aa0ba902b7"
+ON_ASYNCIO = (" handle_order_async runs this step on a thread of the loop's executor: "
+              "asyncio.to_thread copies the request's context there, loop.run_in_executor "
+              "does not.")
 
 
 def place(shop: Any, trace: str, parent: str, state: str | None = STATE,
@@ -110,7 +113,7 @@ def verify_record(shop: Any, kafka: Any, on_asyncio: bool) -> None:
         raise CheckFailure(
             "The record's traceparent must continue the request's trace from the PRODUCER "
             "span that sent it (span 'publish order'), so the consumer's span hangs under the "
-            "send; tracestate travels with it.",
+            "send; tracestate travels with it." + (ON_ASYNCIO if on_asyncio else ""),
             expected="traceparent: the request's trace id, parent-id = the 'publish order' "
                      "span, flags 01; tracestate as the caller sent it",
             actual="; ".join(problems),
