@@ -238,3 +238,48 @@ def test_one_trace_from_the_http_request_to_the_consumer(shop):
                    f"{len(shipping)} shipping line(s) with the trace id",
             evidence=f"order {order_id}\n" + spans_table(shop.spans.finished()) + "\n\n"
             + lines_table(shop.logs.lines()), lesson=SEE)
+
+
+def test_an_unsampled_trace_goes_through_kafka_with_flags_00(shop, kafka):
+    # With the SDK's parent-based sampler, a caller's flags 00 make every span of the request
+    # unsampled: none is exported, but the trace goes on, and its flags travel with it.
+    trace, caller = trace_id_hex(), span_id_hex()
+    answer = shop.server.post(order_body(), {"traceparent": traceparent(trace, caller, "00")})
+    if answer.status != 201:
+        raise CheckFailure("POST /orders must place the order.", expected="201",
+                           actual=str(answer.status), evidence=str(answer.body)[:400],
+                           lesson=SEE)
+    records = read_topic(kafka, shop.deps.topic, 1)
+    header = records[0].text("traceparent") if records else None
+    parsed = parse_traceparent(header)
+    problems = []
+    if parsed is None or parsed[0] != trace:
+        problems.append(f"the record's traceparent {header!r} does not carry the request's "
+                        "trace id")
+    else:
+        if parsed[2] != "00":
+            problems.append(f"the record's flags are {parsed[2]}, but the caller did not "
+                            "sample this trace (00): inject the span's own flags")
+        if parsed[1] == caller:
+            problems.append("its parent-id is the caller's span: the incoming header was "
+                            "forwarded")
+    consume(shop, 1)
+    shipping = shop.logs.lines(CONSUMER_SERVICE)
+    ours = [ln for ln in shipping if ln.get("trace_id") == trace]
+    if not ours:
+        problems.append("no shipping line carries the trace id: an unsampled context is "
+                        "still a context to continue (and to log)")
+    warned = [ln for ln in shipping if ln.get("level") == "WARNING"]
+    if parsed is not None and warned:
+        problems.append(f"{len(warned)} WARNING line(s), though the record had a valid "
+                        "traceparent")
+    if problems:
+        raise CheckFailure(
+            "A trace the caller did not sample (flags 00) still crosses Kafka: the record's "
+            "traceparent carries its trace id and flags 00, and the consumer continues it and "
+            "logs its id. Sampling decides what is exported, not what is propagated.",
+            expected="record traceparent 00-<the request's trace id>-<a span of yours>-00; "
+                     "shipping lines with that trace id; no WARNING",
+            actual="; ".join(problems),
+            evidence=(headers_table(records[0].headers) if records else "no record")
+            + "\n\n" + lines_table(shipping), lesson=SEE)
