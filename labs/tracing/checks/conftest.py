@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from _support import AppServer, Answer, Inventory, Logs, RecordingExecutor, Spans, awaited
+from _support import Answer, AppServer, Inventory, Logs, RecordingExecutor, Spans, awaited
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from sqlalchemy import text
 
