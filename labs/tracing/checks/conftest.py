@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from _support import AppServer, Inventory, Logs, RecordingExecutor, Spans
+from _support import Answer, AppServer, Inventory, Logs, RecordingExecutor, Spans, awaited
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from sqlalchemy import text
 
@@ -121,6 +122,19 @@ class Shop:
                     self.deps.jobs = None
 
         return asyncio.run(main())
+
+    def post_async(self, body: dict[str, Any], headers: dict[str, str]) -> Answer:
+        """One request through `api.handle_order_async` on a fresh event loop (whose default
+        executor has threads of its own), its background jobs and pool work waited for."""
+
+        async def one() -> Answer:
+            response = await awaited(self.api.handle_order_async(
+                self.deps, headers, json.dumps(body).encode()))
+            return Answer(int(response.status), dict(response.body))
+
+        answer = self.run_async(one)
+        self.drain_executor()
+        return answer
 
     def close(self) -> None:
         if self._server is not None:

@@ -247,3 +247,54 @@ def test_an_exception_is_one_line_with_its_causes(captured, tracer_spans):
             expected="one ERROR line; exception = the traceback, causes included; the trace id",
             actual=f"{len(problems)} problem(s)",
             evidence="\n".join(problems) + "\n\n" + _show(captured), lesson=SEE)
+
+
+class _ReservationLost(Exception):
+    pass
+
+
+def test_exc_info_logs_that_exception_wherever_the_call_is(captured, tracer_spans):
+    # A retry loop keeps the last error and logs it once it gives up, after its `except` has
+    # ended; a callback logs an error it was handed while handling another one. The line must
+    # hold the traceback of the exception given (record.exc_info), not of the one being
+    # handled on this thread at that moment (traceback.format_exc, sys.exc_info).
+    log = captured.log
+    saved: BaseException | None = None
+    with tracer_spans.tracer.start_as_current_span("process order"):
+        try:
+            try:
+                raise _WarehouseDown("warehouse 3 stopped answering at 09:41")
+            except _WarehouseDown as exc:
+                raise _ShipmentFailed("gave up on order ord-5823") from exc
+        except _ShipmentFailed as exc:
+            saved = exc
+        log.error("giving up after 3 attempts", exc_info=saved)
+        try:
+            raise _ReservationLost("reservation r-91 expired")
+        except _ReservationLost:
+            log.warning("earlier failure, reported late", exc_info=saved)
+    lines = _require_lines(captured, 2, "two records given exc_info=<a saved exception>")
+    problems = []
+    for n, line in enumerate(lines, 1):
+        text = str(line.get("exception", ""))
+        for needle, why in (("gave up on order ord-5823", "the exception's message"),
+                            ("warehouse 3 stopped answering at 09:41", "its cause's message")):
+            if needle not in text:
+                problems.append(f"line {n}: the exception field lacks {why}: {needle!r}")
+        if "reservation r-91 expired" in text:
+            problems.append(f"line {n}: the exception field shows the exception being "
+                            "handled when the line was written, not the one given")
+    if problems:
+        where = ("line 1 was logged after its `except` block ended, line 2 inside the "
+                 "`except` of another exception")
+        raise CheckFailure(
+            "`exc_info=` names the exception to log: the `exception` field must hold the "
+            "traceback of that exception (record.exc_info, e.g. formatException), with its "
+            "causes, wherever the call is made; not whatever this thread handles right then.",
+            expected="both lines: the given exception and its cause; nothing of another one",
+            actual=f"{len(problems)} problem(s); {where}",
+            evidence="\n".join(problems) + "\n\n" + _show(captured), lesson=SEE,
+            fix="format record.exc_info (self.formatException(record.exc_info)), not "
+                "traceback.format_exc()"
+            if any("being handled" in p for p in problems)
+            or "NoneType: None" in str(lines[0].get("exception", "")) else None)

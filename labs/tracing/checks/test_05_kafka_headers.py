@@ -33,13 +33,18 @@ from dojo.checks.observers import headers_table, read_topic
 pytestmark = pytest.mark.stage("kafka-headers")
 SEE = READ["kafka-headers"]
 STATE = "shop=5ZJ1ql8,rojo=00f067aa0ba902b7"
+ON_ASYNCIO = (" handle_order_async runs this step on a thread of the loop's executor: "
+              "asyncio.to_thread copies the request's context there, loop.run_in_executor "
+              "does not.")
 
 
-def place(shop: Any, trace: str, parent: str, state: str | None = STATE) -> str:
+def place(shop: Any, trace: str, parent: str, state: str | None = STATE,
+          on_asyncio: bool = False) -> str:
     headers = {"traceparent": traceparent(trace, parent)}
     if state:
         headers["tracestate"] = state
-    answer = shop.server.post(order_body(), headers)
+    answer = (shop.post_async(order_body(), headers) if on_asyncio
+              else shop.server.post(order_body(), headers))
     if answer.status != 201:
         raise CheckFailure("POST /orders must place the order.", expected="201",
                            actual=str(answer.status), evidence=str(answer.body)[:400],
@@ -48,8 +53,18 @@ def place(shop: Any, trace: str, parent: str, state: str | None = STATE) -> str:
 
 
 def test_the_record_carries_traceparent_from_a_producer_span(shop, kafka):
+    verify_record(shop, kafka, on_asyncio=False)
+
+
+def test_on_asyncio_the_record_carries_traceparent_from_a_producer_span(shop, kafka):
+    # handle_order_async sends on a thread of the loop's executor: the request's context
+    # must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    verify_record(shop, kafka, on_asyncio=True)
+
+
+def verify_record(shop: Any, kafka: Any, on_asyncio: bool) -> None:
     trace, caller = trace_id_hex(), span_id_hex()
-    place(shop, trace, caller)
+    place(shop, trace, caller, on_asyncio=on_asyncio)
     records = read_topic(kafka, shop.deps.topic, 1)
     if len(records) != 1:
         raise CheckFailure("One order, one record on the topic.", expected="1 record",
@@ -98,7 +113,7 @@ def test_the_record_carries_traceparent_from_a_producer_span(shop, kafka):
         raise CheckFailure(
             "The record's traceparent must continue the request's trace from the PRODUCER "
             "span that sent it (span 'publish order'), so the consumer's span hangs under the "
-            "send; tracestate travels with it.",
+            "send; tracestate travels with it." + (ON_ASYNCIO if on_asyncio else ""),
             expected="traceparent: the request's trace id, parent-id = the 'publish order' "
                      "span, flags 01; tracestate as the caller sent it",
             actual="; ".join(problems),
@@ -223,3 +238,48 @@ def test_one_trace_from_the_http_request_to_the_consumer(shop):
                    f"{len(shipping)} shipping line(s) with the trace id",
             evidence=f"order {order_id}\n" + spans_table(shop.spans.finished()) + "\n\n"
             + lines_table(shop.logs.lines()), lesson=SEE)
+
+
+def test_an_unsampled_trace_goes_through_kafka_with_flags_00(shop, kafka):
+    # With the SDK's parent-based sampler, a caller's flags 00 make every span of the request
+    # unsampled: none is exported, but the trace goes on, and its flags travel with it.
+    trace, caller = trace_id_hex(), span_id_hex()
+    answer = shop.server.post(order_body(), {"traceparent": traceparent(trace, caller, "00")})
+    if answer.status != 201:
+        raise CheckFailure("POST /orders must place the order.", expected="201",
+                           actual=str(answer.status), evidence=str(answer.body)[:400],
+                           lesson=SEE)
+    records = read_topic(kafka, shop.deps.topic, 1)
+    header = records[0].text("traceparent") if records else None
+    parsed = parse_traceparent(header)
+    problems = []
+    if parsed is None or parsed[0] != trace:
+        problems.append(f"the record's traceparent {header!r} does not carry the request's "
+                        "trace id")
+    else:
+        if parsed[2] != "00":
+            problems.append(f"the record's flags are {parsed[2]}, but the caller did not "
+                            "sample this trace (00): inject the span's own flags")
+        if parsed[1] == caller:
+            problems.append("its parent-id is the caller's span: the incoming header was "
+                            "forwarded")
+    consume(shop, 1)
+    shipping = shop.logs.lines(CONSUMER_SERVICE)
+    ours = [ln for ln in shipping if ln.get("trace_id") == trace]
+    if not ours:
+        problems.append("no shipping line carries the trace id: an unsampled context is "
+                        "still a context to continue (and to log)")
+    warned = [ln for ln in shipping if ln.get("level") == "WARNING"]
+    if parsed is not None and warned:
+        problems.append(f"{len(warned)} WARNING line(s), though the record had a valid "
+                        "traceparent")
+    if problems:
+        raise CheckFailure(
+            "A trace the caller did not sample (flags 00) still crosses Kafka: the record's "
+            "traceparent carries its trace id and flags 00, and the consumer continues it and "
+            "logs its id. Sampling decides what is exported, not what is propagated.",
+            expected="record traceparent 00-<the request's trace id>-<a span of yours>-00; "
+                     "shipping lines with that trace id; no WARNING",
+            actual="; ".join(problems),
+            evidence=(headers_table(records[0].headers) if records else "no record")
+            + "\n\n" + lines_table(shipping), lesson=SEE)

@@ -28,6 +28,9 @@ from dojo.checks import CheckFailure, call, in_thread, short, table
 
 pytestmark = pytest.mark.stage("sql-comments")
 SEE = READ["sql-comments"]
+ON_ASYNCIO = (" handle_order_async runs this step on a thread of the loop's executor: "
+              "asyncio.to_thread copies the request's context there, loop.run_in_executor "
+              "does not.")
 COMMENT = re.compile(r"/\*(?:(?!\*/).)*?\btraceparent='([^']*)'(?:(?!\*/).)*\*/", re.DOTALL)
 
 
@@ -58,7 +61,8 @@ def traced(shop: Any) -> None:
     call(shop.telemetry.trace_sql, shop.deps.engine)
 
 
-def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str) -> None:
+def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str,
+                   on_asyncio: bool = False) -> None:
     if not seen:
         raise CheckFailure(
             f"The check held a lock so that {where} would wait, but no statement of yours "
@@ -71,7 +75,8 @@ def verify_visible(shop: Any, seen: dict[str, Any], trace: str, where: str) -> N
         raise CheckFailure(
             f"A DBA looking at pg_stat_activity while {where} waits on a lock must see which "
             "request sent it: the statement must carry a sqlcommenter comment "
-            "/*traceparent='00-<trace id>-<span id>-<flags>'*/ naming the current span.",
+            "/*traceparent='00-<trace id>-<span id>-<flags>'*/ naming the current span."
+            + (ON_ASYNCIO if on_asyncio else ""),
             expected="/*traceparent='…'*/ with the request's trace id and one of its spans",
             actual=("no traceparent comment" if found is None
                     else f"traceparent={found!r}, not this request's span"),
@@ -96,6 +101,25 @@ def test_a_held_insert_shows_its_traceparent_in_pg_stat_activity(shop, database)
                            actual=str(answer.status), evidence=str(answer.body)[:400],
                            lesson=SEE)
     verify_visible(shop, seen, trace, "the API's INSERT INTO orders")
+
+
+def test_on_asyncio_a_held_insert_shows_its_traceparent(shop, database):
+    # handle_order_async runs the INSERT on a thread of the loop's executor: the request's
+    # context must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    traced(shop)
+    trace = trace_id_hex()
+    with database.engine.connect() as blocker:
+        blocker.execute(text("LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE"))
+        job = in_thread(shop.post_async, order_body(), {"traceparent": traceparent(trace)})
+        seen = waiting_statement(database.engine, "orders")
+        blocker.rollback()
+    answer = job.result(30)
+    if answer.status != 201:
+        raise CheckFailure("handle_order_async must place the order.", expected="201",
+                           actual=str(answer.status), evidence=str(answer.body)[:400],
+                           lesson=SEE)
+    verify_visible(shop, seen, trace, "the INSERT INTO orders of handle_order_async",
+                   on_asyncio=True)
 
 
 def test_the_consumers_statements_carry_its_trace(shop, database):

@@ -35,6 +35,7 @@ REASON = "warehouse 7 is offline"
 ROOT = "warehouse database 7 unavailable"
 STATE = "shop=dlt7,rojo=00f067aa0ba902b7"
 ATTEMPTS = 3
+ORIGIN = ("x-order-origin", b"kiosk-17;branch=Izmir")  # a header of the producer's own
 
 
 class WarehouseDown(Exception):
@@ -123,7 +124,7 @@ def dead_letter_one(shop: Any) -> tuple[str, str, str]:
     """A record whose shipment fails every time: (trace id, parent id, order id)."""
     trace, parent = trace_id_hex(), span_id_hex()
     [order_id] = produce_orders(shop, [[("traceparent", traceparent(trace, parent).encode()),
-                                        ("tracestate", STATE.encode())]])
+                                        ("tracestate", STATE.encode()), ORIGIN]])
     with fail_sql(shop.deps.engine, r"INSERT\s+INTO\s+shipments", times=100,
                   error=lambda where: WarehouseDown(ROOT)):
         shop.consume(1, max_attempts=ATTEMPTS)
@@ -131,7 +132,7 @@ def dead_letter_one(shop: Any) -> tuple[str, str, str]:
 
 
 def test_the_dead_letter_record_keeps_the_traceparent(shop, kafka):
-    trace, _, order_id = dead_letter_one(shop)
+    trace, parent, order_id = dead_letter_one(shop)
     records = read_topic(kafka, shop.deps.dlt_topic, 1)
     if len(records) != 1:
         raise CheckFailure(
@@ -145,8 +146,14 @@ def test_the_dead_letter_record_keeps_the_traceparent(shop, kafka):
     if parsed is None or parsed[0] != trace:
         problems.append("no traceparent with the original trace id"
                         if parsed is None else "a traceparent of another trace")
+    elif ("traceparent", traceparent(trace, parent).encode()) not in record.headers:
+        problems.append(f"traceparent {record.text('traceparent')!r} in place of the "
+                        f"original {traceparent(trace, parent)!r}: same trace, but the "
+                        "header the producer sent is gone")
     if record.text("tracestate") != STATE:
         problems.append("the original tracestate is gone")
+    if ORIGIN not in record.headers:
+        problems.append(f"the original header {ORIGIN[0]} is gone")
     if record.key_text != order_id:
         problems.append("the key is not the original record's")
     if problems:
@@ -154,8 +161,8 @@ def test_the_dead_letter_record_keeps_the_traceparent(shop, kafka):
             "The dead letter record must keep the original record's trace context: the "
             "trace id is the way from a dead letter alert back to the request that placed the "
             "order. Copy every original header, then add your own.",
-            expected="traceparent with the original trace id, the original tracestate, the "
-                     "original key",
+            expected="the original traceparent, tracestate and other headers, byte for "
+                     "byte; the original key",
             actual="; ".join(problems),
             evidence=headers_table(record.headers) + f"\noriginal trace id: {trace}",
             lesson=SEE)

@@ -25,9 +25,13 @@ from dojo.checks import CheckFailure
 
 pytestmark = pytest.mark.stage("outgoing-http")
 SEE = READ["outgoing-http"]
+ON_ASYNCIO = (" handle_order_async runs this step on a thread of the loop's executor: "
+              "asyncio.to_thread copies the request's context there, loop.run_in_executor "
+              "does not.")
 
 
-def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str) -> None:
+def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str,
+                on_asyncio: bool = False) -> None:
     calls = shop.inventory.calls
     header = calls[-1].headers.get("traceparent") if calls else None
     parsed = parse_traceparent(header)
@@ -58,7 +62,7 @@ def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str) -> 
     raise CheckFailure(
         "The call to the inventory service must carry the trace on: inside a CLIENT span "
         "('reserve stock') around the call, inject that span's context into the request "
-        "headers, so the inventory's span is its child.",
+        "headers, so the inventory's span is its child." + (ON_ASYNCIO if on_asyncio else ""),
         expected="traceparent: the request's trace id, parent-id = your 'reserve stock' "
                  "CLIENT span",
         actual=problem,
@@ -84,3 +88,12 @@ def test_without_an_incoming_trace_the_call_carries_the_new_one(shop):
                            actual=str(len(servers)), evidence=spans_table(servers),
                            lesson=SEE)
     verify_call(shop, hex_trace(servers[0]), None, "")
+
+
+def test_on_asyncio_the_inventory_call_carries_traceparent_from_a_client_span(shop):
+    # handle_order_async makes the call on a thread of the loop's executor: the request's
+    # context must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    trace, caller = trace_id_hex(), span_id_hex()
+    header = traceparent(trace, caller)
+    shop.post_async(order_body(), {"traceparent": header})
+    verify_call(shop, trace, caller, header, on_asyncio=True)

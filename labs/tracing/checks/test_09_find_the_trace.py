@@ -117,6 +117,61 @@ def test_find_trace_returns_exactly_the_requests_lines_in_time_order(learner, lo
             lesson=SEE)
 
 
+# File names in the order find_trace must follow, and the order the check creates them in:
+# neither sorted nor reversed, so no directory listing order (creation order, its reverse on
+# tmpfs, hash order) passes for name order except by a 1-in-5040 accident of hashing.
+TIE_FILES = ["billing", "inventory", "notifier", "orders-api", "payments", "search",
+             "shipping"]
+TIE_CREATION = [3, 0, 6, 2, 5, 1, 4]
+
+
+def test_lines_at_the_same_instant_keep_file_name_then_line_order(learner, logs_dir):
+    find = learner.module("find")
+    trace = trace_id_hex()
+    zones = [timedelta(hours=h) for h in (0, 3, -5, 5, -3, 9, 1)]
+    wanted: list[dict[str, Any]] = []
+    content: dict[str, list[dict[str, Any]]] = {}
+    for n, name in enumerate(TIE_FILES):
+        zone = timezone(zones[n])
+
+        def at(ms: int, message: str, name: str = name, zone: timezone = zone
+               ) -> dict[str, Any]:
+            when = (START + timedelta(milliseconds=ms)).astimezone(zone)
+            return {"timestamp": when.isoformat(timespec="milliseconds"), "level": "INFO",
+                    "service": name, "trace_id": trace, "span_id": span_id_hex(),
+                    "message": message}
+
+        # every file: a line 7 ms in, two lines at the same instant 58 ms in (the same
+        # instant written in its own offset), and a later one
+        content[name] = [at(7 + n, f"{name} starts"), at(58, f"{name} tie 1"),
+                         at(58, f"{name} tie 2"), at(900 - n, f"{name} ends")]
+    for n in range(len(TIE_FILES)):
+        wanted.append(content[TIE_FILES[n]][0])
+    for name in TIE_FILES:
+        wanted.extend(content[name][1:3])
+    wanted.extend(content[name][3] for name in reversed(TIE_FILES))
+    for index in TIE_CREATION:
+        name = TIE_FILES[index]
+        (logs_dir / f"{name}.jsonl").write_text(
+            "".join(json.dumps(row) + "\n" for row in content[name]), encoding="utf-8")
+    got = call(find.find_trace, logs_dir, trace)
+    if got != wanted:
+        raise CheckFailure(
+            "Lines at the same instant keep the order of their file names, then of their "
+            "position in the file: sort by (instant, file name, line number), whatever order "
+            "the directory lists its files in.",
+            expected=f"{len(wanted)} lines; the 14 at the same instant by file name, then line",
+            actual=f"{len(got) if isinstance(got, list) else 'no list of'} lines, not in "
+                   "that order",
+            evidence="files created in the order "
+            + ", ".join(f"{TIE_FILES[i]}.jsonl" for i in TIE_CREATION)
+            + "\n\nexpected:\n" + table(describe(wanted), ("timestamp", "service",
+                                                             "message"), width=50, limit=30)
+            + "\n\nreturned:\n" + table(describe(got), ("timestamp", "service", "message"),
+                                          width=50, limit=30),
+            lesson=SEE)
+
+
 def test_find_trace_on_the_logs_of_a_real_request(shop, learner, logs_dir):
     files = Logs(learner, logs_dir).install()
     try:

@@ -31,11 +31,10 @@ def root_cause(exc: BaseException) -> BaseException:
 
 
 def dead_letter(deps: shop.Deps, record: Any, error: BaseException) -> None:
-    """Same key and value; the original headers, traceparent written afresh from the current
-    span (the same trace), and why."""
+    """Same key and value; the original headers as they came (the README asks for every one,
+    traceparent included: a reader follows it back to the producer's span), and why."""
     cause = root_cause(error)
-    headers = [(k, v) for k, v in (record.headers() or []) if k != "traceparent"]
-    headers += [(k, v.encode()) for k, v in telemetry.inject().items() if k == "traceparent"]
+    headers = list(record.headers() or [])
     headers.append(("dlt-error", f"{type(cause).__name__}: {cause}".encode()))
     deps.producer.produce(deps.dlt_topic, key=record.key(), value=record.value(),
                           headers=headers)
