@@ -432,3 +432,51 @@ def test_a_user_engine_makes_the_datasource_back_off(learner, make_app, database
         for candidate in (getattr(app.probe, "engine", None),):
             if candidate is not None:
                 candidate.dispose()
+
+
+def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
+    from confluent_kafka import KafkaException, Producer
+
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    # Values chosen so that each one is observable: a Producer with idempotence on refuses
+    # max.in.flight 10 (and acks other than all), and message.max.bytes 2048 makes produce()
+    # refuse a 6000-byte value on the spot, before anything reaches the broker.
+    chosen = {"acks": "1", "enable.idempotence": "false",
+              "max.in.flight.requests.per.connection": "10", "message.max.bytes": "2048"}
+    properties = {"dojo.kafka.bootstrap-servers": kafka.bootstrap,
+                  **{f"dojo.kafka.producer.{k}": v for k, v in chosen.items()}}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties, None)
+    error = raised(ctx.refresh)
+    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean,
+                                                                          Producer)
+    refused = None
+    if isinstance(producer, Producer):
+        try:
+            producer.produce(kafka.topic(hint="container-size"), value=b"x" * 6000)
+        except (KafkaException, BufferError) as exc:
+            refused = exc
+        finally:
+            producer.flush(5)
+    if error or not isinstance(producer, Producer) or refused is None:
+        raise CheckFailure(
+            "Every dojo.kafka.producer.<key> property must reach the Producer as <key>, with "
+            "the application's value: a default the auto-configuration adds may only fill in "
+            "a key the application did not set, never replace its value.",
+            expected="refresh() succeeds; get_bean(Producer) is a Producer; produce() of a "
+                     "6000-byte value fails at once (message.max.bytes=2048)",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
+                    if not isinstance(producer, Producer) else
+                    "produce() of a 6000-byte value was accepted"),
+            evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
+            lesson=BACK_OFF,
+        )
