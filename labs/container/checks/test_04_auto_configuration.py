@@ -480,3 +480,68 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
             evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
             lesson=BACK_OFF,
         )
+
+
+def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/caching.py", """\
+        from markers import bean, conditional_on_missing_bean, configuration
+        import {probe} as probe
+
+
+        class Cache:
+            pass
+
+
+        @configuration
+        class RedisCacheAutoConfiguration:
+            @bean
+            def redis_cache(self) -> Cache:
+                probe.events.append(("init", "redis_cache"))
+                return Cache()
+
+
+        @configuration
+        @conditional_on_missing_bean(Cache)
+        class SimpleCacheAutoConfiguration:
+            @bean
+            def simple_cache(self) -> Cache:
+                probe.events.append(("init", "simple_cache"))
+                return Cache()
+        """)
+    first = f"{app.base}_auto.caching.RedisCacheAutoConfiguration"
+    later = f"{app.base}_auto.caching.SimpleCacheAutoConfiguration"
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, first, later)])
+    error = raised(ctx.refresh)
+    report = [] if error else call(ctx.condition_report)
+    backed_off = [o for o in _entries(report, later) if getattr(o, "matched", None) is False
+                  and "redis_cache" in " ".join(map(str, getattr(o, "messages", [])))]
+    defined = sorted(n for n in ("redis_cache", "simple_cache") if n in ctx.definitions)
+    if error or defined != ["redis_cache"] or "simple_cache" in app.created() \
+            or not backed_off:
+        raise CheckFailure(
+            "Listed classes are applied one after another: each one's conditions are "
+            "evaluated when its turn comes, after the earlier auto-configurations registered "
+            "their beans, so a later @conditional_on_missing_bean backs off for a bean an "
+            "earlier one defined.",
+            expected="redis_cache defined, simple_cache not; a not-matched report entry for "
+                     "SimpleCacheAutoConfiguration naming redis_cache",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"defined: {', '.join(defined) or 'neither'}"
+                    + ("" if backed_off else "; no not-matched report entry naming "
+                                             "redis_cache")),
+            evidence="imports file: RedisCacheAutoConfiguration (@bean redis_cache: Cache), "
+                     "then SimpleCacheAutoConfiguration (@conditional_on_missing_bean(Cache))\n"
+                     "condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=CONDITIONS,
+        )
