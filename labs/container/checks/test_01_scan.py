@@ -124,7 +124,21 @@ def test_scanning_imports_no_module(learner, make_app, import_log, database):
         class MonthlyReport:
             pass
         """, side_effect=database.dsn)
+    # A dotted base package too: even finding where it lives must not import its parents
+    # (importlib.util.find_spec("a.b") imports the package a).
+    app.write("__init__.py", "", side_effect=database.dsn)
+    app.write("sales/__init__.py", "", side_effect=database.dsn)
+    app.write("sales/desk.py", """\
+
+        from markers import component
+
+
+        @component
+        class SalesDesk:
+            pass
+        """, side_effect=database.dsn)
     found = call(scanning.scan, app.base, app.root)
+    found_sales = call(scanning.scan, f"{app.base}.sales", app.root)
     rows = imported_modules(import_log)
     loaded = app.loaded()
     if rows or loaded:
@@ -132,21 +146,27 @@ def test_scanning_imports_no_module(learner, make_app, import_log, database):
             "Scanning imported the application's modules: their import-time code ran. Read the "
             "source with ast instead, the way Spring's scanner reads class files without "
             "loading the classes.",
-            expected="no row in import_log, no module of the application in sys.modules",
+            expected="no row in import_log, no module of the application in sys.modules "
+                     f"(after scan({app.base!r}) and scan({app.base + '.sales'!r}))",
             actual=f"{len(rows)} row(s) in import_log; loaded: {', '.join(loaded) or 'none'}",
             evidence="import_log (written by each module when it is imported):\n"
                      + table([(m,) for m in rows], ("module",)),
             lesson=ASM,
-            fix="Parse each file with ast.parse(path.read_text()) and look at the ClassDef "
-                "nodes' decorator_list; never import_module while scanning.",
+            fix=("Map the base package to its directory yourself (root / 'shop' / 'sales'): "
+                 "importlib.util.find_spec('shop.sales') imports the package shop to find it."
+                 if set(rows) | set(loaded) <= {app.base} else
+                 "Parse each file with ast.parse(path.read_text()) and look at the ClassDef "
+                 "nodes' decorator_list; never import_module while scanning."),
         )
-    got = names(found)
-    if got != ["mailer", "monthlyReport"]:
+    got, got_sales = names(found), names(found_sales)
+    if got != ["mailer", "monthlyReport", "salesDesk"] or got_sales != ["salesDesk"]:
         raise CheckFailure(
             "scan imported nothing (good) but did not register the marked classes of modules "
             "whose import has side effects.",
-            expected="mailer, monthlyReport",
-            actual=", ".join(got) or "nothing",
+            expected=f"scan({app.base!r}): mailer, monthlyReport, salesDesk; "
+                     f"scan({app.base + '.sales'!r}): salesDesk",
+            actual=f"scan({app.base!r}): {', '.join(got) or 'nothing'}; "
+                   f"scan({app.base + '.sales'!r}): {', '.join(got_sales) or 'nothing'}",
             evidence=f"module {mailer} declares @component class Mailer",
             lesson=SCAN,
         )
@@ -211,8 +231,39 @@ def test_stereotypes_count_as_component(learner, make_app):
         class Search:
             pass
         """)
+    # A chain whose links sit in modules out of order both ways (mm, then aa, then zz): no
+    # single pass over the files, in either order, sees every link.
+    app.write("web/mm_links.py", """\
+        from markers import component
+
+
+        @component
+        def endpoint(cls):
+            return cls
+        """)
+    app.write("web/aa_links.py", """\
+        from {base}.web.mm_links import endpoint
+
+
+        @endpoint
+        def api_endpoint(cls):
+            return cls
+        """)
+    app.write("web/zz_links.py", """\
+        from {base}.web.aa_links import api_endpoint
+
+
+        @api_endpoint
+        def versioned_endpoint(cls):
+            return cls
+
+
+        @versioned_endpoint
+        class PriceApi:
+            pass
+        """)
     got = names(call(scanning.scan, app.base, app.root))
-    wanted = sorted(["homePage", "orderApi", "stockApi", "webConfig", "search"])
+    wanted = sorted(["homePage", "orderApi", "stockApi", "webConfig", "search", "priceApi"])
     if got != wanted:
         missing = sorted(set(wanted) - set(got))
         extra = sorted(set(got) - set(wanted))
@@ -225,7 +276,10 @@ def test_stereotypes_count_as_component(learner, make_app):
                    + (f"; missing {', '.join(missing)}" if missing else "")
                    + (f"; not components, but registered: {', '.join(extra)}" if extra else ""),
             evidence="web/stereotypes.py: @component def controller; @controller def "
-                     "rest_controller; def traced (no marker)",
+                     "rest_controller; def traced (no marker)\n"
+                     "web/mm_links.py: @component def endpoint; web/aa_links.py: @endpoint def "
+                     "api_endpoint; web/zz_links.py: @api_endpoint def versioned_endpoint, "
+                     "@versioned_endpoint class PriceApi",
             lesson=META,
         )
 
@@ -255,18 +309,30 @@ def test_beans_are_named_like_spring_names_them(learner, make_app):
         @service
         class PdfRenderer:
             pass
+
+
+        @component
+        class A1Service:
+            pass
+
+
+        @component
+        class X_Handler:
+            pass
         """)
     found = call(scanning.scan, app.base, app.root)
     got = names(found)
-    wanted = sorted(["URLSigner", "q", "ledger", "pdfRenderer"])
+    wanted = sorted(["URLSigner", "q", "ledger", "pdfRenderer", "a1Service", "x_Handler"])
     if got != wanted:
         raise CheckFailure(
             "A bean is named by its marker's name= when given, else by the class name with the "
-            "first letter lower-cased, unless the first two letters are both capitals "
-            "(java.beans.Introspector.decapitalize: URLSigner stays URLSigner).",
+            "first letter lower-cased, unless the first two characters are both capital "
+            "letters (java.beans.Introspector.decapitalize: URLSigner stays URLSigner, "
+            "A1Service becomes a1Service, X_Handler becomes x_Handler).",
             expected=", ".join(wanted),
             actual=", ".join(got) or "nothing",
-            evidence="classes: URLSigner, Q, GeneralLedgerService (name='ledger'), PdfRenderer",
+            evidence="classes: URLSigner, Q, GeneralLedgerService (name='ledger'), PdfRenderer, "
+                     "A1Service, X_Handler",
             lesson=NAMING,
         )
 

@@ -62,7 +62,7 @@ SHOP = {
                 probe.events.append(("init", "archiveStore"))
         """,
     "config.py": """\
-        from markers import bean, configuration
+        from markers import bean, configuration, lazy, primary, scope
         from {base}.prices import PriceList
         import {probe} as probe
 
@@ -73,6 +73,24 @@ SHOP = {
             def price_cache(self{cache_params}) -> dict:
                 probe.events.append(("init", "price_cache"))
                 return {"made": True}
+
+            @lazy
+            @bean
+            def report_cache(self) -> dict:
+                probe.events.append(("init", "report_cache"))
+                return {}
+
+            @bean
+            @scope("prototype")
+            def scratch(self) -> list:
+                probe.events.append(("init", "scratch"))
+                return []
+
+            @primary
+            @bean
+            def main_cache(self) -> dict:
+                probe.events.append(("init", "main_cache"))
+                return {}
         """,
 }
 
@@ -104,6 +122,9 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
         "archiveStore": ("singleton", True, False, ()),
         "appConfig": ("singleton", False, False, ()),
         "price_cache": ("singleton", False, False, ("prices", "archive")),
+        "report_cache": ("singleton", True, False, ()),
+        "scratch": ("prototype", False, False, ()),
+        "main_cache": ("singleton", False, True, ()),
     }
     rows, wrong = [], []
     for name, (scope, lazy, primary, deps) in wanted.items():
@@ -123,7 +144,7 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
             "The definitions registered by the context must say what each bean will be: its "
             "scope, whether it is lazy or primary, and the names of its constructor's (or "
             "@bean method's) parameters, for classes and for the @bean methods of "
-            "@configuration classes.",
+            "@configuration classes (a @bean method's flags are its own, not its class's).",
             expected="definitions for " + ", ".join(wanted),
             actual="; ".join(wrong),
             evidence=table(rows, ("bean", "scope", "lazy", "primary", "dependencies")),
@@ -150,9 +171,9 @@ def test_nothing_is_created_before_refresh(learner, make_app, import_log, databa
         )
     call(ctx.refresh)
     made = Counter(app.created())
-    wanted = Counter({"fastPrices": 1, "slowPrices": 1, "price_cache": 1})
+    wanted = Counter({"fastPrices": 1, "slowPrices": 1, "price_cache": 1, "main_cache": 1})
     if made != wanted:
-        early = sorted(set(made) & {"archiveStore", "quote"})
+        early = sorted(set(made) & {"archiveStore", "quote", "report_cache", "scratch"})
         raise CheckFailure(
             "refresh() must create every non-lazy singleton exactly once, and neither a lazy "
             "singleton (made on its first lookup) nor a prototype (made on each lookup).",

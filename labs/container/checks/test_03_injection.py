@@ -476,3 +476,135 @@ def test_a_shared_dependency_is_not_a_cycle(learner, make_app):
             evidence="Top(left: Left, right: Right); Left(base: Base); Right(base: Base)",
             lesson=INJECTION,
         )
+
+
+def test_a_qualifier_only_picks_among_beans_of_the_type(learner, make_app):
+    app = make_app("shop")
+    app.write("billing.py", """\
+        from __future__ import annotations
+
+        from typing import Annotated
+
+        from markers import Qualifier, component, service
+
+
+        class PaymentGateway:
+            pass
+
+
+        @component
+        class AuditLog:
+            '''A bean named auditLog, but not a PaymentGateway.'''
+
+
+        @service
+        class Refunds:
+            def __init__(self, gateway: Annotated[PaymentGateway, Qualifier("auditLog")]):
+                self.gateway = gateway
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    gateway_type = application_module(f"{app.base}.billing").PaymentGateway
+    fields = (getattr(error, "required_type", None), getattr(error, "bean", None),
+              getattr(error, "parameter", None))
+    if not isinstance(error, context.NoSuchBeanError) \
+            or fields != (gateway_type, "refunds", "gateway"):
+        given = None if error is not None else getattr(call(ctx.get_bean, "refunds"),
+                                                       "gateway", None)
+        raise CheckFailure(
+            "A Qualifier chooses among the candidates, the beans of the parameter's type: a "
+            "bean with that name but of another type is not one of them, so nothing can be "
+            "injected and refresh() fails with NoSuchBeanError.",
+            expected="NoSuchBeanError(required_type=PaymentGateway, bean='refunds', "
+                     "parameter='gateway')",
+            actual=(f"refresh() succeeded and Refunds.gateway is {_describe(given)}"
+                    if error is None else
+                    f"{type(error).__name__}: {error}; required_type="
+                    f"{getattr(fields[0], '__name__', fields[0])!r}, bean={fields[1]!r}, "
+                    f"parameter={fields[2]!r}"),
+            evidence="Refunds(gateway: Annotated[PaymentGateway, Qualifier('auditLog')]); "
+                     "auditLog is an AuditLog, no bean is a PaymentGateway",
+            lesson=WHAT_SPRING_DOES,
+        )
+
+
+PROTOTYPE_CYCLE = """\
+    from __future__ import annotations
+
+    from markers import component, scope
+
+
+    @component
+    class Ledger:
+        def __init__(self, entry: Entry):
+            self.entry = entry
+
+
+    @component
+    @scope("prototype")
+    class Entry:
+        def __init__(self, journal: Journal):
+            self.journal = journal
+
+
+    @component
+    class Journal:
+        def __init__(self, ledger: Ledger):
+            self.ledger = ledger
+    """
+
+PROTOTYPE_PAIR = """\
+    from __future__ import annotations
+
+    from markers import component, scope
+
+
+    @component
+    @scope("prototype")
+    class Draft:
+        def __init__(self, sketch: Sketch):
+            self.sketch = sketch
+
+
+    @component
+    @scope("prototype")
+    class Sketch:
+        def __init__(self, draft: Draft):
+            self.draft = draft
+    """
+
+
+def test_a_cycle_through_prototypes_is_named(learner, make_app):
+    context = learner.module("context")
+    mixed = make_app("shop")
+    mixed.write("books.py", PROTOTYPE_CYCLE)
+    ctx = call(context.ApplicationContext, mixed.base, mixed.root, {}, [])
+    mixed_error = raised(ctx.refresh)
+    pair = make_app("shop")
+    pair.write("notes.py", PROTOTYPE_PAIR)
+    ctx = call(context.ApplicationContext, pair.base, pair.root, {}, [])
+    pair_error = raised(ctx.refresh) or raised(ctx.get_bean, "draft")
+    rows = []
+    for label, error, ring in (
+            ("refresh(): Ledger → Entry (prototype) → Journal → Ledger", mixed_error,
+             ["ledger", "entry", "journal"]),
+            ("get_bean('draft'): Draft (prototype) ↔ Sketch (prototype)", pair_error,
+             ["draft", "sketch"])):
+        cycle = list(getattr(error, "cycle", None) or [])
+        ok = isinstance(error, context.CircularDependencyError) and _is_rotation(cycle, ring)
+        rows.append((label, " → ".join([*ring, ring[0]]),
+                     ("no error" if error is None else type(error).__name__)
+                     + (f", cycle {' → '.join(map(str, cycle))}" if cycle else ""), ok))
+    wrong = [row for row in rows if not row[3]]
+    if wrong:
+        raise CheckFailure(
+            "A prototype being created is on the path of beans in creation like a singleton: "
+            "a loop through prototypes is a cycle too, named with every bean of the loop "
+            "(a new object each time would never end the recursion).",
+            expected="; ".join(f"{w[0]}: CircularDependencyError, cycle {w[1]} (any rotation)"
+                               for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
+            evidence=table([r[:3] for r in rows], ("case", "expected cycle", "got")),
+            lesson=INJECTION,
+        )

@@ -432,3 +432,116 @@ def test_a_user_engine_makes_the_datasource_back_off(learner, make_app, database
         for candidate in (getattr(app.probe, "engine", None),):
             if candidate is not None:
                 candidate.dispose()
+
+
+def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
+    from confluent_kafka import KafkaException, Producer
+
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    # Values chosen so that each one is observable: a Producer with idempotence on refuses
+    # max.in.flight 10 (and acks other than all), and message.max.bytes 2048 makes produce()
+    # refuse a 6000-byte value on the spot, before anything reaches the broker.
+    chosen = {"acks": "1", "enable.idempotence": "false",
+              "max.in.flight.requests.per.connection": "10", "message.max.bytes": "2048"}
+    properties = {"dojo.kafka.bootstrap-servers": kafka.bootstrap,
+                  **{f"dojo.kafka.producer.{k}": v for k, v in chosen.items()}}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties, None)
+    error = raised(ctx.refresh)
+    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean,
+                                                                          Producer)
+    refused = None
+    if isinstance(producer, Producer):
+        try:
+            producer.produce(kafka.topic(hint="container-size"), value=b"x" * 6000)
+        except (KafkaException, BufferError) as exc:
+            refused = exc
+        finally:
+            producer.flush(5)
+    if error or not isinstance(producer, Producer) or refused is None:
+        raise CheckFailure(
+            "Every dojo.kafka.producer.<key> property must reach the Producer as <key>, with "
+            "the application's value: a default the auto-configuration adds may only fill in "
+            "a key the application did not set, never replace its value.",
+            expected="refresh() succeeds; get_bean(Producer) is a Producer; produce() of a "
+                     "6000-byte value fails at once (message.max.bytes=2048)",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
+                    if not isinstance(producer, Producer) else
+                    "produce() of a 6000-byte value was accepted"),
+            evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
+            lesson=BACK_OFF,
+        )
+
+
+def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/caching.py", """\
+        from markers import bean, conditional_on_missing_bean, configuration
+        import {probe} as probe
+
+
+        class Cache:
+            pass
+
+
+        @configuration
+        class RedisCacheAutoConfiguration:
+            @bean
+            def redis_cache(self) -> Cache:
+                probe.events.append(("init", "redis_cache"))
+                return Cache()
+
+
+        @configuration
+        @conditional_on_missing_bean(Cache)
+        class SimpleCacheAutoConfiguration:
+            @bean
+            def simple_cache(self) -> Cache:
+                probe.events.append(("init", "simple_cache"))
+                return Cache()
+        """)
+    first = f"{app.base}_auto.caching.RedisCacheAutoConfiguration"
+    later = f"{app.base}_auto.caching.SimpleCacheAutoConfiguration"
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, first, later)])
+    error = raised(ctx.refresh)
+    report = [] if error else call(ctx.condition_report)
+    backed_off = [o for o in _entries(report, later) if getattr(o, "matched", None) is False
+                  and "redis_cache" in " ".join(map(str, getattr(o, "messages", [])))]
+    defined = sorted(n for n in ("redis_cache", "simple_cache") if n in ctx.definitions)
+    if error or defined != ["redis_cache"] or "simple_cache" in app.created() \
+            or not backed_off:
+        raise CheckFailure(
+            "Listed classes are applied one after another: each one's conditions are "
+            "evaluated when its turn comes, after the earlier auto-configurations registered "
+            "their beans, so a later @conditional_on_missing_bean backs off for a bean an "
+            "earlier one defined.",
+            expected="redis_cache defined, simple_cache not; a not-matched report entry for "
+                     "SimpleCacheAutoConfiguration naming redis_cache",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"defined: {', '.join(defined) or 'neither'}"
+                    + ("" if backed_off else "; no not-matched report entry naming "
+                                             "redis_cache")),
+            evidence="imports file: RedisCacheAutoConfiguration (@bean redis_cache: Cache), "
+                     "then SimpleCacheAutoConfiguration (@conditional_on_missing_bean(Cache))\n"
+                     "condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=CONDITIONS,
+        )

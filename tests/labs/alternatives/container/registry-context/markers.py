@@ -1,0 +1,149 @@
+"""The container's vocabulary: the decorators application code puts on its classes.
+
+They only leave marks (attributes) on what they decorate; the container reads the marks. The
+scanner does not even do that: it reads the decorators' *names* in the source with `ast`
+(README, stage 1), so nothing here runs while scanning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+STEREOTYPE = "__stereotype__"     # set on a decorator function that carries @component
+COMPONENT = "__component__"       # set on a class: the bean name given, or ""
+CONDITIONS = "__conditions__"     # list of Condition on a class or a @bean method
+
+
+def _mark_class(cls: type, name: str) -> type:
+    setattr(cls, COMPONENT, name)
+    return cls
+
+
+def component(target: Any = None, *, name: str = "") -> Any:
+    """Mark a class as a component, or a decorator function as a stereotype that carries it.
+
+    `@component`, `@component(name="x")`; on a function, `@component def controller(cls)` makes
+    `@controller` a meta-marker: classes it decorates are components too.
+    """
+    if target is None:
+        return lambda t: component(t, name=name)
+    if isinstance(target, type):
+        return _mark_class(target, name)
+
+    def stereotype(cls: Any = None, *, name: str = "") -> Any:
+        if cls is None:
+            return lambda c: stereotype(c, name=name)
+        if not isinstance(cls, type):
+            return component(cls)          # a stereotype of a stereotype
+        marked = target(cls)
+        return _mark_class(marked if isinstance(marked, type) else cls, name)
+
+    setattr(stereotype, STEREOTYPE, True)
+    stereotype.__name__ = getattr(target, "__name__", "stereotype")
+    return stereotype
+
+
+@component
+def service(cls: type) -> type:
+    """A component that holds business logic."""
+    return cls
+
+
+@component
+def repository(cls: type) -> type:
+    """A component that talks to storage."""
+    return cls
+
+
+@component
+def configuration(cls: type) -> type:
+    """A component whose @bean methods define more beans."""
+    return cls
+
+
+def bean(method: Callable[..., T]) -> Callable[..., T]:
+    """Mark a method of a @configuration class as a bean factory (the bean is named after it)."""
+    method.__bean__ = True  # type: ignore[attr-defined]
+    return method
+
+
+def primary(target: T) -> T:
+    """Prefer this bean when several beans have the type asked for."""
+    target.__primary__ = True  # type: ignore[attr-defined]
+    return target
+
+
+def lazy(target: T) -> T:
+    """Create this singleton on first lookup instead of at refresh."""
+    target.__lazy__ = True  # type: ignore[attr-defined]
+    return target
+
+
+def scope(name: str) -> Callable[[T], T]:
+    """Give a bean a scope: "singleton" (the default) or "prototype"."""
+    def mark(target: T) -> T:
+        target.__scope__ = name  # type: ignore[attr-defined]
+        return target
+    return mark
+
+
+@dataclass(frozen=True)
+class Qualifier:
+    """`Annotated[Type, Qualifier("beanName")]` on a constructor parameter picks a bean by name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition on an auto-configuration class or one of its @bean methods."""
+
+    kind: str                 # "on_class" | "on_property" | "on_missing_bean"
+    module: str = ""          # on_class: the module that must be importable
+    prop: str = ""            # on_property: the property name
+    having_value: str = ""    # on_property: the value it must have ("" = anything but "false")
+    match_if_missing: bool = False
+    bean_type: Any = None     # on_missing_bean: the type no bean may have yet
+
+
+def _condition(condition: Condition) -> Callable[[T], T]:
+    def mark(target: T) -> T:
+        found = list(getattr(target, CONDITIONS, ()))
+        setattr(target, CONDITIONS, [*found, condition])
+        return target
+    return mark
+
+
+def conditional_on_class(module: str) -> Callable[[T], T]:
+    """Match only if `module` can be imported (checked without importing it)."""
+    return _condition(Condition("on_class", module=module))
+
+
+def conditional_on_property(prop: str, having_value: str = "",
+                            match_if_missing: bool = False) -> Callable[[T], T]:
+    """Match only if the property is set (to `having_value`, when given)."""
+    return _condition(Condition("on_property", prop=prop, having_value=having_value,
+                                match_if_missing=match_if_missing))
+
+
+def conditional_on_missing_bean(bean_type: Any) -> Callable[[T], T]:
+    """Match only if no bean of `bean_type` is defined yet (user beans are registered first)."""
+    return _condition(Condition("on_missing_bean", bean_type=bean_type))
+
+
+class Environment:
+    """The properties the context was given; the context registers it as bean "environment"."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        self.properties = dict(properties)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.properties.get(key, default)
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Every property under `prefix`, keyed by the rest of its name."""
+        return {k[len(prefix):]: v for k, v in self.properties.items() if k.startswith(prefix)}
