@@ -178,13 +178,17 @@ def test_several_failing_endpoints_report_the_one_with_most_failures(learner, wi
         fix = ("POST /orders is in an incident too, with a higher error rate and an earlier "
                "onset, but GET /orders lost more requests: report the endpoint with the most "
                "failed requests since its onset.")
-    wrong = _diff(found, want) if found is not None else [("endpoint", want.endpoint, "None")]
+    if got != want.endpoint:
+        wrong = [("endpoint", repr(want.endpoint), repr(got))]
+    else:
+        wrong = _diff(found, want)
     raise CheckFailure(
         "impact() did not report the endpoint that failed the most requests.",
         expected="; ".join(f"{name} {w}" for name, w, _ in wrong),
         actual="; ".join(f"{name} {g}" for name, _, g in wrong),
-        evidence=_summary(scenario, recorded.minutes, "POST /orders") + "\n"
-        + _summary(scenario, recorded.minutes, want.endpoint),
+        evidence=_summary(scenario, recorded.minutes, "POST /orders")
+        + f"\n{want.endpoint} since {hm(want.since)}: {want.failed} of {want.requests} "
+        "requests failed",
         lesson=IMPACT,
         fix=fix,
     )
