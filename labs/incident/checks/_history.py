@@ -159,15 +159,33 @@ def build(kind: str | None, seed: int) -> Scenario:
         before = start + timedelta(minutes=onset) - timedelta(minutes=rng.randint(1, 6),
                                                               seconds=rng.randint(3, 50))
         after = start + timedelta(minutes=onset + rng.randint(3, 6), seconds=rng.randint(1, 50))
+        since = start + timedelta(minutes=onset)
         if kind == "refund-deploy":
             cause = _change(rng, before, "deploy", "payments",
                             f"payments v2.{rng.randint(4, 9)}.0 (refund codec rewritten)")
         elif kind == "pricing-flag":
-            cause = _change(rng, before, "flag", "orders-api",
+            # the flag flipped a few seconds into the first bad minute (the window runs to
+            # the end of that minute), after two older changes that are in the window too;
+            # a change exactly one minute after the onset is already outside it
+            cause = _change(rng, since + timedelta(seconds=rng.randint(4, 40),
+                                                   milliseconds=rng.randint(0, 999)),
+                            "flag", "orders-api",
                             "feature flag orders.tiered-discounts: off -> on (100 %)")
+            changes.append(_change(rng, since - timedelta(minutes=rng.randint(9, 13),
+                                                          seconds=rng.randint(1, 50)),
+                                   "config", "payments", "payments: pool size 20 -> 30"))
+            changes.append(_change(rng, since - timedelta(minutes=rng.randint(2, 7),
+                                                          seconds=rng.randint(1, 50)),
+                                   "config", "notifier", "notifier: retry delay 2 s -> 3 s"))
+            changes.append(_change(rng, since + timedelta(minutes=1), "flag", "notifier",
+                                   "feature flag notifier.sms: off -> on (10 %)"))
         elif kind == "stock-lock":
             cause = _change(rng, before, "config", "inventory-sync",
                             "inventory-sync: reconcile batch 500 -> 50000 rows per transaction")
+            # an older change in the window, listed after the suspect (see _served_order)
+            changes.append(_change(rng, since - timedelta(minutes=rng.randint(9, 13),
+                                                          seconds=rng.randint(1, 50)),
+                                   "config", "payments", "payments: pool size 20 -> 30"))
         else:
             cause = None
         # someone deployed during the incident: the newest deploy, and not the cause
@@ -177,8 +195,40 @@ def build(kind: str | None, seed: int) -> Scenario:
             changes.append(cause)
             scenario.suspect_id = cause["id"]
         changes.append(later)
-    scenario.changes = sorted(changes, key=lambda c: c["at"])
+    if kind is None:
+        # one stray failure in the last minute of the endpoint with the fewest background
+        # failures: under the 5 % floor, though above 3 x its (tiny) baseline error rate
+        quiet = min(ENDPOINTS, key=lambda e: sum(1 for _, b in scenario.background if b == e))
+        scenario.background.append((WINDOW_MINUTES - 1, quiet))
+    scenario.changes = _served_order(rng, changes, scenario)
     return scenario
+
+
+def _served_order(rng: random.Random, changes: list[dict[str, Any]], scenario: Scenario
+                  ) -> list[dict[str, Any]]:
+    """The change log in no particular order (the README promises none): shuffled, with the
+    changes of the window (since - 15 min to the end of the onset minute) listed so that
+    neither the first nor the last of them in the list is the latest: stock-lock lists the
+    suspect before the older change, pricing-flag lists it between its two older ones."""
+    served = list(changes)
+    rng.shuffle(served)
+    since = scenario.since
+    if since is None or scenario.suspect_id is None:
+        return served
+    low, high = _iso(since - timedelta(minutes=15)), _iso(since + timedelta(minutes=1))
+    inside = sorted((c for c in changes if low <= c["at"] < high), key=lambda c: c["at"])
+    suspect = inside.pop()
+    assert suspect["id"] == scenario.suspect_id
+    if len(inside) == 1:
+        listed = [suspect, inside[0]]
+    elif len(inside) == 2:
+        listed = [inside[1], suspect, inside[0]]
+    else:
+        return served
+    slots = sorted(served.index(c) for c in listed)
+    for slot, change in zip(slots, listed, strict=True):
+        served[slot] = change
+    return served
 
 
 def _iso(at: datetime) -> str:
@@ -208,12 +258,26 @@ def record(scenario: Scenario) -> Recorded:
             incident = (scenario.onset is not None and index >= scenario.onset
                         and endpoint == scenario.endpoint)
             blip = index == scenario.blip and endpoint == (scenario.endpoint or "POST /orders")
+            # pricing-flag: POST /orders, on a thin trickle of traffic, fails too, at a higher
+            # rate and from earlier on, but with fewer failed requests than GET /orders
+            second = (scenario.kind == "pricing-flag" and endpoint == "POST /orders"
+                      and scenario.onset is not None and index >= scenario.onset - 2)
             failing: set[int] = set()
             chains = BACKGROUND_CHAIN
             fail_ms = (9, 30)
-            if incident:
+            share = scenario.fail_share
+            if (incident and scenario.kind == "stock-lock"
+                    and (index - (scenario.onset or 0)) % 2):
+                # requests pile up behind the lock: every other minute few get through,
+                # and most of those fail (the minutes' rates differ: a mean of the
+                # per-minute rates is not the rate since the onset)
+                n, share = rng.randint(12, 16), 0.8
+            if second:
+                n = rng.randint(10, 12)
+                failing = set(rng.sample(range(n), 6))
+            elif incident:
                 assert scenario.kind is not None
-                failing = set(rng.sample(range(n), round(n * scenario.fail_share)))
+                failing = set(rng.sample(range(n), round(n * share)))
                 chains = failure_chains(scenario.kind)
                 fail_ms = {"provider-timeout": (2004, 2093), "stock-lock": (1001, 1062)}.get(
                     scenario.kind, (8, 31))
@@ -248,9 +312,37 @@ def record(scenario: Scenario) -> Recorded:
             minutes.append({"minute": _iso(at), "endpoint": endpoint, "requests": n,
                             "errors": len(failing), "durations_ms": durations,
                             "failed_users": failed_users})
+    if scenario.kind == "provider-timeout":
+        _step_at_the_95th_rank(rng, minutes, lines, scenario)
     for service in lines:
         lines[service].sort(key=lambda line: line["ts"])
     return Recorded(minutes, lines)
+
+
+def _step_at_the_95th_rank(rng: random.Random, minutes: list[dict[str, Any]],
+                           lines: dict[str, list[dict[str, Any]]], scenario: Scenario) -> None:
+    """Make the incident endpoint's baseline durations step right after the nearest rank:
+    exactly n - ceil(0.95 n) of them (successful requests) take 560-640 ms, so the
+    ceil(0.95 n)-th smallest is still an ordinary slow request (at most 342 ms) and the next
+    rank is 60 % or more above it. A rank off by one either way is out of the 15 %. The
+    successful requests' log lines say the new durations."""
+    rows = [r for r in minutes[:BASELINE_MINUTES * len(ENDPOINTS)]
+            if r["endpoint"] == scenario.endpoint]
+    total = sum(r["requests"] for r in rows)
+    outliers = total - math.ceil(0.95 * total)
+    # fast successful requests only (a baseline failure takes 9-30 ms)
+    fast = [(r, i) for r in rows for i, d in enumerate(r["durations_ms"]) if 31 <= d < 100]
+    info: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for line in lines["orders-api"]:
+        if line["level"] == "INFO":
+            info.setdefault((line["ts"][:16], line["message"]), []).append(line)
+    for row, i in rng.sample(fast, outliers):
+        old = row["durations_ms"][i]
+        new = round(rng.uniform(560, 640), 1)
+        row["durations_ms"][i] = new
+        same = info.get((row["minute"][:16], f"{row['endpoint']} 200 in {old} ms"), [])
+        if same:
+            same.pop()["message"] = f"{row['endpoint']} 200 in {new} ms"
 
 
 def _log_failure(lines: dict[str, list[dict[str, Any]]], rng: random.Random, when: datetime,

@@ -120,6 +120,17 @@ def expected_impact(scenario: Scenario, recorded: Recorded) -> Expected:
     )
 
 
+def baseline_durations(scenario: Scenario, recorded: Recorded) -> list[float]:
+    """Every duration of the incident endpoint's baseline minutes."""
+    return [d for r in recorded.minutes if r["endpoint"] == scenario.endpoint
+            and _index(scenario, r) < BASELINE_MINUTES for d in r["durations_ms"]]
+
+
+def iso_minute(at: datetime) -> str:
+    """A minute as the metrics write it ("2026-03-14T13:58:00.000Z")."""
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _index(scenario: Scenario, row: dict[str, Any]) -> int:
     at = datetime.fromisoformat(row["minute"].replace("Z", "+00:00"))
     return int((at - scenario.start) / timedelta(minutes=1))

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from _history import ENDPOINTS, Scenario
-from _support import IMPACT, PROVE, expected_impact, field_of, first_error_minute, hm, run_kind
+from _support import (
+    IMPACT,
+    PROVE,
+    baseline_durations,
+    expected_impact,
+    field_of,
+    first_error_minute,
+    hm,
+    iso_minute,
+    run_kind,
+)
 
 from dojo.checks import CheckFailure, call, table
 
@@ -110,14 +121,22 @@ def test_latency_is_the_95th_percentile(learner, window):
         return
     got = field_of(found, "p95_ms")
     mean = isinstance(got, int | float) and abs(got - want.mean_ms) <= 0.02 * want.mean_ms
+    fix = ("That is the mean of the durations: the slowest 5 % that users feel disappear "
+           "in an average. Sort the durations and take the ceil(0.95 n)-th.") if mean else None
+    base = sorted(baseline_durations(scenario, recorded))
+    rank = math.ceil(0.95 * len(base))
+    got_base = field_of(found, "baseline_p95_ms")
+    if fix is None and rank < len(base) and got_base == base[rank] != base[rank - 1]:
+        fix = (f"That is the next rank: of the {len(base)} sorted baseline durations the p95 "
+               f"is the ceil(0.95 x {len(base)}) = {rank}-th (1-based), sorted(d)[{rank - 1}]"
+               f", not sorted(d)[{rank}].")
     raise CheckFailure(
         "impact() reported a latency that is not the 95th percentile.",
         expected="; ".join(f"{name} {w} (nearest rank, within 15 %)" for name, w, _ in wrong),
         actual="; ".join(f"{name} {g}" for name, _, g in wrong),
         evidence=_summary(scenario, recorded.minutes, want.endpoint),
         lesson=IMPACT,
-        fix=("That is the mean of the durations: the slowest 5 % that users feel disappear "
-             "in an average. Sort the durations and take the ceil(0.95 n)-th.") if mean else None,
+        fix=fix,
     )
 
 
@@ -127,6 +146,13 @@ def test_a_healthy_window_raises_no_alarm(learner, window):
     if found is None:
         return
     endpoint = field_of(found, "endpoint")
+    last = [r for r in recorded.minutes if r["endpoint"] == endpoint][-1:]
+    fix = None
+    if last and last[0]["errors"] and last[0]["errors"] / last[0]["requests"] < 0.05:
+        fix = (f"Its last minute had {last[0]['errors']} failure in {last[0]['requests']} "
+               "requests: more than 3 x a tiny baseline, but under the 5 % floor. A minute "
+               "is bad from max(0.05, 3 x baseline error rate) on; without the floor one "
+               "stray error wakes someone up.")
     raise CheckFailure(
         "impact() raised an alarm on a healthy system.",
         expected="None (every endpoint is within its baseline at the end of the window)",
@@ -134,6 +160,66 @@ def test_a_healthy_window_raises_no_alarm(learner, window):
         evidence=_summary(scenario, recorded.minutes,
                           endpoint if endpoint in ENDPOINTS else "POST /orders"),
         lesson=IMPACT,
+        fix=fix,
+    )
+
+
+def test_several_failing_endpoints_report_the_one_with_most_failures(learner, window):
+    # GET /orders fails since a flag flipped; POST /orders, on a trickle of traffic, fails
+    # at a higher rate and from earlier on, but fewer of its requests failed
+    scenario, recorded, sources = window("pricing-flag")
+    want = expected_impact(scenario, recorded)
+    found = _impact(learner, sources)
+    got = field_of(found, "endpoint") if found is not None else None
+    if got == want.endpoint and not _diff(found, want):
+        return
+    fix = None
+    if got == "POST /orders":
+        fix = ("POST /orders is in an incident too, with a higher error rate and an earlier "
+               "onset, but GET /orders lost more requests: report the endpoint with the most "
+               "failed requests since its onset.")
+    if got != want.endpoint:
+        wrong = [("endpoint", repr(want.endpoint), repr(got))]
+    else:
+        wrong = _diff(found, want)
+    raise CheckFailure(
+        "impact() did not report the endpoint that failed the most requests.",
+        expected="; ".join(f"{name} {w}" for name, w, _ in wrong),
+        actual="; ".join(f"{name} {g}" for name, _, g in wrong),
+        evidence=_summary(scenario, recorded.minutes, "POST /orders")
+        + f"\n{want.endpoint} since {hm(want.since)}: {want.failed} of {want.requests} "
+        "requests failed",
+        lesson=IMPACT,
+        fix=fix,
+    )
+
+
+def test_the_error_rate_counts_every_request_since_the_onset(learner, window):
+    # stock-lock: requests pile up behind the lock, every other minute few get through
+    scenario, recorded, sources = window("stock-lock")
+    want = expected_impact(scenario, recorded)
+    found = _impact(learner, sources)
+    wrong = (_diff(found, want) if found is not None
+             else [("endpoint", want.endpoint, "None")])
+    if not wrong:
+        return
+    after = [r for r in recorded.minutes
+             if r["endpoint"] == want.endpoint and r["minute"] >= iso_minute(want.since)]
+    mean = sum(r["errors"] / r["requests"] for r in after) / len(after)
+    got = field_of(found, "error_rate")
+    fix = None
+    if isinstance(got, int | float) and abs(got - mean) <= RATE_TOLERANCE:
+        fix = (f"That is the mean of the minutes' error rates ({mean:.4f}); a minute with 12 "
+               "requests weighs as much as one with 40. The rate since the onset is every "
+               f"failure over every request: {want.failed} / {want.requests}.")
+    raise CheckFailure(
+        "impact() described an incident with uneven traffic wrongly: "
+        + ", ".join(name for name, _, _ in wrong) + ".",
+        expected="; ".join(f"{name} {w}" for name, w, _ in wrong),
+        actual="; ".join(f"{name} {g}" for name, _, g in wrong),
+        evidence=_summary(scenario, recorded.minutes, want.endpoint),
+        lesson=IMPACT,
+        fix=fix,
     )
 
 

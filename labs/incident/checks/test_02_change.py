@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.stage("change")
 
 def _changes(scenario: Scenario) -> str:
     rows = [(c["id"], c["at"], c["kind"], c["service"], c["description"])
-            for c in scenario.changes]
+            for c in scenario.changes]   # as the change log listed them
     return (f"{scenario.describe()}\nfirst bad minute {hm(scenario.since)}\n"
             + table(rows, ("id", "at", "kind", "service", "description")))
 
@@ -111,3 +112,48 @@ def test_the_change_finding_carries_its_evidence(learner, window):
         evidence=_changes(scenario),
         lesson=PROVE,
     )
+
+
+def _window(scenario: Scenario) -> list[dict[str, Any]]:
+    """The changes of the README's window, oldest first."""
+    assert scenario.since is not None
+    low = hm(scenario.since - timedelta(minutes=15)).replace(" ", "T")
+    high = hm(scenario.since + timedelta(minutes=1)).replace(" ", "T")
+    return sorted((c for c in scenario.changes if low <= c["at"][:16] < high),
+                  key=lambda c: c["at"])
+
+
+def test_the_window_runs_to_the_end_of_the_onset_minute(learner, window):
+    # the flag flipped a few seconds into the first bad minute; two older changes are in the
+    # window too, and another flag flipped exactly one minute after the onset
+    scenario, _, sources = window("pricing-flag")
+    found = _ask(learner, scenario, sources)
+    got = _suspect_id(found) if found is not None else None
+    assert scenario.since is not None
+    edge = hm(scenario.since + timedelta(minutes=1)).replace(" ", "T") + ":00.000Z"
+    older = [c["id"] for c in _window(scenario)[:-1]]
+    fix = None
+    if got is not None and got == older[-1]:
+        fix = ("That is the latest change before the onset minute began. The window runs to "
+               "the end of the first bad minute (since + 1 minute, excluded): a flag flipped "
+               "at :20 of that minute can have made the whole minute bad.")
+    elif any(c["id"] == got and c["at"] == edge for c in scenario.changes):
+        fix = ("That change was made exactly one minute after the onset: the window is "
+               "since - 15 min <= at < since + 1 min, its end excluded.")
+    _judge(scenario, found, "what_changed() cut the window at the wrong end.", fix)
+
+
+def test_the_change_log_is_in_no_particular_order(learner, window):
+    # stock-lock: the change log lists the suspect before an older change of the window
+    scenario, _, sources = window("stock-lock")
+    found = _ask(learner, scenario, sources)
+    got = _suspect_id(found) if found is not None else None
+    inside = _window(scenario)
+    fix = None
+    listed = [c["id"] for c in scenario.changes if c in inside]
+    if got is not None and got != scenario.suspect_id and got in listed:
+        which = "last" if got == listed[-1] else "first" if got == listed[0] else "one"
+        fix = (f"That is the {which} of the window's changes as the log listed them, not the "
+               "latest: the README promises no order. Compare the changes' `at`.")
+    _judge(scenario, found, "what_changed() did not name the latest change of the window.",
+           fix)

@@ -1,0 +1,247 @@
+"""A triage toolkit, second design.
+
+Differences from the reference: findings are NamedTuples (any object with the same attribute
+names is accepted), times come back in a fixed non-UTC offset (still timezone-aware and the
+same instant), stage 1 scans minutes forward keeping the start of the current bad run,
+stage 3 walks the cause chain recursively, and stage 4 is a single recursive CTE run through
+psycopg directly (no SQLAlchemy engine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+# Report times in the on-call engineer's zone; a timezone-aware datetime is the same instant.
+LOCAL = timezone(timedelta(hours=-5), "on-call")
+
+
+class Impact(NamedTuple):
+    endpoint: str
+    since: datetime
+    error_rate: float
+    baseline_error_rate: float
+    p95_ms: float
+    baseline_p95_ms: float
+    requests: int
+    failed: int
+    users: int
+    evidence: list[str]
+
+
+class ChangeFinding(NamedTuple):
+    suspect: dict[str, Any] | None
+    window_start: datetime
+    window_end: datetime
+    evidence: list[str]
+
+
+class RootCause(NamedTuple):
+    trace_id: str
+    service: str
+    exception: str
+    message: str
+    evidence: list[str]
+
+
+class Blocking(NamedTuple):
+    blocker_pid: int
+    blocker_query: str
+    blocker_state: str
+    held_for_s: float
+    waiting_pids: list[int]
+    advice: str
+    evidence: list[str]
+
+
+def _get(url: str) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read().decode("utf-8"))
+
+
+def _instant(value: str) -> datetime:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
+def _nearest_rank(values: list[float], q: float = 0.95) -> float:
+    if not values:
+        return 0.0
+    rank = max(1, math.ceil(q * len(values)))       # 1-based
+    return sorted(values)[rank - 1]
+
+
+class _Stats:
+    """Running totals over a set of minutes of one endpoint."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.durations: list[float] = []
+        self.users: set[Any] = set()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.requests += row["requests"]
+        self.errors += row["errors"]
+        self.durations.extend(row["durations_ms"])
+        self.users.update(row["failed_users"])
+
+    @property
+    def rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+def impact(sources: Any) -> Impact | None:
+    rows = _get(sources.metrics_url)["minutes"]
+    window_start = min(_instant(r["minute"]) for r in rows) if rows else None
+    series: dict[str, list[tuple[datetime, dict[str, Any]]]] = {}
+    for row in rows:
+        series.setdefault(row["endpoint"], []).append((_instant(row["minute"]), row))
+
+    candidates: list[Impact] = []
+    for endpoint, points in series.items():
+        points.sort(key=lambda p: p[0])
+        base = _Stats()
+        for minute, row in points:
+            if minute - window_start < timedelta(minutes=10):
+                base.add(row)
+        base_p95 = _nearest_rank(base.durations)
+        rate_limit = max(0.05, 3 * base.rate)
+        run_start: int | None = None              # index of the current bad run's first minute
+        for index, (_, row) in enumerate(points):
+            is_bad = row["requests"] >= 10 and (
+                row["errors"] / row["requests"] >= rate_limit
+                or _nearest_rank(row["durations_ms"]) >= 3 * base_p95)
+            if is_bad and run_start is None:
+                run_start = index
+            elif not is_bad:
+                run_start = None                  # a recovered burst is forgotten
+        if run_start is None:
+            continue
+        onset, onset_row = points[run_start]
+        since = _Stats()
+        for _, row in points[run_start:]:
+            since.add(row)
+        candidates.append(Impact(
+            endpoint=endpoint,
+            since=onset.astimezone(LOCAL),
+            error_rate=since.rate,
+            baseline_error_rate=base.rate,
+            p95_ms=float(_nearest_rank(since.durations)),
+            baseline_p95_ms=float(base_p95),
+            requests=since.requests,
+            failed=since.errors,
+            users=len(since.users),
+            evidence=[
+                f"{endpoint} bad since {onset.strftime('%H:%M')} UTC "
+                f"({len(points) - run_start} consecutive bad minutes)",
+                f"{since.errors}/{since.requests} failed vs baseline {base.rate:.2%}; "
+                f"p95 {_nearest_rank(since.durations)} ms vs {base_p95} ms",
+            ],
+        ))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: c.failed, reverse=True)
+    return candidates[0]
+
+
+def what_changed(sources: Any, since: datetime) -> ChangeFinding:
+    changes = _get(sources.changes_url)["changes"]
+    lo = since - timedelta(minutes=15)
+    hi = since + timedelta(minutes=1)
+    best: dict[str, Any] | None = None
+    best_at: datetime | None = None
+    count = 0
+    for change in changes:
+        at = _instant(change["at"])
+        if not lo <= at < hi:
+            continue
+        count += 1
+        if best_at is None or at >= best_at:
+            best, best_at = change, at
+    lo_local, hi_local = lo.astimezone(LOCAL), hi.astimezone(LOCAL)
+    if best is None:
+        return ChangeFinding(None, lo_local, hi_local,
+                             [f"no change in [{lo.isoformat()}, {hi.isoformat()})"])
+    return ChangeFinding(best, lo_local, hi_local, [
+        f"suspect {best['id']} ({best['kind']} {best['service']}: {best['description']}) "
+        f"at {best['at']}; {count} change(s) in the window"])
+
+
+def _root(error: dict[str, Any], chain: list[str]) -> dict[str, Any]:
+    chain.append(error["type"])
+    cause = error.get("cause")
+    return _root(cause, chain) if cause else error
+
+
+def root_cause(sources: Any, trace_id: str) -> RootCause | None:
+    errors: list[dict[str, Any]] = []
+    for path in sources.log_paths:
+        with open(path, encoding="utf-8") as handle:
+            for raw in handle:
+                raw = raw.strip()
+                if not raw:
+                    continue
+                line = json.loads(raw)
+                if line.get("trace_id") == trace_id and line.get("level") == "ERROR" \
+                        and line.get("error"):
+                    errors.append(line)
+    if not errors:
+        return None
+    called_by_error = {line.get("parent_span_id") for line in errors}
+    leaves = [line for line in errors if line.get("span_id") not in called_by_error]
+    deepest = sorted(leaves or errors, key=lambda line: line["ts"])[-1]
+    chain: list[str] = []
+    cause = _root(deepest["error"], chain)
+    return RootCause(trace_id, deepest["service"], cause["type"], cause["message"], [
+        f"root cause {cause['type']}: {cause['message']} (logged by {deepest['service']})",
+        " -> ".join(chain)])
+
+
+CHAIN_SQL = """
+WITH RECURSIVE
+  s AS MATERIALIZED (
+    SELECT pid, state, query, xact_start, pg_blocking_pids(pid) AS blocked_by
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()),
+  edge AS (SELECT unnest(blocked_by) AS holder, pid AS waiter FROM s),
+  head AS (SELECT DISTINCT e.holder AS pid
+             FROM edge e JOIN s ON s.pid = e.holder
+            WHERE cardinality(s.blocked_by) = 0),
+  behind(head, waiter) AS (
+    SELECT e.holder, e.waiter FROM edge e JOIN head h ON h.pid = e.holder
+    UNION
+    SELECT b.head, e.waiter FROM behind b JOIN edge e ON e.holder = b.waiter)
+SELECT b.head, s.state, s.query,
+       EXTRACT(EPOCH FROM now() - s.xact_start)::float8 AS held_for,
+       array_agg(DISTINCT b.waiter) AS waiters
+  FROM behind b JOIN s ON s.pid = b.head
+ GROUP BY b.head, s.state, s.query, s.xact_start
+ ORDER BY count(DISTINCT b.waiter) DESC, b.head
+ LIMIT 1
+"""
+
+
+def blocking_chain(sources: Any) -> Blocking | None:
+    url = make_url(str(sources.database_url)).set(drivername="postgresql")
+    conninfo = url.render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute(CHAIN_SQL).fetchone()
+    if row is None:
+        return None
+    head, state, query, held_for, waiters = row
+    state = state or ""
+    advice = "terminate" if state.startswith("idle in transaction") else "wait"
+    return Blocking(head, query or "", state, float(held_for or 0.0), list(waiters), advice, [
+        f"head of the lock queue: pid {head} ({state}) holding its transaction "
+        f"for {float(held_for or 0):.1f} s",
+        f"{len(waiters)} session(s) behind it: {list(waiters)}; last statement: {query}"])

@@ -1,0 +1,211 @@
+"""A triage toolkit, third design.
+
+Differences from the reference: rates are exact fractions until they are reported, the
+findings are plain classes with extra attributes (the checker reads only the named ones),
+stage 1 flags every minute first and then measures the trailing run, stage 2 sorts the
+change log, stage 3 indexes the request's spans, and stage 4 reads pg_stat_activity ONCE
+(one snapshot with every column it needs) and finds heads by walking UP from each waiter
+instead of down from each holder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta, timezone
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+
+class Finding:
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.__dict__!r})"
+
+
+class Impact(Finding):
+    pass
+
+
+class ChangeFinding(Finding):
+    pass
+
+
+class RootCause(Finding):
+    pass
+
+
+class Blocking(Finding):
+    pass
+
+
+def _load(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def _when(stamp: str) -> datetime:
+    return datetime.strptime(stamp.replace("Z", "+0000").replace("+00:00", "+0000"),
+                             "%Y-%m-%dT%H:%M:%S.%f%z") if "." in stamp else \
+        datetime.strptime(stamp.replace("Z", "+0000").replace("+00:00", "+0000"),
+                          "%Y-%m-%dT%H:%M:%S%z")
+
+
+def _p95(durations: list[float]) -> float:
+    n = len(durations)
+    if n == 0:
+        return 0.0
+    return float(sorted(durations)[math.ceil(Fraction(95, 100) * n) - 1])
+
+
+def _fraction(part: int, whole: int) -> Fraction:
+    return Fraction(part, whole) if whole else Fraction(0)
+
+
+def impact(sources: Any) -> Impact | None:
+    minutes = _load(sources.metrics_url)["minutes"]
+    if not minutes:
+        return None
+    starts = sorted({_when(m["minute"]) for m in minutes})
+    baseline_end = starts[0] + timedelta(minutes=10)
+    per_endpoint: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in minutes:
+        per_endpoint[m["endpoint"]].append(m)
+
+    best: Impact | None = None
+    for endpoint, rows in sorted(per_endpoint.items()):
+        rows = sorted(rows, key=lambda m: _when(m["minute"]))
+        baseline = [m for m in rows if _when(m["minute"]) < baseline_end]
+        base_rate = _fraction(sum(m["errors"] for m in baseline),
+                              sum(m["requests"] for m in baseline))
+        base_p95 = _p95([d for m in baseline for d in m["durations_ms"]])
+        limit = max(Fraction(5, 100), 3 * base_rate)
+        flags = [m["requests"] >= 10 and (
+                     _fraction(m["errors"], m["requests"]) >= limit
+                     or _p95(m["durations_ms"]) >= 3 * base_p95)
+                 for m in rows]
+        if not flags or not flags[-1]:
+            continue
+        good_before = [i for i, flag in enumerate(flags) if not flag]
+        first_bad = good_before[-1] + 1 if good_before else 0
+        incident = rows[first_bad:]
+        requests = sum(m["requests"] for m in incident)
+        failed = sum(m["errors"] for m in incident)
+        onset = _when(incident[0]["minute"])
+        candidate = Impact(
+            endpoint=endpoint, since=onset,
+            error_rate=float(_fraction(failed, requests)),
+            baseline_error_rate=float(base_rate),
+            p95_ms=_p95([d for m in incident for d in m["durations_ms"]]),
+            baseline_p95_ms=base_p95,
+            requests=requests, failed=failed,
+            users=len(set().union(*(m["failed_users"] for m in incident))),
+            bad_minutes=len(incident),
+            evidence=[f"onset {onset:%H:%M} UTC, {len(incident)} bad minute(s) in a row to "
+                      f"the end of the window",
+                      f"{failed} of {requests} requests failed since then "
+                      f"(baseline {float(base_rate):.3%})"])
+        if best is None or candidate.failed > best.failed:
+            best = candidate
+    return best
+
+
+def what_changed(sources: Any, since: datetime) -> ChangeFinding:
+    window_start = since - timedelta(minutes=15)
+    window_end = since + timedelta(minutes=1)
+    log = sorted(_load(sources.changes_url)["changes"], key=lambda c: _when(c["at"]))
+    times = [_when(c["at"]) for c in log]
+    lo, hi = bisect_left(times, window_start), bisect_left(times, window_end)
+    inside = log[lo:hi]
+    if not inside:
+        return ChangeFinding(suspect=None, window_start=window_start, window_end=window_end,
+                             evidence=["no change in the window: look elsewhere "
+                                       "(traffic, dependencies, capacity)"])
+    suspect = inside[-1]
+    return ChangeFinding(suspect=suspect, window_start=window_start, window_end=window_end,
+                         candidates=[c["id"] for c in inside],
+                         evidence=[f"latest change before the onset: {suspect['id']} "
+                                   f"({suspect['kind']}, {suspect['service']}) at "
+                                   f"{suspect['at']}"])
+
+
+def root_cause(sources: Any, trace_id: str) -> RootCause | None:
+    spans: list[dict[str, Any]] = []
+    for path in sources.log_paths:
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            if raw.strip():
+                record = json.loads(raw)
+                if record.get("trace_id") == trace_id:
+                    spans.append(record)
+    failures = [r for r in spans if r.get("level") == "ERROR" and r.get("error")]
+    if not failures:
+        return None
+    children = Counter(r.get("parent_span_id") for r in failures)
+    leaves = [r for r in failures if children[r.get("span_id")] == 0] or failures
+    deepest = max(leaves, key=lambda r: _when(r["ts"]))
+    error, hops = deepest["error"], 0
+    while error.get("cause") is not None:
+        error, hops = error["cause"], hops + 1
+    return RootCause(trace_id=trace_id, service=deepest["service"],
+                     exception=error["type"], message=error["message"],
+                     evidence=[f"{error['type']} ({hops} cause(s) below "
+                               f"{deepest['error']['type']}) in {deepest['service']}"])
+
+
+SNAPSHOT_SQL = text("""
+    SELECT pid, state, query, pg_blocking_pids(pid) AS blocked_by,
+           EXTRACT(EPOCH FROM statement_timestamp() - xact_start) AS held_for
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+""")
+
+
+def blocking_chain(sources: Any) -> Blocking | None:
+    engine = create_engine(sources.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            sessions = {row.pid: row for row in conn.execute(SNAPSHOT_SQL)}
+    finally:
+        engine.dispose()
+    waits_for = {pid: set(row.blocked_by or []) for pid, row in sessions.items()}
+
+    def heads_of(pid: int) -> set[int]:
+        """Every session at the head of a chain that `pid` waits in."""
+        found, seen, todo = set(), {pid}, list(waits_for.get(pid, ()))
+        while todo:
+            holder = todo.pop()
+            if holder in seen:
+                continue
+            seen.add(holder)
+            above = waits_for.get(holder)
+            if above:
+                todo.extend(above)
+            elif holder in sessions:
+                found.add(holder)
+        return found
+
+    behind: dict[int, set[int]] = defaultdict(set)
+    for pid, holders in waits_for.items():
+        if holders:
+            for head in heads_of(pid):
+                behind[head].add(pid)
+    if not behind:
+        return None
+    head = max(behind, key=lambda pid: (len(behind[pid]), -pid))
+    row = sessions[head]
+    state = row.state or ""
+    held = float(row.held_for or 0)
+    waiting = sorted(behind[head], reverse=True)
+    return Blocking(blocker_pid=head, blocker_query=row.query or "", blocker_state=state,
+                    held_for_s=held, waiting_pids=waiting,
+                    advice="terminate" if state.startswith("idle in transaction") else "wait",
+                    evidence=[f"pid {head} is at the head: {len(waiting)} waiting ({waiting})",
+                              f"state {state}, transaction open {held:.1f} s"])
