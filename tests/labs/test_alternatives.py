@@ -4,10 +4,15 @@ A check may rely only on what its lab README fixes. The designs under
 tests/labs/alternatives/<lab>/<name>/ differ from the reference solution in everything the
 README leaves open (column names, isolation level, ORM or PL/pgSQL, how a breaker counts), so
 a check that overfits the reference rejects one of them.
+
+A design folder holds the files it writes differently (and its NOTE.md); the test lays them
+over a copy of the reference solution, so the given files (harnesses, benches) are not copied
+into every design.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,9 +23,10 @@ from tests.labs.meta import LabCase, alternative_params, describe
 
 
 @pytest.mark.parametrize(("case", "design"), alternative_params())
-def test_alternative_design_passes_every_check(case: LabCase, design: Path) -> None:
+def test_alternative_design_passes_every_check(case: LabCase, design: Path,
+                                              tmp_path: Path) -> None:
     lab = case.loaded()
-    summary = run_checks(lab, design)
+    summary = run_checks(lab, full_design(lab.solution_dir, design, tmp_path / design.name))
     assert summary.results, f"no check ran against {design}"
     rejected = [r for r in summary.results if r.status in ("fail", "error", "infra")]
     assert not rejected, (
@@ -34,3 +40,11 @@ def test_alternative_design_passes_every_check(case: LabCase, design: Path) -> N
     may_wait = {c.id for c in scan_checks(lab.checks_dir).checks if c.needs_kafka}
     unmarked = [r for r in waiting if r.check_id not in may_wait]
     assert not unmarked, f"needs-backend for unmarked checks:\n{describe(unmarked)}"
+
+
+def full_design(solution: Path, design: Path, dest: Path) -> Path:
+    """`design`'s files laid over a copy of `solution` in `dest`."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "NOTE.md")
+    shutil.copytree(solution, dest, ignore=skip)
+    shutil.copytree(design, dest, ignore=skip, dirs_exist_ok=True)
+    return dest
