@@ -91,13 +91,17 @@ def mutant_params(root: Path | None = None) -> list[object]:
     return params
 
 
-ALTERNATIVES = Path(__file__).parent / "alternatives"
+ALTERNATIVES = Path("tests") / "labs" / "alternatives"  # under the content root
 
 
-def alternative_params(root: Path | None = None, folder: Path = ALTERNATIVES) -> list[object]:
-    """One case per correct alternative design, `tests/labs/alternatives/<lab>/<name>/`: a
-    full implementation, written independently of the reference solution, that every check of
-    its lab must accept (a check that rejects one relies on more than the README fixes)."""
+def alternative_params(root: Path | None = None, folder: Path | None = None) -> list[object]:
+    """One case per correct alternative design, `tests/labs/alternatives/<lab>/<name>/` of the
+    content root (the repository; a private content root has its own or none): an
+    implementation written independently of the reference solution, that every check of its
+    lab must accept (a check that rejects one relies on more than the README fixes). A folder
+    that names no lab is a case that fails."""
+    root = root or content_root()
+    folder = folder or root / ALTERNATIVES
     labs = {case.slug: case for case in discover(root)}
     params: list[object] = []
     if not folder.is_dir():

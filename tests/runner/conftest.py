@@ -27,10 +27,12 @@ def tally() -> Lab:
 
 @pytest.fixture
 def content(tmp_path: Path) -> Path:
-    """A private content root holding a copy of the tally lab and its solution."""
+    """A private content root holding a copy of the tally lab, its solution and a correct
+    alternative design."""
     root = tmp_path / "content"
     shutil.copytree(FIXTURES / "labs", root / "labs")
     shutil.copytree(FIXTURES / "solutions", root / "solutions")
+    shutil.copytree(FIXTURES / "tests", root / "tests")
     return root
 
 

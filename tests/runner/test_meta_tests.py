@@ -21,7 +21,7 @@ def _meta(content: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_good_lab_passes_all_meta_tests(content: Path) -> None:
     result = _meta(content)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "4 passed" in result.stdout
+    assert "5 passed" in result.stdout, "solution, starter, two mutants and the alternative"
 
 
 def test_a_mutant_its_check_misses_fails_with_a_teaching_message(content: Path) -> None:
@@ -51,13 +51,30 @@ def test_a_solved_starter_fails_the_meta_tests(content: Path) -> None:
 
 
 def test_only_labs_that_use_kafka_carry_the_kafka_mark(content: Path) -> None:
-    assert "no tests collected (4 deselected)" in _meta(content, "-m", "kafka", "--co").stdout
+    assert "no tests collected (5 deselected)" in _meta(content, "-m", "kafka", "--co").stdout
     manifest = content / "labs/tally/lab.yaml"
     manifest.write_text(manifest.read_text().replace("services: [postgres]",
                                                      "services: [postgres, kafka]"))
     listed = _meta(content, "-m", "kafka", "--co").stdout
     assert "test_solution_passes_every_check[tally]" in listed
+    assert "test_alternative_design_passes_every_check[tally/plain-loops]" in listed
+    # a mutant is rerun on Apache Kafka only when its check reaches the broker
+    assert "tally/case-sensitive" not in listed and "tally/dedupe-by-word" not in listed
+    checks = content / "labs/tally/checks/test_01_count.py"
+    checks.write_text(checks.read_text().replace("def test_ignores_case(learner)",
+                                                 "def test_ignores_case(learner, kafka)"))
+    listed = _meta(content, "-m", "kafka", "--co").stdout
     assert "test_mutant_is_rejected_by_its_check[tally/case-sensitive]" in listed
+    assert "tally/dedupe-by-word" not in listed
+
+
+def test_an_alternative_a_check_rejects_fails_naming_the_check(content: Path) -> None:
+    design = content / "tests/labs/alternatives/tally/plain-loops/tally.py"
+    design.write_text(design.read_text().replace("text.lower().split()", "text.split()"))
+    result = _meta(content, "-k", "plain-loops")
+    assert result.returncode == 1
+    assert "is a correct design (see its NOTE.md), but these checks" in result.stdout
+    assert "ignores_case" in result.stdout
 
 
 def test_a_message_that_drifts_from_its_golden_fails_with_a_diff(content: Path) -> None:
