@@ -144,5 +144,5 @@ def scan_checks(checks_dir: Path) -> ChecksScan:
             needs_kafka = module_kafka or any(_names_needs_kafka(d) for d in func.decorator_list)
             checks.append(CheckDecl(func.name[len("test_"):], stage, path, func.lineno,
                                     stage_line or func.lineno, needs_kafka,
-                                    bool(_parameters(func) & reach)))
+                                    needs_kafka or bool(_parameters(func) & reach)))
     return ChecksScan(tuple(checks), tuple(errors))
