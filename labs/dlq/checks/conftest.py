@@ -45,11 +45,13 @@ def _run_database(services: Any) -> Iterator[Database]:
 
 
 def _reset(db: Database) -> None:
-    """End every other session on `db`, drop every schema but the system ones, and give
-    back an empty `public`."""
+    """End every other session the test's role opened on `db` (the learner code's; not an
+    autovacuum worker or an observer's, which the role may not signal), drop every schema but
+    the system ones, and give back an empty `public`."""
     with db.engine.connect() as conn:
         conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                          "AND backend_type = 'client backend' AND usename = current_user"))
         schemas = conn.execute(text(
             "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
             "AND nspname <> 'information_schema'")).scalars().all()
