@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dojo.content.lab_checks import scan_checks
+from dojo.content.labs import Lab
 from dojo.runner.execute import run_checks
 from tests.labs.meta import LabCase, alternative_params, describe
 
@@ -26,7 +27,7 @@ from tests.labs.meta import LabCase, alternative_params, describe
 def test_alternative_design_passes_every_check(case: LabCase, design: Path,
                                               tmp_path: Path) -> None:
     lab = case.loaded()
-    summary = run_checks(lab, full_design(lab.solution_dir, design, tmp_path / design.name))
+    summary = run_checks(lab, full_design(lab, design, tmp_path / design.name))
     assert summary.results, f"no check ran against {design}"
     rejected = [r for r in summary.results if r.status in ("fail", "error", "infra")]
     assert not rejected, (
@@ -42,9 +43,13 @@ def test_alternative_design_passes_every_check(case: LabCase, design: Path,
     assert not unmarked, f"needs-backend for unmarked checks:\n{describe(unmarked)}"
 
 
-def full_design(solution: Path, design: Path, dest: Path) -> Path:
-    """`design`'s files laid over a copy of `solution` in `dest`."""
+def full_design(lab: Lab, design: Path, dest: Path) -> Path:
+    """The learner files of `lab` in `dest`: `design`'s own, the reference solution's for the
+    rest (helper modules a design adds come along)."""
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", "NOTE.md")
-    shutil.copytree(solution, dest, ignore=skip)
-    shutil.copytree(design, dest, ignore=skip, dirs_exist_ok=True)
+    shutil.copytree(design, dest, ignore=skip)
+    for name in lab.files:
+        if not (dest / name).exists():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(lab.solution_dir / name, dest / name)
     return dest
