@@ -126,3 +126,20 @@ def test_stage_status_is_its_worst_result() -> None:
 
 def test_check_id_drops_parameters() -> None:
     assert _result("a", "claims_in_order[3-workers]", "pass").check_id == "claims_in_order"
+
+
+def test_the_exit_status_of_lab_check_says_whose_move_it_is() -> None:
+    from dojo.cli.lab_commands import check_exit_code
+
+    def summary(*statuses: str) -> RunSummary:
+        run = RunSummary(("a", "b"))
+        for number, status in enumerate(statuses):
+            run.add(CheckResult("a" if number % 2 == 0 else "b", f"c{number}", status))  # type: ignore[arg-type]
+        return run
+
+    assert check_exit_code(summary("pass", "pass")) == 0
+    assert check_exit_code(summary("pass", "fail")) == 1
+    assert check_exit_code(summary("error", "infra")) == 1, "the learner's failure comes first"
+    assert check_exit_code(summary("pass", "infra", "needs-backend")) == 3
+    assert check_exit_code(summary("pass", "needs-backend")) == 4
+    assert check_exit_code(summary("pass")) == 1, "a stage that never ran is not a pass"

@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
     p_start.add_argument("slug")
     p_start.set_defaults(handler=lazy(f"{COMMANDS}:start"))
 
-    p_check = actions.add_parser("check", help="run the checker on your code")
+    p_check = actions.add_parser(
+        "check", help="run the checker on your code",
+        epilog="exit status: 0 every check passed; 1 a check failed or your code raised; "
+               "2 usage problem; 3 a service broke under a check (nothing of yours failed); "
+               "4 nothing failed, but some checks need Apache Kafka to be verified")
     _run_arguments(p_check, mutant=True)
     p_check.add_argument("--stage", action="append", default=[], metavar="S",
                          help="only this stage (repeatable)")

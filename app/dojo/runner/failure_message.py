@@ -115,9 +115,12 @@ def _syntax_error(exc: SyntaxError, impl: Path | None) -> str:
     return text + "\nFix the syntax, save, and run the checks again."
 
 
-def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diagnosis:
+def describe(exc: BaseException, impl: Path | None, checks: Path | None,
+             when: str = "call") -> Diagnosis:
     """Explain how a check ended with `exc`, pointing into the learner's code (`impl`) first,
-    then into the check (`checks`), never into pytest or dojo."""
+    then into the check (`checks`), never into pytest or dojo. `when` is pytest's phase: an
+    exception raised by the check's own code while it was being prepared ("setup"), with no
+    line of the learner's in its traceback, is not blamed on the learner."""
     impl = impl.resolve() if impl else None
     checks = checks.resolve() if checks else None
     infra = infra_failure(exc)
@@ -163,6 +166,13 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None) -> Diag
         return Diagnosis("error", clip(
             f"your code raised {_exception_text(exc)}\n  at {_where(learner_frame, impl)}"))
     check_frame = _innermost(exc, checks)
+    if check_frame is not None and checks and when == "setup":
+        return Diagnosis("error", clip(
+            f"its own code raised {_exception_text(exc)}\n"
+            f"  at {_where(check_frame, checks)}\n"
+            "No line of your code is in the traceback: this is most likely a problem of the lab "
+            "or of the services (`dojo doctor` checks them), not of your code. If it happens "
+            "again, report it with the output of `dojo lab check --json`."))
     if check_frame is not None and checks:
         return Diagnosis("error", clip(
             f"the check raised {_exception_text(exc)}\n  at {_where(check_frame, checks)}\n"

@@ -175,7 +175,7 @@ class DojoReport:
             self._needs[item.nodeid] = call.excinfo.value.capabilities
         elif call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
             self._diagnoses[(item.nodeid, call.when)] = describe(
-                call.excinfo.value, self.impl, self.checks_dir)
+                call.excinfo.value, self.impl, self.checks_dir, call.when)
         report.user_properties.append(("dojo_stage", stage_of(item)))
         return report
 
