@@ -24,8 +24,10 @@ def pytest_args(args: argparse.Namespace, ini: Path) -> list[str]:
     checks = Path(args.lab).resolve() / "checks"
     argv = [
         "-c", str(ini), "--rootdir", str(checks), "--confcutdir", str(checks),
-        # faulthandler: pytest's plugin would take over the dump file this process set up
-        "-p", "no:cacheprovider", "-p", "no:faulthandler",
+        # faulthandler: pytest's plugin would take over the dump file this process set up;
+        # unraisableexception: its gc.collect() rounds at exit cost time and report nothing
+        # a check reads
+        "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:unraisableexception",
         "-p", "dojo.checks.plugin", "-p", "dojo.runner.report",
         "--dojo-impl", str(Path(args.impl).resolve()), "--dojo-lab", str(args.lab),
         "--dojo-results", args.results, "--continue-on-collection-errors",
@@ -70,6 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     die_with_descendants()
 
+    # Only dojo's plugins: pytest plugins that happen to be installed (a snapshot plugin that
+    # imports textual, syrupy, anyio ...) cost seconds per child and could change how the
+    # checks run on one machine and not another.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     import pytest
 
     with tempfile.TemporaryDirectory(prefix="dojo-child-") as scratch:
