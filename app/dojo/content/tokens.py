@@ -29,6 +29,7 @@ shouldnt couldnt mustnt havent hasnt hadnt neednt
 """.split())
 _NEGATOR_PHRASES = (("instead", "of"), ("rather", "than"), ("no", "longer"), ("as", "opposed"),
                     ("in", "place", "of"))
+_NEGATOR_PHRASE_STARTS = frozenset(phrase[0] for phrase in _NEGATOR_PHRASES)
 # Words after which a new clause starts (they are tokens themselves, in the new clause).
 _CLAUSE_WORDS = frozenset("""
 but because since so which while whereas although though otherwise unless until then if when
@@ -186,6 +187,10 @@ def _merge_negator_phrases(tokens: list[Token]) -> list[Token]:
     out: list[Token] = []
     index = 0
     while index < len(tokens):
+        if tokens[index].word not in _NEGATOR_PHRASE_STARTS:  # the common case, cheaply
+            out.append(tokens[index])
+            index += 1
+            continue
         for phrase in _NEGATOR_PHRASES:
             window = tokens[index:index + len(phrase)]
             if len(window) == len(phrase) and all(t.word == w for t, w in zip(window, phrase,
