@@ -336,7 +336,8 @@ class RecordingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def produce_orders(shop: Any, heads: Sequence[list[tuple[str, bytes]] | None]) -> list[str]:
+def produce_orders(shop: Any, heads: Sequence[Sequence[tuple[str, bytes | None]] | None]
+                   ) -> list[str]:
     """One order record per entry of `heads` (its headers), values as the API writes them."""
     producer = shop.kafka.producer()
     ids = []
@@ -346,7 +347,8 @@ def produce_orders(shop: Any, heads: Sequence[list[tuple[str, bytes]] | None]) -
                  "sku": f"SKU-{random.randint(1000, 9999)}", "quantity": random.randint(2, 9),
                  "total_cents": random.randint(1001, 99999)}
         producer.produce(shop.deps.topic, key=order_id.encode(),
-                         value=json.dumps(value).encode(), headers=headers or None)
+                         value=json.dumps(value).encode(),
+                         headers=list(headers) if headers else None)
         ids.append(order_id)
     producer.flush(10)
     return ids
@@ -363,6 +365,9 @@ class InventoryCall:
     body: dict[str, Any]
     span_id: str = ""
     trace_id: str = ""
+    # The span the call's traceparent names had already ended (was exported) when the call
+    # arrived: the caller made the call after its span, not inside it.
+    parent_ended_before: bool = False
 
 
 @dataclass
@@ -414,10 +419,16 @@ class Inventory:
 
     def serve(self, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, str]:
         context = CHECK_PROPAGATOR.extract(headers)
+        # The exporter holds a span from the moment it ends (SimpleSpanProcessor exports in
+        # end()): a parent already there ended before this call was even received.
+        parsed = parse_traceparent(headers.get("traceparent"))
+        ended = parsed is not None and any(
+            hex_span(s) == parsed[1] and hex_trace(s) == parsed[0]
+            for s in self.spans.finished())
         with self.spans.tracer.start_as_current_span(INVENTORY_SPAN, context=context,
                                                      kind=SpanKind.SERVER) as span:
             record = InventoryCall(headers, body, f"{span.get_span_context().span_id:016x}",
-                                   f"{span.get_span_context().trace_id:032x}")
+                                   f"{span.get_span_context().trace_id:032x}", ended)
             with self._cond:
                 self.calls.append(record)
                 self._arrived += 1

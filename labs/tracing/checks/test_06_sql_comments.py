@@ -135,20 +135,53 @@ def test_the_consumers_statements_carry_its_trace(shop, database):
     verify_visible(shop, seen, trace, "the consumer's INSERT INTO shipments")
 
 
+class Statements:
+    """Every statement sent through `engine` while open, with the span current when it ran
+    (read by a listener of the check's, after the learner's has run)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.ran: list[dict[str, Any]] = []
+
+    def _after(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        context = otel_trace.get_current_span().get_span_context()
+        self.ran.append({"statement": statement,
+                         "current": (f"{context.trace_id:032x}", f"{context.span_id:016x}",
+                                     f"{int(context.trace_flags):02x}")
+                         if context.is_valid else None})
+
+    def __enter__(self) -> Statements:
+        event.listen(self.engine, "after_cursor_execute", self._after)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.engine, "after_cursor_execute", self._after)
+
+    def compared(self) -> tuple[list[dict[str, str]], int]:
+        """One row per statement (its comment against the span current when it ran), and
+        how many are wrong."""
+        rows, wrong = [], 0
+        for item in self.ran:
+            found = comment_in(item["statement"])
+            parsed = parse_traceparent(found)
+            current = item["current"]
+            if current is None:
+                ok = found is None
+                want = "no comment"
+            else:
+                ok = parsed is not None and parsed == current
+                want = f"00-{current[0]}-{current[1]}-{current[2]}"
+            wrong += not ok
+            rows.append({"statement": " ".join(item["statement"].split()), "expected": want,
+                         "found": found if found is not None else "(none)",
+                         "ok": "yes" if ok else "NO"})
+        return rows, wrong
+
+
 def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
     traced(shop)
-    ran: list[dict[str, Any]] = []
-
-    def after(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        context = otel_trace.get_current_span().get_span_context()
-        ran.append({"statement": statement,
-                    "current": (f"{context.trace_id:032x}", f"{context.span_id:016x}",
-                                f"{int(context.trace_flags):02x}")
-                    if context.is_valid else None})
-
     engine = shop.deps.engine
-    event.listen(engine, "after_cursor_execute", after)
-    try:
+    with Statements(engine) as statements:
         shop.server.post(order_body(), {"traceparent": traceparent()})
         produce_orders(shop, [[("traceparent", traceparent().encode())]])
         shop.consume(1)
@@ -163,24 +196,8 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
             conn.execute(text("SELECT count(*) AS in_an_unsampled_trace FROM shipments"))
         with engine.connect() as conn:
             conn.execute(text("SELECT 1 AS outside_any_span"))
-    finally:
-        event.remove(engine, "after_cursor_execute", after)
-    rows, wrong = [], 0
-    for item in ran:
-        found = comment_in(item["statement"])
-        parsed = parse_traceparent(found)
-        current = item["current"]
-        if current is None:
-            ok = found is None
-            want = "no comment"
-        else:
-            ok = parsed is not None and parsed == current
-            want = f"00-{current[0]}-{current[1]}-{current[2]}"
-        wrong += not ok
-        rows.append({"statement": " ".join(item["statement"].split()), "expected": want,
-                     "found": found if found is not None else "(none)",
-                     "ok": "yes" if ok else "NO"})
-    if wrong or len(ran) < 5:
+    rows, wrong = statements.compared()
+    if wrong or len(rows) < 5:
         raise CheckFailure(
             "Every statement must carry the traceparent of the span current when it runs (the "
             "API's, the consumer's, any other), and a statement run outside any span must go "
@@ -188,7 +205,44 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
             "when the trace is not sampled).",
             expected="each statement's comment names its current span and its flags; none outside "
                      "a span",
-            actual=f"{wrong} of {len(ran)} statements wrong",
+            actual=f"{wrong} of {len(rows)} statements wrong",
             evidence=table(rows, ("statement", "expected", "found", "ok"), width=60,
                            limit=15), lesson=SEE)
 
+
+def test_a_transaction_across_spans_comments_each_statement_with_its_own_span(shop):
+    # A transaction is no span: it can begin outside any span or in one span and go on in a
+    # child span or after its span ended. Each statement names the span current when it runs.
+    traced(shop)
+    engine, tracer = shop.deps.engine, shop.spans.tracer
+    with Statements(engine) as statements:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 17 AS begun_outside_any_span"))
+            with tracer.start_as_current_span("a step the check runs"):
+                conn.execute(text("SELECT count(*) AS in_a_span FROM orders "
+                                  "WHERE quantity > :q"), {"q": 3})
+                with tracer.start_as_current_span("a nested step"):
+                    conn.execute(text("SELECT count(*) AS in_a_nested_span FROM shipments"))
+            conn.execute(text("SELECT 29 AS after_the_spans_ended"))
+            conn.commit()
+        with tracer.start_as_current_span("a unit of work"), engine.begin() as conn:
+            conn.execute(text("SELECT 41 AS begun_in_a_span"))
+            with tracer.start_as_current_span("one step of it"):
+                conn.execute(text("SELECT 53 AS in_its_child_span"))
+        with engine.connect() as conn:
+            with tracer.start_as_current_span("opens the transaction"):
+                conn.execute(text("SELECT 67 AS begun_in_a_span_that_ends"))
+            conn.execute(text("SELECT 71 AS after_that_span_ended"))
+            conn.rollback()
+    rows, wrong = statements.compared()
+    if wrong or len(rows) < 7:
+        raise CheckFailure(
+            "A transaction is not a span: it can begin outside any span, or in one span and "
+            "go on in a child span or after its span ended. Each statement must carry the "
+            "span current when that statement runs (read it in before_cursor_execute, every "
+            "time), not the one current when the transaction or the connection began.",
+            expected="each statement's comment names the span current when it ran; none "
+                     "outside a span",
+            actual=f"{wrong} of {len(rows)} statements wrong",
+            evidence=table(rows, ("statement", "expected", "found", "ok"), width=60,
+                           limit=15), lesson=SEE)

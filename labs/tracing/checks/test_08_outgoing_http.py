@@ -30,6 +30,14 @@ ON_ASYNCIO = (" handle_order_async runs this step on a thread of the loop's exec
               "does not.")
 
 
+def covers(client: Any, server: Any) -> bool:
+    """The CLIENT span started before the inventory's span and ended after it: the inventory
+    ends its span before it sends the answer, which the caller has to wait for."""
+    return (client.start_time is not None and client.end_time is not None
+            and server.start_time is not None and server.end_time is not None
+            and client.start_time <= server.start_time and server.end_time <= client.end_time)
+
+
 def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str,
                 on_asyncio: bool = False) -> None:
     calls = shop.inventory.calls
@@ -38,7 +46,8 @@ def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str,
     clients = {hex_span(s): s for s in shop.spans.of_kind(SpanKind.CLIENT, trace)}
     servers = {hex_span(s) for s in shop.spans.of_kind(SpanKind.SERVER, trace)
                if s.name != INVENTORY_SPAN}
-    downstream = [s for s in shop.spans.named(INVENTORY_SPAN)]
+    downstream = [s for s in shop.spans.named(INVENTORY_SPAN)
+                  if calls and hex_span(s) == calls[-1].span_id]
     if not calls:
         problem = "the inventory service was never called"
     elif parsed is None:
@@ -57,14 +66,22 @@ def verify_call(shop: Any, trace: str, caller: str | None, header_sent: str,
         problem = f"the CLIENT span is named {clients[parsed[1]].name!r}, not 'reserve stock'"
     elif not downstream or hex_parent(downstream[-1]) != parsed[1]:
         problem = "the inventory's span is not a child of your CLIENT span"
+    elif calls[-1].parent_ended_before:
+        problem = ("the 'reserve stock' span had already ended when the inventory received "
+                   "the call: it was opened to make the header, and the call ran after it, "
+                   "so the span measures nothing and a failed call is not recorded on it")
+    elif not covers(clients[parsed[1]], downstream[-1]):
+        problem = ("the 'reserve stock' span does not cover the call: it ended before the "
+                   "inventory had answered, so the span measures only part of the call")
     else:
         return
     raise CheckFailure(
         "The call to the inventory service must carry the trace on: inside a CLIENT span "
         "('reserve stock') around the call, inject that span's context into the request "
-        "headers, so the inventory's span is its child." + (ON_ASYNCIO if on_asyncio else ""),
+        "headers, so the inventory's span is its child, and make the call before the span "
+        "ends, so the span measures it." + (ON_ASYNCIO if on_asyncio else ""),
         expected="traceparent: the request's trace id, parent-id = your 'reserve stock' "
-                 "CLIENT span",
+                 "CLIENT span, open for the whole call",
         actual=problem,
         evidence=f"request traceparent: {header_sent or '(none)'}\nheaders the inventory got: "
         + (str({k: v for k, v in calls[-1].headers.items()

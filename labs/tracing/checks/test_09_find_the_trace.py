@@ -172,6 +172,50 @@ def test_lines_at_the_same_instant_keep_file_name_then_line_order(learner, logs_
             lesson=SEE)
 
 
+def test_find_trace_reads_only_the_files_directly_in_logs_dir(learner, logs_dir):
+    find = learner.module("find")
+    trace = trace_id_hex()
+    wanted = write_logs(logs_dir, trace)
+    # Below logs_dir, not in it: a rotated copy of a service's log (the same lines again, and
+    # an older one of the trace) and another environment's log, one level further down.
+    archive = logs_dir / "archive"
+    archive.mkdir()
+    rotated = (logs_dir / "orders-api.jsonl").read_text(encoding="utf-8")
+    older = json.dumps(line("orders-api", -2750, trace, "order received (first try)"))
+    (archive / "orders-api.jsonl").write_text(older + "\n" + rotated, encoding="utf-8")
+    elsewhere = logs_dir / "staging" / "eu-2"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "shipping.jsonl").write_text(
+        json.dumps(line("shipping", 1337, trace, "order shipped")) + "\n", encoding="utf-8")
+    below_lines = [json.loads(raw) for path in (archive / "orders-api.jsonl",
+                                                elsewhere / "shipping.jsonl")
+                   for raw in path.read_text(encoding="utf-8").splitlines()
+                   if raw.startswith("{") and raw.endswith("}") and trace in raw]
+    got = call(find.find_trace, logs_dir, trace)
+    if got != wanted:
+        extra = list(got) if isinstance(got, list) else []
+        for item in wanted:
+            if item in extra:
+                extra.remove(item)
+        from_below = bool(extra) and all(item in below_lines for item in extra)
+        below = len(extra) if from_below else 0
+        raise CheckFailure(
+            "find_trace reads the *.jsonl files directly in logs_dir, one per service: a "
+            "folder below it holds rotated copies or another environment's logs, whose "
+            "lines would come twice or from the wrong place. List the folder itself "
+            "(glob, iterdir), not the tree under it (rglob, os.walk).",
+            expected=f"the request's {len(wanted)} lines from the files directly in logs_dir",
+            actual=f"{len(got) if isinstance(got, list) else 'no list of'} lines"
+                   + (f": {below} more, from archive/ and staging/eu-2/" if below > 0
+                      else ", not those or not in that order"),
+            evidence="logs_dir: orders-api.jsonl, shipping.jsonl, inventory.jsonl, README.txt; "
+            "below it: archive/orders-api.jsonl, staging/eu-2/shipping.jsonl\n\nexpected:\n"
+            + table(describe(wanted), ("timestamp", "service", "message"), width=50)
+            + "\n\nreturned:\n" + table(describe(got), ("timestamp", "service", "trace_id",
+                                                        "message"), width=50),
+            lesson=SEE)
+
+
 def test_find_trace_on_the_logs_of_a_real_request(shop, learner, logs_dir):
     files = Logs(learner, logs_dir).install()
     try:
