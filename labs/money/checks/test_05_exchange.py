@@ -507,8 +507,8 @@ def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
     assert_ledger_agrees(kit.engine, "after a failed settlement", read="exchange")
 
 
-REFUND_WORKERS = 8
-REFUND_ROUNDS = 3
+REFUND_WORKERS = 6
+REFUND_ROUNDS = 2
 SLOW_LOCK = 0.02  # every row-locking statement answers late, as in stage deposit-withdraw
 LOCKING = r"for\s+(no\s+key\s+)?update|^\s*update\s+account"
 
