@@ -154,16 +154,24 @@ def test_ledger_is_append_only(bank: Engine) -> None:
     a, b = _accounts(bank, "USD", "USD")
     entry, lonely = str(uuid.uuid4()), str(uuid.uuid4())
     setup = _attempt(bank, [_entry(entry), _posting(entry, a, "10.00", "USD"),
-                            _posting(entry, b, "-10.00", "USD")])
+                            _posting(entry, b, "-10.00", "USD"), _entry(lonely)])
     if setup is not None:
         raise CheckFailure(
             "A balanced entry (+10.00 and -10.00 USD) could not be written.",
             expected="INSERT INTO ledger_entry (id, kind) and two INSERT INTO posting "
                      "(entry_id, account_id, amount, currency) commit",
             actual=first_line(setup), fix="give any extra column a default", lesson=READ["schema"])
-    attempts = {
+    # every column, not only the amount: moving a posting to another account or entry
+    # rewrites history as surely as changing its amount
+    attempts: dict[str, tuple[str, dict[str, Any]]] = {
         "UPDATE posting SET amount = 20.00": ("UPDATE posting SET amount = 20.00 "
                                               "WHERE entry_id = :e AND amount > 0", {"e": entry}),
+        "UPDATE posting SET account_id = <the other account>": (
+            "UPDATE posting SET account_id = :b WHERE entry_id = :e AND amount > 0",
+            {"e": entry, "b": b}),
+        "UPDATE posting SET entry_id = <another entry>": (
+            "UPDATE posting SET entry_id = :other WHERE entry_id = :e AND amount > 0",
+            {"e": entry, "other": lonely}),
         "DELETE FROM posting": ("DELETE FROM posting WHERE entry_id = :e", {"e": entry}),
         "UPDATE ledger_entry SET kind = 'FIXED'": ("UPDATE ledger_entry SET kind = 'FIXED' "
                                                    "WHERE id = :e", {"e": entry}),
@@ -171,7 +179,6 @@ def test_ledger_is_append_only(bank: Engine) -> None:
     accepted = [label for label, statement in attempts.items() if _attempt(bank, [statement])
                 is None]
     # an entry without postings: a plain foreign key cannot be what refuses its deletion
-    _attempt(bank, [_entry(lonely)])
     if _attempt(bank, [("DELETE FROM ledger_entry WHERE id = :e", {"e": lonely})]) is None:
         accepted.append("DELETE FROM ledger_entry")
     if accepted:
@@ -182,8 +189,9 @@ def test_ledger_is_append_only(bank: Engine) -> None:
             evidence="a balance is explained by its postings; once a posting can be edited, no "
                      "audit or reconciliation can explain a balance. Mistakes are corrected with "
                      "a new REVERSAL entry",
-            fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises "
-                "(and BEFORE TRUNCATE, for each statement)",
+            fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises, "
+                "whatever column changes (not UPDATE OF amount), and BEFORE TRUNCATE, for each "
+                "statement",
             lesson=READ["schema"])
 
 
@@ -210,6 +218,13 @@ def test_entries_must_balance_per_currency(bank: Engine) -> None:
             wrong.append(f"balanced entry {label}: refused with {first_line(error)}")
         if not should_commit and error is None:
             wrong.append(f"unbalanced entry {label}: committed")
+    # the entry above committed balanced; a later transaction that adds one posting to it (a
+    # "fee leg" added by another code path) unbalances it just the same
+    if not any(label.startswith("balanced entry") for label in wrong):
+        late = _attempt(bank, [_posting(e3, usd1, "5.00", "USD")])
+        if late is None:
+            wrong.append("a +5.00 USD posting added in a later transaction to the balanced "
+                         "entry above: committed")
     if wrong:
         raise CheckFailure(
             "Ledger entries must balance, and the database must enforce it at commit.",
@@ -217,7 +232,8 @@ def test_entries_must_balance_per_currency(bank: Engine) -> None:
                      "balanced one commits even though its postings arrive one INSERT at a time",
             actual="; ".join(wrong),
             evidence="a CHECK constraint sees one row, so it cannot sum an entry; an immediate "
-                     "trigger sees the first posting alone and refuses every entry",
+                     "trigger sees the first posting alone and refuses every entry; a trigger on "
+                     "ledger_entry never sees a posting added to an entry that already exists",
             fix="CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
                 "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
                 "currency, raising if any sum is not zero",

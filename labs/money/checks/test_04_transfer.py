@@ -207,6 +207,19 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
     with slow_sql(bank, 0.02, match=r"(?s)^\s*select(?!.*\bfor\s+(no\s+key\s+)?update)"):
         outcomes = run_concurrently(work, len(plans), timeout=45)
     broken = failures(outcomes)
+    deadlocked = [o for o in broken if sqlstate(o.error) == "40P01"]
+    if deadlocked:
+        raise CheckFailure(
+            "Concurrent transfers among five accounts deadlocked: two transfers locked the "
+            "same two account rows in opposite orders.",
+            expected="each transfer succeeds or raises InsufficientFunds; no deadlock "
+                     "(SQLSTATE 40P01)",
+            actual=f"{len(deadlocked)} workers raised a deadlock",
+            evidence=describe_errors(broken),
+            fix="lock both rows in id order before changing them (SELECT ... WHERE id IN "
+                "(:a, :b) ORDER BY id FOR UPDATE, or two single-row UPDATEs in id order): one "
+                "UPDATE ... WHERE id IN (:a, :b) locks its rows in scan order, not id order",
+            lesson=(READ["transfer"], READ["deadlock"]))
     if broken:
         raise CheckFailure(
             "Concurrent transfers among five accounts raised errors.",

@@ -19,6 +19,8 @@ from _support import (
     assert_ledger_agrees,
     assert_nothing_held,
     balance_of,
+    exchange_anomalies,
+    failing_commits,
     held_during_call,
     ledger_table,
 )
@@ -74,21 +76,22 @@ def _money(kit: ExchangeKit, source: int, target: int) -> str:
 def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
-    quote = _quote(kit, fx, ttl=30)
+    # fractional TTLs: an expiry that is rounded to whole seconds errs on one side or the other
+    quote = _quote(kit, fx, ttl=29.6)
     if not (isinstance(quote.rate, Decimal) and quote.rate == Decimal("0.92")):
         raise CheckFailure(
             "create_quote must carry the provider's rate as a Decimal.",
             expected="Quote.rate == Decimal('0.92') (GET /v1/rates?sell=USD&buy=EUR)",
             actual=f"{type(quote.rate).__name__} {quote.rate!r}", evidence=kit.provider.history(),
             lesson=READ["exchange"])
-    kit.clock.advance(30)
+    kit.clock.advance(29.6)
     error = raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key="late",
                    quote_id=quote.id, from_account_id=source, to_account_id=target,
                    sell_amount=Decimal("100.00"))
     if not isinstance(error, kit.exchange.QuoteExpired):
         raise CheckFailure(
-            "An exchange on a quote 30 s after it was given, with a 30 s time-to-live, must be "
-            "refused: at expires_at the quote has expired.",
+            "An exchange on a quote 29.6 s after it was given, with a 29.6 s time-to-live, must "
+            "be refused: at expires_at the quote has expired.",
             expected="exchange.QuoteExpired, nothing debited, no order sent",
             actual=first_line(error) + f"; {_money(kit, source, target)}",
             evidence="the quote's TTL bounds how long the company carries the risk of the rate "
@@ -100,12 +103,12 @@ def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
         raise CheckFailure("A refused exchange still acted.", expected="no order, source 500.00",
                            actual=_money(kit, source, target), evidence=kit.provider.history(),
                            lesson=READ["exchange"])
-    fresh = _quote(kit, fx, ttl=30)
-    kit.clock.advance(29)
+    fresh = _quote(kit, fx, ttl=2.4)
+    kit.clock.advance(2.3)
     result = _exchange(kit, fx, fresh, source, target, key="in-time")
     if result.status != "COMPLETED":
         raise CheckFailure(
-            "An exchange 29 s into a 30 s quote must go through.",
+            "An exchange 2.3 s into a quote with a 2.4 s time-to-live must go through.",
             expected="COMPLETED", actual=f"{result}", evidence=kit.provider.history(),
             lesson=READ["exchange"])
     reuse = raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key="again",
@@ -477,6 +480,88 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
     assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
 
 
+def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quote = _quote(kit, fx)
+    kit.provider.script(place="fill", fill_rate=FILL_RATE)
+    with failing_commits(kit.engine, target):
+        error = raised(kit.start, fx, quote, source, target, "100.00", "settle-fails")
+    [row] = _exchange_rows(kit) or [{"id": "?", "status": "none recorded"}]
+    anomalies, evidence = exchange_anomalies(kit, source, target, Decimal("500.00"))
+    if not (row["status"] in ("PENDING", "COMPLETED") and not anomalies):
+        raise CheckFailure(
+            "The provider FILLED the order, then the database refused the COMMIT of the "
+            "transaction that credits the target: the exchange must stay PENDING for "
+            "reconcile, not be refunded.",
+            expected="exchange PENDING (exchange() may raise), source 400.00 USD, nothing "
+                     "refunded: the provider converted, so the money is owed in EUR",
+            actual=f"status {row['status']}; {_money(kit, source, target)}; exchange() "
+                   + (f"raised {first_line(error)}" if error else "returned")
+                   + (f"; {'; '.join(anomalies)}" if anomalies else ""),
+            evidence=evidence + "\n\nthe provider's log:\n" + kit.provider.history(),
+            fix="a failure while booking FILLED is not a rejection: let it raise (or return "
+                "PENDING) and leave the exchange to reconcile, which asks the provider and "
+                "completes it" if row["status"] == "FAILED" else None,
+            lesson=(READ["exchange"], READ["reconcile"]))
+    assert_ledger_agrees(kit.engine, "after a failed settlement", read="exchange")
+
+
+REFUND_WORKERS = 6
+REFUND_ROUNDS = 2
+SLOW_LOCK = 0.02  # every row-locking statement answers late, as in stage deposit-withdraw
+LOCKING = r"for\s+(no\s+key\s+)?update|^\s*update\s+account"
+
+
+def test_exchanges_and_refunds_do_not_deadlock(kit: ExchangeKit) -> None:
+    from dojo.checks.faults import run_concurrently, slow_sql
+    from dojo.checks.observers import record_sql
+
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    quotes = [_quote(kit, fx) for _ in range(REFUND_WORKERS * REFUND_ROUNDS)]
+    kit.provider.script(place="reject")
+
+    def trade(index: int) -> list[Any]:
+        # each worker's exchanges are refused at once: its refund runs while others debit
+        return [kit.exchange.exchange(
+            kit.engine, fx, kit.clock, idempotency_key=f"refused-{index}-{n}",
+            quote_id=quotes[index * REFUND_ROUNDS + n].id, from_account_id=source,
+            to_account_id=target, sell_amount=Decimal(f"{index + 1}.{n + 1}0"))
+            for n in range(REFUND_ROUNDS)]
+
+    with record_sql(kit.engine) as log, slow_sql(kit.engine, SLOW_LOCK, match=LOCKING):
+        outcomes = run_concurrently(trade, REFUND_WORKERS, timeout=40)
+    deadlocks = log.errors("40P01")
+    if deadlocks:
+        detail = deadlocks[0].error
+        raise CheckFailure(
+            f"{REFUND_WORKERS} workers, each placing {REFUND_ROUNDS} exchanges from one account "
+            "that the provider REJECTED, deadlocked: a refund and a debit took the customer's "
+            "and the fx clearing account's rows in opposite orders.",
+            expected="no deadlock (SQLSTATE 40P01), not even one your code retried",
+            actual=f"PostgreSQL detected {len(deadlocks)} deadlock(s)",
+            evidence=f"PostgreSQL said: {log.name_pids(detail or '')[:400]}\n\n"
+                     f"statements on account (row locks answered {SLOW_LOCK * 1000:.0f} ms "
+                     "late):\n" + log.timeline(log.pids_in(detail or '')[:2],
+                                               match=r"\baccount\b"),
+            fix="the debit, the credit and the refund (online or in reconcile) take the "
+                "customer's row and the clearing account's in one order: the customer first, "
+                "say, in every operation", lesson=READ["exchange"])
+    broken = [o for o in outcomes if not o.ok]
+    statuses = {r["status"] for r in _exchange_rows(kit)}
+    if broken or statuses != {"FAILED"} or balance_of(kit.engine, source) != 500:
+        raise CheckFailure(
+            f"{REFUND_WORKERS * REFUND_ROUNDS} exchanges the provider REJECTED, placed from "
+            "one account at once, must all end FAILED and refunded.",
+            expected="every exchange() returns FAILED; source 500.00 USD again",
+            actual=f"{len(broken)} worker(s) raised"
+                   + (f" ({first_line(broken[0].error)})" if broken else "")
+                   + f"; statuses {sorted(statuses)}; {_money(kit, source, target)}",
+            evidence=ledger_table(kit.engine, source), lesson=READ["exchange"])
+    assert_ledger_agrees(kit.engine, "after concurrent refused exchanges", read="exchange")
+
+
 def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
     from dojo.checks.faults import run_concurrently
 
@@ -503,6 +588,25 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
             expected="source 400.00 USD; orders with one key",
             actual=f"{_money(kit, source, target)}; {len(keys)} order keys",
             evidence=kit.provider.history(), lesson=READ["idempotency"])
+    # the same key for another exchange (another quote and amount) is a client bug, as for a
+    # deposit: answering the old exchange would tell the client the new one was placed
+    another = _quote(kit, fx)
+    sent_before = len(kit.provider.order_requests())
+    reuse = _refusal(kit, fx, another, source, target, "5.00", "twice")
+    sent = len(kit.provider.order_requests()) - sent_before
+    if not (isinstance(reuse, kit.accounts.IdempotencyConflict) and sent == 0
+            and balance_of(kit.engine, source) == Decimal("400.00")):
+        raise CheckFailure(
+            "Key 'twice' (an exchange of 100.00) was reused for another exchange: 5.00 on "
+            "another quote.",
+            expected="accounts.IdempotencyConflict, nothing debited, no order sent",
+            actual=(first_line(reuse) if reuse else "it returned (the old exchange, or a new "
+                                                    "one)")
+                   + f"; {sent} order(s) sent; {_money(kit, source, target)}",
+            evidence=kit.provider.history(),
+            fix="store the exchange's request (quote, accounts, amount) with its key, as for a "
+                "deposit, and compare it when the key is found" if reuse is None else None,
+            lesson=READ["idempotency"])
 
 
 QUOTE_RACERS = 8

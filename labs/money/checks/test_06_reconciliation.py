@@ -42,12 +42,13 @@ def _accounts(kit: ExchangeKit) -> tuple[int, int]:
 
 
 def _pending(kit: ExchangeKit, fx: Any, source: int, target: int, mode: str, count: int = 1,
-             prefix: str = "ex") -> list[str]:
-    """`count` exchanges of 100.00 USD the provider leaves unanswered in `mode`; their ids."""
+             prefix: str = "ex", quotes: list[Any] | None = None) -> list[str]:
+    """`count` exchanges of 100.00 USD the provider leaves unanswered in `mode`; their ids.
+    Each on a new quote, or on the given `quotes` (taken earlier)."""
     kit.provider.script(place=mode)
     ids = []
     for n in range(count):
-        quote = kit.quote(fx)
+        quote = quotes[n] if quotes else kit.quote(fx)
         result = kit.start(fx, quote, source, target, "100.00", f"{prefix}-{n}")
         if result.status != "PENDING":
             raise CheckFailure(
@@ -110,11 +111,14 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
     kit.provider.script(delay=1.0, fill_rate=FILL_RATE)
+    # the young exchange's quote is taken first: an exchange's age is its own, not its quote's
+    early_quote = kit.quote(fx, ttl=120)
     old = _pending(kit, fx, source, target, "fill-then-fail", count=2, prefix="old")
     kit.clock.advance(17.25)
     edge = _pending(kit, fx, source, target, "fill-then-late", count=1, prefix="edge")
     kit.clock.advance(30)  # `edge` is now exactly 30 s old, `old` 47.25 s
-    fresh = _pending(kit, fx, source, target, "fill-then-fail", count=1, prefix="fresh")
+    fresh = _pending(kit, fx, source, target, "fill-then-fail", count=1, prefix="fresh",
+                     quotes=[early_quote])
     report = _reconcile(kit, fx, older_than=30)
     statuses = _statuses(kit)
     asked = {c.key for c in kit.provider.requests("GET") if c.key}
@@ -143,11 +147,13 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
     if not (statuses.get(fresh[0]) == "PENDING" and fresh[0] not in asked):
         raise CheckFailure(
             "reconcile(older_than_seconds=30) settled an exchange created a moment ago.",
-            expected=f"exchange {fresh[0]} (0 s old by the clock) left PENDING, its provider "
-                     "order not asked about: its own call may still be in flight",
+            expected=f"exchange {fresh[0]} (0 s old by the clock, on a quote taken 47.25 s "
+                     "earlier) left PENDING, its provider order not asked about: its own call "
+                     "may still be in flight",
             actual=f"status {statuses.get(fresh[0])}", evidence=kit.provider.history(16),
             fix="WHERE status = 'PENDING' AND created_at <= :now - older_than_seconds, with "
-                "created_at and now both from the clock you are given (it reads "
+                "the exchange's own created_at (not its quote's) and now both from the clock "
+                "you are given (it reads "
                 f"{kit.clock():%Y-%m-%d %H:%M:%S.%f} now, not the database's now())",
             lesson=READ["reconcile"])
     completed = getattr(report, "completed", None)

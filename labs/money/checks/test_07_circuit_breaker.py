@@ -87,6 +87,25 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
             expected="the first 10 failing calls all reach the provider (and fail)",
             actual=f"outcomes {[r[0] for r in early] + [outcome]}; state {_state(b)}",
             lesson=READ["breaker"])
+    # a window longer than minimum_calls: the rate is over the calls in the window, not over
+    # minimum_calls (2 failures in 8 calls is 25 %, whatever minimum_calls is)
+    b = _breaker(kit, **{**config, "minimum_calls": 4})
+    fx = kit.client(timeout=0.5, breaker=b)
+    partial = _calls(kit, "fill", 6, fx) + _calls(kit, "fail", 2, fx)
+    kit.provider.script(place="fill")
+    outcome, value, _ = _order(kit, fx)
+    if outcome != "ok":
+        raise CheckFailure(
+            "6 successes and 2 failures is a 25 % failure rate over the 8 calls in the window "
+            "(window_size=10, minimum_calls=4), below the 50 % threshold.",
+            expected="the breaker stays CLOSED and the next call goes through",
+            actual=f"{outcome}: {first_line(value) if outcome != 'ok' else value}; state "
+                   f"{_state(b)}",
+            evidence=f"calls so far: {[r[0] for r in partial]}; 2 / minimum_calls = 50 %, "
+                     "2 / 8 calls = 25 %",
+            fix="divide by the number of calls in the window (at least minimum_calls of them), "
+                "not by minimum_calls or window_size" if outcome == "open" else None,
+            lesson=READ["breaker"])
     b = _breaker(kit, **config)
     fx = kit.client(timeout=0.5, breaker=b)
     mixed = _calls(kit, "fill", 6, fx) + _calls(kit, "fail", 4, fx)
@@ -283,6 +302,30 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
             actual=f"probe {probe[0][0]}; next call {outcome}; state {_state(b)}",
             fix="a failure (or a slow call) while HALF_OPEN opens the breaker again, with a "
                 "new open_seconds wait", lesson=READ["half-open"])
+    # a probe that succeeds, but slowly, says the provider is not well either
+    b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
+                 slow_call_seconds=0.2, slow_call_rate_threshold=100.0, open_seconds=30.0,
+                 half_open_calls=1)
+    fx = kit.client(timeout=5.0, breaker=b)
+    _opened_by_failures(kit, b, fx)
+    kit.clock.advance(31)
+    kit.provider.script(place="slow", delay=0.4)
+    probe = [_order(kit, fx)]
+    kit.provider.script(place="fill")
+    sent_before = len(kit.provider.order_requests())
+    outcome, value, _ = _order(kit, fx)
+    if not (probe[0][0] == "ok" and outcome == "open" and
+            len(kit.provider.order_requests()) == sent_before):
+        raise CheckFailure(
+            "A half-open probe that succeeded but took 0.4 s (slow_call_seconds=0.2) means the "
+            "provider is still slow: the breaker reopens.",
+            expected="the probe returns FILLED, and the next call raises CircuitOpen without "
+                     "being sent",
+            actual=f"probe {probe[0][0]} after {probe[0][2]:.2f} s; next call {outcome}; "
+                   f"state {_state(b)}",
+            fix="judge a half-open probe by its duration as well as its outcome: a slow success "
+                "reopens it like a failure" if probe[0][0] == "ok" else None,
+            lesson=READ["half-open"])
 
 
 def test_rejections_are_answers_not_failures(client_kit: ClientKit) -> None:

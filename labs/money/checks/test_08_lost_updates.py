@@ -153,6 +153,10 @@ def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
          lambda a: accounts.transfer(bank, other, a, Decimal("50.00"))),
         ("transfer(account, other, 50.00)", Decimal("-50.00"),
          lambda a: accounts.transfer(bank, a, other, Decimal("50.00"))),
+        # apply_interest's own write is a balance change too: a second interest that reads
+        # the same version and writes first must make the stalled one recompute
+        ("another apply_interest(account) (1 % of 1000.00)", Decimal("10.00"),
+         lambda a: accounts.apply_interest(bank, a, one_percent)),
     ]
     for label, delta, move in moves:
         account_id = funded("1000.00")
@@ -194,9 +198,10 @@ def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
                          f"{fmt(posted_sum(bank, account_id))}"
                          + ("" if final == expected else " (a lost update)"),
                 fix="every statement that changes a balance (deposit, withdraw, both legs of "
-                    "a transfer, the exchange debit and credit) must also SET version = "
-                    "version + 1, or the UPDATE ... WHERE version = :read of apply_interest "
-                    "matches a row that has changed (a trigger that bumps it works too)",
+                    "a transfer, the exchange debit and credit, and apply_interest's own write) "
+                    "must also SET version = version + 1, or the UPDATE ... WHERE version = "
+                    ":read of apply_interest matches a row that has changed (a trigger that "
+                    "bumps it works too)",
                 lesson=(READ["locking"], READ["lost-update"]))
     assert_ledger_agrees(bank, "after interest racing withdrawals and transfers")
 

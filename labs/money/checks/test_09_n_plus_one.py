@@ -48,6 +48,34 @@ def _ring(engine: Engine, ids: list[int], rounds: int) -> None:
              WHERE a.id = s.account_id"""), {"ids": ids})
 
 
+def _interleaved(engine: Engine, src: int, dst: int) -> None:
+    """Two transfers src -> dst whose transactions overlap: the one that began first writes
+    its postings last, so their posting ids run against the order the transactions began in
+    (and against any timestamp taken at BEGIN, like now())."""
+    first, second = engine.connect(), engine.connect()
+    try:
+        first.execute(text("SELECT now()"))  # its transaction (and its now()) begins here
+        second.execute(text("SELECT now()"))
+        for conn, amount in ((second, "0.07"), (first, "0.03")):
+            entry = conn.execute(text("INSERT INTO ledger_entry (id, kind) "
+                                      "VALUES (gen_random_uuid(), 'TRANSFER') RETURNING id")
+                                 ).scalar_one()
+            conn.execute(text("""
+                INSERT INTO posting (entry_id, account_id, amount, currency)
+                VALUES (:e, :src, -CAST(:m AS numeric), 'USD'),
+                       (:e, :dst, CAST(:m AS numeric), 'USD')"""),
+                         {"e": entry, "src": src, "dst": dst, "m": amount})
+        second.commit()
+        first.commit()
+    finally:
+        first.close()
+        second.close()
+    with engine.begin() as conn:  # the balances follow (both transactions wrote both rows)
+        conn.execute(text("UPDATE account SET balance = balance + CASE WHEN id = :src "
+                          "THEN -0.10 ELSE 0.10 END WHERE id IN (:src, :dst)"),
+                     {"src": src, "dst": dst})
+
+
 def _expected(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
     """The check's own answer: balance, currency and the latest postings of each account."""
     out = {r["id"]: {"currency": r["currency"].strip(), "balance": r["balance"], "recent": []}
@@ -126,6 +154,25 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
                 ":recent), not one LIMIT shared by all the accounts"
             if _starved(got, expected, quiet) else None,
             lesson=READ["n-plus-one"])
+    # "latest" is by posting id, whatever order the transactions began or committed in
+    _interleaved(bank, busy, other)
+    got = call(statements.statements, bank, [busy, other], recent=RECENT)
+    expected = _expected(bank, [busy, other])
+    problems = _differences(got, expected)
+    if problems:
+        raise CheckFailure(
+            "statements() must order each account's postings by posting id, newest first.",
+            expected="for the busy account and the one it pays, after two overlapping "
+                     "transfers between them (the transaction that began first wrote its "
+                     "postings last, so they have the higher ids): the latest "
+                     f"{RECENT} postings by posting id, descending",
+            actual="; ".join(problems[:2]),
+            evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
+                            for a, want in expected.items() for i, _, k, m in want["recent"]],
+                           ("account", "id", "kind", "amount")),
+            fix="ORDER BY posting.id DESC (in the window or the LATERAL and in the outer "
+                "query), not by a timestamp: now() is the time a transaction began, not the "
+                "order its rows were written", lesson=READ["n-plus-one"])
 
 
 def _starved(got: dict[Any, Any], expected: dict[int, dict[str, Any]], quiet: int) -> bool:
