@@ -240,10 +240,12 @@ class ApplicationContext:
                 rest = [a for a in args if a is not type(None)]
                 wanted = rest[0] if len(rest) == 1 else wanted
             try:
-                kwargs[p.name] = self._obtain(self._pick(wanted, name, p.name, qualifier))
+                chosen = self._pick(wanted, name, p.name, qualifier)
             except NoSuchBeanError:
                 if nullable:
                     kwargs[p.name] = None
                 elif p.default is p.empty:
                     raise
+                continue
+            kwargs[p.name] = self._obtain(chosen)
         return kwargs
