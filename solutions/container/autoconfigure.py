@@ -27,7 +27,7 @@ from markers import (
 class DataSourceAutoConfiguration:
     """An SQLAlchemy Engine from dojo.datasource.url, unless the application defines one."""
 
-    @bean
+    @bean(destroy_method="dispose")           # close() closes the pool's connections
     @conditional_on_missing_bean("sqlalchemy.Engine")
     def engine(self, environment: Environment) -> sqlalchemy.Engine:  # type: ignore[name-defined]  # noqa: F821
         from sqlalchemy import create_engine
@@ -42,7 +42,7 @@ class DataSourceAutoConfiguration:
 class KafkaAutoConfiguration:
     """A confluent-kafka Producer for dojo.kafka.bootstrap-servers, unless one is defined."""
 
-    @bean
+    @bean(destroy_method="flush")             # close() delivers what is still buffered
     @conditional_on_missing_bean("confluent_kafka.Producer")
     def producer(self, environment: Environment) -> confluent_kafka.Producer:  # type: ignore[name-defined]  # noqa: F821
         from confluent_kafka import Producer

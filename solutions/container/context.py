@@ -2,7 +2,11 @@
 
 `ApplicationContext(...)` scans and registers definitions only; `refresh()` imports the
 classes, applies the auto-configurations whose conditions match (after every user bean is
-registered) and creates the singletons, injecting constructor parameters by type.
+registered), lets the definition post-processors change the definitions, creates the bean
+post-processors, then the singletons (constructor injection, field injection, init callbacks
+between the post-processors' before and after hooks), and publishes ContextRefreshed.
+`close()` destroys the singletons in the reverse order of their completion: a bean is
+finished only after everything it depends on, so it is destroyed before any of them.
 """
 
 from __future__ import annotations
@@ -111,6 +115,10 @@ class ApplicationContext:
         self._singletons: dict[str, Any] = {}
         self._report: list[ConditionOutcome] = []
         self._refreshed = False
+        self._post_processors: list[markers.BeanPostProcessor] = []
+        self._raw: dict[str, Any] = {}             # singletons as made, before after_init
+        self._finished: list[str] = []             # singletons in the order they were finished
+        self._destroy_methods: dict[str, str] = {}
 
     # ---- refresh -------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -128,9 +136,53 @@ class ApplicationContext:
         for qualified in auto:
             self._apply_auto_configuration(qualified)
         self._refreshed = True
+        self._post_process_definitions()
+        processors = [name for name, t in self._types.items()
+                      if issubclass(t, markers.BeanPostProcessor)]
+        self._post_processors = [self._get(name, []) for name in processors]
         for name, definition in list(self.definitions.items()):
             if definition.scope == "singleton" and not definition.lazy:
                 self._get(name, [])
+        self.publish(markers.ContextRefreshed(self))
+
+    def _post_process_definitions(self) -> None:
+        """Definition post-processors run before any other bean of the application exists."""
+        for name in [n for n, t in self._types.items()
+                     if issubclass(t, markers.DefinitionPostProcessor)]:
+            self._get(name, []).post_process_definitions(self.definitions)
+        for name in [n for n in self._types if n not in self.definitions]:
+            del self._types[name]
+        for name, definition in self.definitions.items():
+            if name not in self._types:
+                self._types[name] = self._load_type(definition)
+
+    def publish(self, event: Any) -> None:
+        """Call every listener of the event's type on the singletons made so far."""
+        for name in list(self._finished):
+            raw = self._raw[name]
+            for attr, member in _members(type(raw)):
+                wanted = getattr(member, "__event_listener__", None)
+                if isinstance(wanted, type) and isinstance(event, wanted):
+                    getattr(raw, attr)(event)
+
+    def close(self) -> None:
+        """Destroy the singletons, each before the beans it depends on."""
+        errors: list[BaseException] = []
+        while self._finished:
+            name = self._finished.pop()
+            raw = self._raw.pop(name)
+            self._singletons.pop(name, None)
+            callbacks = [getattr(raw, attr) for attr, member in _members(type(raw))
+                         if getattr(member, "__pre_destroy__", False)]
+            if self._destroy_methods.get(name):
+                callbacks.append(getattr(raw, self._destroy_methods[name]))
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception as error:  # one bean's failure must not keep the rest alive
+                    errors.append(error)
+        if errors:
+            raise errors[0]
 
     def _load_type(self, definition: BeanDefinition) -> type:
         if not definition.factory:
@@ -236,10 +288,57 @@ class ApplicationContext:
         if name in creating:
             raise CircularDependencyError([*creating[creating.index(name):], name])
         definition = self.definitions[name]
-        instance = self._create(name, definition, [*creating, name])
+        path = [*creating, name]
+        raw = self._create(name, definition, path)
+        instance = self._initialise(name, definition, raw, path)
         if definition.scope == "singleton":
             self._singletons[name] = instance
+            self._raw[name] = raw
+            self._finished.append(name)
         return instance
+
+    def _initialise(self, name: str, definition: BeanDefinition, raw: Any,
+                    creating: list[str]) -> Any:
+        """Fields, then before_init, the init callbacks, after_init: the bean to keep."""
+        if not definition.factory:
+            for field_name, value in self._fields(name, type(raw), creating).items():
+                setattr(raw, field_name, value)
+        bean = raw
+        processors = [] if self._is_post_processor(name) else self._post_processors
+        for processor in processors:
+            bean = processor.before_init(bean, name)
+        for attr, member in _members(type(raw)):
+            if getattr(member, "__post_construct__", False):
+                getattr(bean, attr)()
+        for processor in processors:
+            bean = processor.after_init(bean, name)
+        return bean
+
+    def _is_post_processor(self, name: str) -> bool:
+        return issubclass(self._types[name], (markers.BeanPostProcessor,
+                                              markers.DefinitionPostProcessor))
+
+    def _fields(self, name: str, cls: type, creating: list[str]) -> dict[str, Any]:
+        """Values of the class's `Annotated[T, Autowired()]` fields, resolved like parameters."""
+        values: dict[str, Any] = {}
+        written = [v for klass in cls.__mro__ for v in vars(klass).get("__annotations__", {})
+                   .values()]
+        if not any("Autowired" in str(v) for v in written):
+            return values               # no field to inject: other annotations stay unread
+        for field_name, hint in typing.get_type_hints(cls, include_extras=True).items():
+            if typing.get_origin(hint) is not typing.Annotated or not any(
+                    isinstance(extra, markers.Autowired) for extra in hint.__metadata__):
+                continue
+            required, qualifier, optional = _unwrap(hint)
+            try:
+                chosen = self._choose(required, name, field_name, qualifier)
+            except NoSuchBeanError:
+                if optional:
+                    values[field_name] = None
+                    continue
+                raise
+            values[field_name] = self._get(chosen, creating)
+        return values
 
     def _create(self, name: str, definition: BeanDefinition, creating: list[str]) -> Any:
         if definition.factory:
@@ -248,6 +347,7 @@ class ApplicationContext:
                          if d.configuration and d.type_name == config_name)
             config = self._get(owner, creating)
             method = getattr(config, method_name)
+            self._destroy_methods[name] = getattr(method, "__destroy_method__", "")
             return method(**self._arguments(name, method, creating))
         cls = self._types[name]
         return cls(**self._arguments(name, cls.__init__, creating))
@@ -274,6 +374,14 @@ class ApplicationContext:
                 raise
             arguments[parameter.name] = self._get(chosen, creating)
         return arguments
+
+
+def _members(cls: type) -> list[tuple[str, Any]]:
+    """The attributes of a class and its bases, bases first, each name once."""
+    found: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        found.update(vars(klass))
+    return list(found.items())
 
 
 def _parameter_hints(fn: Any) -> dict[str, Any]:

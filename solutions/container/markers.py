@@ -7,7 +7,7 @@ scanner does not even do that: it reads the decorators' *names* in the source wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -65,9 +65,16 @@ def configuration(cls: type) -> type:
     return cls
 
 
-def bean(method: Callable[..., T]) -> Callable[..., T]:
-    """Mark a method of a @configuration class as a bean factory (the bean is named after it)."""
-    method.__bean__ = True  # type: ignore[attr-defined]
+def bean(method: Any = None, *, destroy_method: str = "") -> Any:
+    """Mark a method of a @configuration class as a bean factory (the bean is named after it).
+
+    `@bean`, or `@bean(destroy_method="close")`: on close the container calls that method of
+    the object the factory returned (README, stage 5).
+    """
+    if method is None:
+        return lambda m: bean(m, destroy_method=destroy_method)
+    method.__bean__ = True
+    method.__destroy_method__ = destroy_method
     return method
 
 
@@ -147,3 +154,56 @@ class Environment:
     def with_prefix(self, prefix: str) -> dict[str, str]:
         """Every property under `prefix`, keyed by the rest of its name."""
         return {k[len(prefix):]: v for k, v in self.properties.items() if k.startswith(prefix)}
+
+
+# ---- the lifecycle (README, stage 5) ---------------------------------------------------------
+
+def post_construct(method: Callable[..., T]) -> Callable[..., T]:
+    """An init callback: called with no arguments once the bean's dependencies are injected."""
+    method.__post_construct__ = True  # type: ignore[attr-defined]
+    return method
+
+
+def pre_destroy(method: Callable[..., T]) -> Callable[..., T]:
+    """A destroy callback: called with no arguments when the context closes."""
+    method.__pre_destroy__ = True  # type: ignore[attr-defined]
+    return method
+
+
+@dataclass(frozen=True)
+class Autowired:
+    """`name: Annotated[Type, Autowired()]` in a class body: a field the container injects."""
+
+
+@dataclass(frozen=True)
+class ContextRefreshed:
+    """Published once refresh() has made every non-lazy singleton."""
+
+    context: Any
+
+
+def event_listener(event_type: type) -> Callable[[T], T]:
+    """Make a bean's method receive the events of `event_type` (its only argument)."""
+    def mark(method: T) -> T:
+        method.__event_listener__ = event_type  # type: ignore[attr-defined]
+        return method
+    return mark
+
+
+class DefinitionPostProcessor:
+    """A bean that may change the bean definitions before any other bean is made."""
+
+    def post_process_definitions(self, definitions: MutableMapping[str, Any]) -> None:
+        """Change, add or remove entries of `definitions` (bean name -> BeanDefinition)."""
+
+
+class BeanPostProcessor:
+    """A bean that sees every other bean around its init callbacks, and may replace it."""
+
+    def before_init(self, bean: Any, name: str) -> Any:
+        """Called before the bean's @post_construct methods; what it returns is the bean."""
+        return bean
+
+    def after_init(self, bean: Any, name: str) -> Any:
+        """Called after them; what it returns is the bean the context keeps and injects."""
+        return bean

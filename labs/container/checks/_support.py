@@ -40,6 +40,10 @@ CONDITIONS = "spring-boot-application#conditions-how-boot-backs-off"
 BACK_OFF = "spring-boot-application#back-off-in-practice-the-datasource"
 REPORT = "spring-boot-application#reading-the-condition-evaluation-report"
 BOOT_SCAN = "spring-boot-application#componentscan-with-two-filters-from-boot"
+TWO_PROCESSORS = "spring-context#two-kinds-of-post-processor"
+SINGLETON_LIFE = "spring-context#the-life-of-a-singleton"
+EVENTS = "spring-context#events"
+SHUTDOWN = "spring-context#shutdown"
 
 IMPORT_LOG = "CREATE TABLE IF NOT EXISTS import_log (module text NOT NULL, at timestamptz " \
              "NOT NULL DEFAULT clock_timestamp())"

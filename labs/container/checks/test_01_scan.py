@@ -194,6 +194,11 @@ def test_stereotypes_count_as_component(learner, make_app):
         def traced(cls):
             '''An ordinary class decorator: it carries nothing.'''
             return cls
+
+
+        @controller
+        class StatusPage:
+            '''Marked in the module that defines the stereotype.'''
         """)
     app.write("web/pages.py", """\
         from {base}.web import stereotypes
@@ -263,10 +268,14 @@ def test_stereotypes_count_as_component(learner, make_app):
             pass
         """)
     got = names(call(scanning.scan, app.base, app.root))
-    wanted = sorted(["homePage", "orderApi", "stockApi", "webConfig", "search", "priceApi"])
+    wanted = sorted(["homePage", "orderApi", "stockApi", "webConfig", "search", "priceApi",
+                     "statusPage"])
     if got != wanted:
         missing = sorted(set(wanted) - set(got))
         extra = sorted(set(got) - set(wanted))
+        # statusPage sits next to the definition of @controller, homePage in another module:
+        # finding only the first means stereotypes were looked up per module
+        per_module = "statusPage" in got and "homePage" in missing
         raise CheckFailure(
             "A decorator function that is itself marked @component (directly or through "
             "another such decorator) is a stereotype: the classes it marks are components. "
@@ -276,11 +285,17 @@ def test_stereotypes_count_as_component(learner, make_app):
                    + (f"; missing {', '.join(missing)}" if missing else "")
                    + (f"; not components, but registered: {', '.join(extra)}" if extra else ""),
             evidence="web/stereotypes.py: @component def controller; @controller def "
-                     "rest_controller; def traced (no marker)\n"
+                     "rest_controller; def traced (no marker); @controller class StatusPage\n"
+                     "web/pages.py: @controller HomePage, @rest_controller OrderApi, "
+                     "@stereotypes.rest_controller StockApi, @traced Plain, @configuration "
+                     "WebConfig, @traced @service Search\n"
                      "web/mm_links.py: @component def endpoint; web/aa_links.py: @endpoint def "
                      "api_endpoint; web/zz_links.py: @api_endpoint def versioned_endpoint, "
                      "@versioned_endpoint class PriceApi",
             lesson=META,
+            fix="A stereotype defined in one module marks classes in every module: collect the "
+                "stereotypes of all the files under the base package before looking at any "
+                "class." if per_module else None,
         )
 
 
@@ -369,4 +384,43 @@ def test_a_package_outside_the_base_package_is_not_found(learner, make_app):
             fix=None if not extra else "Map the base package to its directory "
                 "(root / 'a' / 'b' for 'a.b') and walk only that directory; do not compare "
                 "module names as strings.",
+        )
+
+
+def test_a_class_in_a_package_init_belongs_to_the_package(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    marked = """\
+        from markers import {marker}
+
+
+        @{marker}
+        class {name}:
+            pass
+        """
+    app.write("__init__.py", marked.format(marker="component", name="ShopRoot"))
+    app.write("billing/__init__.py", marked.format(marker="service", name="BillingFacade"))
+    app.write("billing/ledger.py", marked.format(marker="component", name="Ledger"))
+    app.write("billing/tax/__init__.py", marked.format(marker="repository", name="TaxTables"))
+    found = call(scanning.scan, app.base, app.root)
+    types = {getattr(d, "name", "?"): getattr(d, "type_name", None) for d in found}
+    wanted = [("shopRoot", f"{app.base}.ShopRoot", "__init__.py"),
+              ("billingFacade", f"{app.base}.billing.BillingFacade", "billing/__init__.py"),
+              ("ledger", f"{app.base}.billing.ledger.Ledger", "billing/ledger.py"),
+              ("taxTables", f"{app.base}.billing.tax.TaxTables", "billing/tax/__init__.py")]
+    rows = [(bean, file, types.get(bean, "no definition"), want) for bean, want, file in wanted]
+    wrong = [row for row in rows if row[2] != row[3]]
+    if wrong:
+        init_named = any(".__init__." in str(row[2]) for row in wrong)
+        raise CheckFailure(
+            "A package's __init__.py is the module named by the package itself: a class "
+            "defined there has the package's dotted name as its module (importing "
+            "`pkg.__init__` would load the file a second time, as another module with other "
+            "class objects).",
+            expected="; ".join(f"{row[0]}: {row[3]}" for row in wrong),
+            actual="; ".join(f"{row[0]}: {row[2]}" for row in wrong),
+            evidence=table(rows, ("bean", "file", "type_name", "expected")),
+            lesson=SCAN,
+            fix="Drop the trailing __init__ from the dotted name built from the file's path."
+            if init_named else None,
         )

@@ -126,6 +126,9 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
         "scratch": ("prototype", False, False, ()),
         "main_cache": ("singleton", False, True, ()),
     }
+    # where each class's flag is written relative to its marker (the README: either side)
+    above = {"fastPrices": "@primary above @component", "archiveStore": "@lazy above @repository"}
+    below = {"quote": "@scope below @service"}
     rows, wrong = [], []
     for name, (scope, lazy, primary, deps) in wanted.items():
         d = found.get(name)
@@ -134,12 +137,18 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
                                       tuple(getattr(d, "dependencies", ()) or ()))
         rows.append((name, *(got or ("missing",) * 4)))
         if got != (scope, lazy, primary, deps):
-            wrong.append(f"{name}: expected scope={scope} lazy={lazy} primary={primary} "
+            where = above.get(name) or below.get(name)
+            wrong.append(f"{name}{f' ({where})' if where else ''}: expected scope={scope} "
+                         f"lazy={lazy} primary={primary} "
                          f"dependencies={deps}, got " + (
                              "no definition" if got is None else
                              f"scope={got[0]} lazy={got[1]} primary={got[2]} "
                              f"dependencies={got[3]}"))
     if wrong:
+        # both classes with a flag above the marker lost it, everything else is right (the
+        # same flags on @bean methods, @scope below @service): the position was the mistake
+        lost = {w.split(" ", 1)[0].split(":")[0] for w in wrong}
+        one_side = lost == set(above)
         raise CheckFailure(
             "The definitions registered by the context must say what each bean will be: its "
             "scope, whether it is lazy or primary, and the names of its constructor's (or "
@@ -149,6 +158,8 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
             actual="; ".join(wrong),
             evidence=table(rows, ("bean", "scope", "lazy", "primary", "dependencies")),
             lesson=DEFINITIONS,
+            fix="Read scope, lazy and primary from every decorator of the class, above and below "
+                "its marker: their order is free." if one_side else None,
         )
 
 

@@ -6,10 +6,11 @@ are strings until `typing.get_type_hints` resolves them.
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 
 import pytest
-from _support import INJECTION, NOT_FOUND, WHAT_SPRING_DOES, application_module
+from _support import INJECTION, LIFECYCLE, NOT_FOUND, WHAT_SPRING_DOES, application_module
 
 from dojo.checks import CheckFailure, call, raised, table
 
@@ -607,4 +608,268 @@ def test_a_cycle_through_prototypes_is_named(learner, make_app):
             actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
             evidence=table([r[:3] for r in rows], ("case", "expected cycle", "got")),
             lesson=INJECTION,
+        )
+
+
+def test_a_lazy_singleton_is_one_object_however_it_is_reached(learner, make_app):
+    app = make_app("shop")
+    app.write("rates.py", """\
+        from __future__ import annotations
+
+        from markers import bean, component, configuration, lazy, service
+        import {probe} as probe
+
+
+        @lazy
+        @component
+        class RateTable:
+            def __init__(self):
+                probe.events.append(("init", "rateTable"))
+
+
+        class FxFeed:
+            pass
+
+
+        @configuration
+        class FxConfig:
+            @lazy
+            @bean
+            def fx_feed(self) -> FxFeed:
+                probe.events.append(("init", "fx_feed"))
+                return FxFeed()
+
+
+        @service
+        class Pricing:
+            def __init__(self, rates: RateTable, feed: FxFeed):
+                self.rates, self.feed = rates, feed
+
+
+        @service
+        class Billing:
+            def __init__(self, table: RateTable, fx: FxFeed):
+                self.rates, self.feed = table, fx
+
+
+        @lazy
+        @service
+        class Audit:
+            def __init__(self, rates: RateTable):
+                self.rates = rates
+        """)
+    _, ctx = _refreshed(learner, app, "@lazy RateTable and @lazy @bean fx_feed, each needed by "
+                                      "Pricing and Billing; @lazy Audit(rates: RateTable)")
+    rates = application_module(f"{app.base}.rates")
+    pricing, billing = call(ctx.get_bean, "pricing"), call(ctx.get_bean, "billing")
+    audit = call(ctx.get_bean, "audit")
+    table_bean = call(ctx.get_bean, "rateTable")
+    feed_bean = call(ctx.get_bean, "fx_feed")
+    reached = [
+        ("Pricing.rates", getattr(pricing, "rates", None), table_bean),
+        ("Billing.rates", getattr(billing, "rates", None), table_bean),
+        ("Audit.rates (a lazy bean made by get_bean)", getattr(audit, "rates", None), table_bean),
+        ("get_bean(RateTable)", call(ctx.get_bean, rates.RateTable), table_bean),
+        ("Pricing.feed", getattr(pricing, "feed", None), feed_bean),
+        ("Billing.feed", getattr(billing, "feed", None), feed_bean),
+        ("get_bean(FxFeed)", call(ctx.get_bean, rates.FxFeed), feed_bean),
+    ]
+    made = Counter(app.created())
+    rows = [(route, _describe(got), got is bean) for route, got, bean in reached]
+    wrong = [row for row in rows if not row[2]]
+    if wrong or made["rateTable"] != 1 or made["fx_feed"] != 1:
+        raise CheckFailure(
+            "A lazy singleton is still a singleton: whether the first to ask for it is "
+            "get_bean or another bean's constructor, it is made once, kept, and every later "
+            "injection or lookup (by name or by type) gets that same object.",
+            expected="rateTable and fx_feed made once each; every route below is "
+                     "get_bean('rateTable') / get_bean('fx_feed')",
+            actual=f"rateTable made {made['rateTable']} time(s), fx_feed made "
+                   f"{made['fx_feed']} time(s)"
+                   + ("; not the same object: " + ", ".join(w[0] for w in wrong)
+                      if wrong else ""),
+            evidence=table(rows, ("route", "received", "is the bean from get_bean(name)"))
+                     + "\nconstructors run: " + ", ".join(app.created()),
+            lesson=LIFECYCLE,
+        )
+
+
+STORES = """\
+    from __future__ import annotations
+
+    from markers import component, lazy, service
+
+
+    class Store:
+        pass
+
+
+    @component
+    class RedisStore(Store):
+        pass
+
+
+    @component
+    class MemoryStore(Store):
+        pass
+
+
+    class Missing:
+        '''No bean has this type.'''
+
+
+    @component
+    @lazy
+    class AuditLog:
+        def __init__(self, sink: Missing):
+            self.sink = sink
+
+
+    {consumer}
+    """
+
+AMBIGUOUS_CONSUMERS = (
+    ("Cart(store: Store | None)", "NoUniqueBeanError", ["memoryStore", "redisStore"], """\
+    @service
+    class Cart:
+        def __init__(self, store: Store | None):
+            self.store = store
+    """),
+    ("Cart(store: Store = FALLBACK)", "NoUniqueBeanError", ["memoryStore", "redisStore"], """\
+    FALLBACK = Store()
+
+
+    @service
+    class Cart:
+        def __init__(self, store: Store = FALLBACK):
+            self.store = store
+    """),
+    ("Cart(audit: AuditLog | None), AuditLog(sink: Missing)", "NoSuchBeanError", None, """\
+    @service
+    class Cart:
+        def __init__(self, audit: AuditLog | None):
+            self.audit = audit
+    """),
+)
+
+
+def test_optional_or_default_only_covers_no_candidate(learner, make_app):
+    context = learner.module("context")
+    rows = []
+    for shape, wanted, candidates, consumer in AMBIGUOUS_CONSUMERS:
+        app = make_app("shop")
+        app.write("cart.py", STORES.replace("{consumer}", textwrap.indent(
+            textwrap.dedent(consumer), "    ").strip()))
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        error = raised(ctx.refresh)
+        if error is None:
+            cart = call(ctx.get_bean, "cart")
+            got = "refresh() succeeded; Cart." + ", Cart.".join(
+                f"{k}={_describe(v)}" for k, v in vars(cart).items())
+        else:
+            got = f"{type(error).__name__}: {error}"
+        ok = isinstance(error, getattr(context, wanted)) and (
+            candidates is None or sorted(getattr(error, "candidates", None) or []) == candidates)
+        if candidates is None and ok:
+            ok = getattr(error, "bean", None) == "auditLog" \
+                and getattr(error, "parameter", None) == "sink"
+        rows.append((shape, wanted + (f" {candidates}" if candidates else
+                                      " (bean auditLog, parameter sink)"), got, ok))
+    wrong = [row for row in rows if not row[3]]
+    if wrong:
+        swallowed = any(row[2].startswith("refresh() succeeded") for row in wrong)
+        raise CheckFailure(
+            "`T | None` and a default value stand in only when no bean of type T exists. "
+            "Two candidates without a primary are still NoUniqueBeanError, and a candidate "
+            "that cannot be built is still its own error; neither may turn into None or the "
+            "default.",
+            expected="; ".join(f"{w[0]}: {w[1]}" for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
+            evidence=table([r[:3] for r in rows], ("constructor", "expected", "got"))
+                     + "\nStore has two beans, redisStore and memoryStore; AuditLog has one, "
+                       "auditLog, whose constructor needs a Missing that no bean provides",
+            lesson=WHAT_SPRING_DOES,
+            fix="Fall back to None or the default only on NoSuchBeanError for the "
+                "parameter's own type, raised before any candidate is created."
+            if swallowed else None,
+        )
+
+
+OWN_BEAN_CYCLES = (
+    ("ClockConfig(clock: Clock) with @bean clock(self) -> Clock", ["clockConfig", "clock"], """\
+    from __future__ import annotations
+
+    from markers import bean, configuration
+
+
+    class Clock:
+        pass
+
+
+    @configuration
+    class ClockConfig:
+        def __init__(self, clock: Clock):
+            self.clock = clock
+
+        @bean
+        def clock(self) -> Clock:
+            return Clock()
+    """),
+    ("FeedConfig(parser: Parser); Parser(feed: Feed); @bean feed(self) -> Feed on FeedConfig",
+     ["feedConfig", "parser", "feed"], """\
+    from __future__ import annotations
+
+    from markers import bean, component, configuration
+
+
+    class Feed:
+        pass
+
+
+    @component
+    class Parser:
+        def __init__(self, feed: Feed):
+            self.feed = feed
+
+
+    @configuration
+    class FeedConfig:
+        def __init__(self, parser: Parser):
+            self.parser = parser
+
+        @bean
+        def feed(self) -> Feed:
+            return Feed()
+    """),
+)
+
+
+def test_a_cycle_through_a_configuration_and_its_bean_is_named(learner, make_app):
+    context = learner.module("context")
+    rows = []
+    for shape, ring, source in OWN_BEAN_CYCLES:
+        app = make_app("shop")
+        app.write("config.py", source)
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        error = raised(ctx.refresh)
+        cycle = list(getattr(error, "cycle", None) or [])
+        ok = isinstance(error, context.CircularDependencyError) and _is_rotation(cycle, ring)
+        rows.append((shape, " → ".join([*ring, ring[0]]),
+                     ("no error" if error is None else type(error).__name__)
+                     + (f", cycle {' → '.join(map(str, cycle))}" if cycle else ""), ok))
+    wrong = [row for row in rows if not row[3]]
+    if wrong:
+        recursed = any(row[2].startswith("RecursionError") for row in wrong)
+        raise CheckFailure(
+            "A @bean method's bean is made by calling the method on its configuration bean, "
+            "so it depends on that bean: a configuration whose constructor needs (directly or "
+            "not) one of its own @bean beans is a cycle, and refresh() must name it.",
+            expected="; ".join(f"{w[0]}: CircularDependencyError, cycle {w[1]} (any rotation)"
+                               for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
+            evidence=table([r[:3] for r in rows], ("application", "expected cycle", "got")),
+            lesson=INJECTION,
+            fix="Create the configuration bean on the same path of beans in creation as the "
+                "@bean that needs it, so that the loop through it is seen."
+            if recursed else None,
         )

@@ -545,3 +545,116 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
                                                    ("name", "matched", "messages")),
             lesson=CONDITIONS,
         )
+
+
+def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/clocks.py", """\
+        from markers import bean, conditional_on_missing_bean, configuration
+        import {probe} as probe
+
+
+        class Clock:
+            pass
+
+
+        @configuration
+        class ClockAutoConfiguration:
+            @bean
+            def system_clock(self) -> Clock:
+                probe.events.append(("init", "system_clock"))
+                return Clock()
+
+            @bean
+            @conditional_on_missing_bean(Clock)
+            def fallback_clock(self) -> Clock:
+                probe.events.append(("init", "fallback_clock"))
+                return Clock()
+        """)
+    name = f"{app.base}_auto.clocks.ClockAutoConfiguration"
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, name)])
+    error = raised(ctx.refresh)
+    report = [] if error else call(ctx.condition_report)
+    backed_off = [o for o in _entries(report, name) if getattr(o, "matched", None) is False
+                  and "system_clock" in " ".join(map(str, getattr(o, "messages", [])))]
+    defined = sorted(n for n in ("system_clock", "fallback_clock") if n in ctx.definitions)
+    if error or defined != ["system_clock"] or "fallback_clock" in app.created() \
+            or not backed_off:
+        raise CheckFailure(
+            "The @bean methods of an auto-configuration are registered one after another, in "
+            "the order they are written, and each method's conditions are evaluated when its "
+            "turn comes: a @conditional_on_missing_bean on a later method sees the bean an "
+            "earlier method of the same class registered.",
+            expected="system_clock defined, fallback_clock not; a not-matched report entry "
+                     "for ClockAutoConfiguration.fallback_clock naming system_clock",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"defined: {', '.join(defined) or 'neither'}"
+                    + ("" if backed_off else "; no not-matched report entry naming "
+                                             "system_clock")),
+            evidence="ClockAutoConfiguration: @bean system_clock() -> Clock, then @bean "
+                     "@conditional_on_missing_bean(Clock) fallback_clock() -> Clock\n"
+                     "condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
+            lesson=CONDITIONS,
+        )
+
+
+def test_a_property_set_to_an_empty_string_is_present(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    classes = []
+    body = ["from markers import bean, conditional_on_property, configuration\n\n",
+            "class Feature:\n    pass\n"]
+    cases = [  # bean, decorator arguments, property value, expected
+        ("blank_plain", '"shop.blank-a"', "", True),
+        ("blank_having", '"shop.blank-b", having_value="on", match_if_missing=True', "", False),
+        ("zero_plain", '"shop.zero"', "0", True),
+        ("upper_false", '"shop.upper-false", match_if_missing=True', "FALSE", False),
+        ("spaces_plain", '"shop.spaces"', " ", True),
+    ]
+    properties = {}
+    for bean, args, value, _ in cases:
+        cls = bean.title().replace("_", "") + "AutoConfiguration"
+        classes.append(f"{app.base}_auto.flags.{cls}")
+        properties[args.split('"')[1]] = value
+        body.append(f"\n\n@configuration\n@conditional_on_property({args})\nclass {cls}:\n"
+                    f"    @bean\n    def {bean}(self) -> Feature:\n        return Feature()\n")
+    app.write_top(f"{app.base}_auto/flags.py", "".join(body))
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties,
+               [_imports(app, *classes)])
+    call(ctx.refresh)
+    got = [(bean, args, repr(value), want, bean in ctx.definitions)
+           for bean, args, value, want in cases]
+    wrong = [row for row in got if row[3] != row[4]]
+    if wrong:
+        raise CheckFailure(
+            "A property is present when its key is in the properties, whatever its value: an "
+            "empty string is set (so it matches without having_value, and is not 'missing' "
+            "for match_if_missing), and only \"false\" in any case turns a plain "
+            "@conditional_on_property off.",
+            expected="; ".join(f"{w[0]} {'defined' if w[3] else 'not defined'} ({w[2]})"
+                               for w in wrong),
+            actual="; ".join(f"{w[0]} {'defined' if w[4] else 'not defined'}" for w in wrong),
+            evidence=f"properties: {properties}\n"
+                     + table(got, ("bean", "condition", "value", "expected", "defined")),
+            lesson=CONDITIONS,
+            fix="Test `key in properties` (or `get(key) is None`), not the value's truth."
+            if any(w[2] in ("''", "' '") for w in wrong) else None,
+        )

@@ -23,3 +23,6 @@ from markers import (  # noqa: F401  (you will need them)
 # - KafkaAutoConfiguration: a confluent-kafka Producer for dojo.kafka.bootstrap-servers with
 #   every dojo.kafka.producer.* property, only when confluent_kafka can be imported, the
 #   property is set and the application has no Producer bean.
+#
+# Stage 5: close() must release what these beans hold: @bean(destroy_method="...") names the
+# method the context calls on the bean when it closes (the Engine's pool, the Producer's buffer).

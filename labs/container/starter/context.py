@@ -80,3 +80,7 @@ class ApplicationContext:
     def condition_report(self) -> list[ConditionOutcome]:
         """Why each auto-configuration matched or not (README, stage 4)."""
         raise NotImplementedError("condition_report: (README, stage 4)")
+
+    def close(self) -> None:
+        """Destroy the singletons, each before the beans it depends on (README, stage 5)."""
+        raise NotImplementedError("close: destroy the singletons (README, stage 5)")

@@ -125,6 +125,12 @@ class ApplicationContext:
         self._in_creation: dict[str, None] = {}      # ordered set: the current creation path
         self._modules: dict[str, types.ModuleType] = {}
         self._outcomes: list[ConditionOutcome] = []
+        # stage 5: a dependency graph recorded while creating, and listeners by event type
+        self._needed_by: dict[str, set[str]] = {}    # bean -> the beans that asked for it
+        self._raw: dict[str, Any] = {}
+        self._listeners: list[tuple[type, Any]] = []
+        self._processors: list[markers.BeanPostProcessor] = []
+        self._skip_processing: set[str] = set()
 
     # ---- refresh -------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -151,10 +157,50 @@ class ApplicationContext:
                 self._register(definition, self._class(definition.type_name))
         for qualified in listed:
             self._auto_configure(qualified)
+        self._run_definition_processors()
+        processors = sorted(n for n, e in self._registry.items()
+                            if issubclass(e.type, markers.BeanPostProcessor))
+        self._skip_processing.update(processors)
+        self._processors = [self._obtain(n) for n in processors]
         for name in sorted(self._registry):
             definition = self._registry[name].definition
             if definition.scope == "singleton" and not definition.lazy:
                 self._obtain(name)
+        event = markers.ContextRefreshed(self)
+        for wanted, listener in list(self._listeners):
+            if isinstance(event, wanted):
+                listener(event)
+
+    def _run_definition_processors(self) -> None:
+        names = sorted(n for n, e in self._registry.items()
+                       if issubclass(e.type, markers.DefinitionPostProcessor))
+        self._skip_processing.update(names)
+        for name in names:
+            self._obtain(name).post_process_definitions(self.definitions)
+        for name, entry in self._registry.items():   # the registry follows the definitions
+            if name in self.definitions:
+                entry.definition = self.definitions[name]
+
+    def close(self) -> None:
+        """Destroy a bean once every bean that asked for it is gone (a topological order)."""
+        alive = [n for n in self._raw if self._registry[n].definition.scope == "singleton"]
+        while alive:
+            ready = [n for n in alive if not (self._needed_by.get(n, set()) & set(alive))]
+            for name in ready or alive[:1]:          # a cycle cannot happen; never loop forever
+                alive.remove(name)
+                self._destroy(name, self._raw.pop(name))
+                self._objects.pop(name, None)
+
+    def _destroy(self, name: str, raw: Any) -> None:
+        for _, method in inspect.getmembers(type(raw), callable):
+            if getattr(method, "__pre_destroy__", False):
+                method(raw)
+        entry = self._registry[name]
+        if entry.method:
+            owner = self._registry[entry.owner].type
+            destroy = getattr(getattr(owner, entry.method), "__destroy_method__", "")
+            if destroy:
+                getattr(raw, destroy)()
 
     def _register_environment(self) -> None:
         definition = BeanDefinition(name="environment", type_name="markers.Environment",
@@ -272,6 +318,8 @@ class ApplicationContext:
         return chosen[0]
 
     def _obtain(self, name: str) -> Any:
+        if self._in_creation:
+            self._needed_by.setdefault(name, set()).add(next(reversed(self._in_creation)))
         if name in self._objects:
             return self._objects[name]
         if name in self._in_creation:
@@ -280,12 +328,54 @@ class ApplicationContext:
         entry = self._registry[name]
         self._in_creation[name] = None
         try:
-            instance = self._instantiate(name, entry)
+            raw = self._instantiate(name, entry)
+            if not entry.method:
+                for attribute, value in self._autowired(name, entry.type).items():
+                    setattr(raw, attribute, value)
         finally:
             del self._in_creation[name]
+        instance = self._initialise(name, raw)
         if entry.definition.scope == "singleton":
             self._objects[name] = instance
+            self._raw[name] = raw
+            for _, method in inspect.getmembers(type(raw), callable):
+                wanted = getattr(method, "__event_listener__", None)
+                if isinstance(wanted, type):
+                    self._listeners.append((wanted, getattr(raw, method.__name__)))
         return instance
+
+    def _initialise(self, name: str, raw: Any) -> Any:
+        processors = [] if name in self._skip_processing else self._processors
+        bean = raw
+        for processor in processors:
+            bean = processor.before_init(bean, name)
+        for _, method in inspect.getmembers(type(raw), callable):
+            if getattr(method, "__post_construct__", False):
+                getattr(bean, method.__name__)()
+        for processor in processors:
+            bean = processor.after_init(bean, name)
+        return bean
+
+    def _autowired(self, name: str, cls: type) -> dict[str, Any]:
+        """Class-level `Annotated[T, Autowired()]` fields, resolved like parameters."""
+        values: dict[str, Any] = {}
+        annotated = {k: v for klass in reversed(cls.__mro__)
+                     for k, v in vars(klass).get("__annotations__", {}).items()}
+        wired = [k for k, v in annotated.items() if "Autowired" in str(v)]
+        if not wired:
+            return values
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for attribute in wired:
+            wanted, qualifier, optional = _unwrap(hints[attribute])
+            try:
+                chosen = self._pick(wanted, qualifier, name, attribute)
+            except NoSuchBeanError:
+                if not optional:
+                    raise
+                values[attribute] = None
+                continue
+            values[attribute] = self._obtain(chosen)
+        return values
 
     def _instantiate(self, name: str, entry: _Registered) -> Any:
         if entry.method:

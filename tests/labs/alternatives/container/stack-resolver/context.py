@@ -120,6 +120,9 @@ class ApplicationContext:
         self._objects: dict[str, Any] = {}
         self._stack: list[str] = []
         self._outcomes: dict[str, ConditionOutcome] = {}
+        self._plain: set[str] = set()                  # post-processors: not post-processed
+        self._hooks: list[markers.BeanPostProcessor] = []
+        self._disposal: list[tuple[Any, str]] = []     # (object made, destroy method) stack
 
     def refresh(self) -> None:
         listed: list[str] = []
@@ -166,9 +169,34 @@ class ApplicationContext:
                     scope=getattr(member, "__scope__", "singleton"),
                     factory=f"{qualified}.{attr}")
                 self._types[attr] = _return_type(member)
+        for name in [n for n, t in self._types.items()
+                     if isinstance(t, type) and issubclass(t, markers.DefinitionPostProcessor)]:
+            self._plain.add(name)
+            self._obtain(name).post_process_definitions(self.definitions)
+        late = [n for n, t in self._types.items()
+                if isinstance(t, type) and issubclass(t, markers.BeanPostProcessor)]
+        self._plain.update(late)
+        self._hooks = [self._obtain(n) for n in late]
         for name, d in list(self.definitions.items()):
             if d.scope == "singleton" and not d.lazy:
                 self._obtain(name)
+        refreshed = markers.ContextRefreshed(self)
+        for raw, _ in list(self._disposal):
+            for attr in dir(type(raw)):
+                kind = getattr(getattr(type(raw), attr, None), "__event_listener__", None)
+                if kind is not None and isinstance(refreshed, kind):
+                    getattr(raw, attr)(refreshed)
+
+    def close(self) -> None:
+        """Pop the disposal stack: the last bean finished is the first destroyed."""
+        while self._disposal:
+            raw, extra = self._disposal.pop()
+            for attr in dir(type(raw)):
+                if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
+                    getattr(raw, attr)()
+            if extra:
+                getattr(raw, extra)()
+        self._objects = {k: v for k, v in self._objects.items() if k == "environment"}
 
     def condition_report(self) -> list[ConditionOutcome]:
         return list(self._outcomes.values())
@@ -207,19 +235,56 @@ class ApplicationContext:
         self._stack.append(name)
         try:
             d = self.definitions[name]
+            extra = ""
             if d.factory:
                 owner, _, method = d.factory.rpartition(".")
                 config = next(n for n, x in self.definitions.items()
                               if x.configuration and x.type_name == owner)
                 fn = getattr(self._obtain(config), method)
+                extra = getattr(fn, "__destroy_method__", "")
             else:
                 fn = self._types[name]
             made = fn(**self._inject(name, fn.__init__ if isinstance(fn, type) else fn))
+            if not d.factory:
+                self._wire_fields(name, made)
         finally:
             self._stack.pop()
+        bean = made
+        hooks = [] if name in self._plain else self._hooks
+        for hook in hooks:
+            bean = hook.before_init(bean, name)
+        for attr in dir(type(made)):
+            if getattr(getattr(type(made), attr, None), "__post_construct__", False):
+                getattr(bean, attr)()
+        for hook in hooks:
+            bean = hook.after_init(bean, name)
         if d.scope == "singleton":
-            self._objects[name] = made
-        return made
+            self._objects[name] = bean
+            self._disposal.append((made, extra))
+        return bean
+
+    def _wire_fields(self, name: str, made: Any) -> None:
+        """Fields annotated `Annotated[T, Autowired()]`, evaluated one at a time."""
+        for klass in type(made).__mro__:
+            module = importlib.import_module(klass.__module__)
+            for attr, ann in vars(klass).get("__annotations__", {}).items():
+                if "Autowired" not in str(ann):
+                    continue
+                hint = eval(ann, dict(vars(module))) if isinstance(ann, str) else ann  # noqa: S307
+                wanted, *meta = typing.get_args(hint)
+                qualifier = next((m.name for m in meta if isinstance(m, markers.Qualifier)),
+                                 None)
+                nullable = type(None) in typing.get_args(wanted)
+                if nullable:
+                    wanted = next(a for a in typing.get_args(wanted) if a is not type(None))
+                try:
+                    chosen = self._pick(wanted, name, attr, qualifier)
+                except NoSuchBeanError:
+                    if not nullable:
+                        raise
+                    setattr(made, attr, None)
+                    continue
+                setattr(made, attr, self._obtain(chosen))
 
     def _inject(self, name: str, fn: Any) -> dict[str, Any]:
         if fn is object.__init__:
@@ -240,10 +305,12 @@ class ApplicationContext:
                 rest = [a for a in args if a is not type(None)]
                 wanted = rest[0] if len(rest) == 1 else wanted
             try:
-                kwargs[p.name] = self._obtain(self._pick(wanted, name, p.name, qualifier))
+                chosen = self._pick(wanted, name, p.name, qualifier)
             except NoSuchBeanError:
                 if nullable:
                     kwargs[p.name] = None
                 elif p.default is p.empty:
                     raise
+                continue
+            kwargs[p.name] = self._obtain(chosen)
         return kwargs

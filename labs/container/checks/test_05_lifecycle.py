@@ -1,0 +1,657 @@
+"""Stage lifecycle: post-processors, init callbacks, ContextRefreshed, and close().
+
+The applications record what happens to them in the probe module's `events`: ("init", bean)
+when a constructor runs, and ("before", bean), ("post_construct", bean), ("after", bean),
+("refreshed", bean), ("destroy", bean) for the other steps. The Engine and the Producer are
+proven from outside: pg_stat_activity by the application_name the check gave the datasource
+URL, and the records that reached the topic.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from _support import EVENTS, SHUTDOWN, SINGLETON_LIFE, TWO_PROCESSORS, application_module
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from dojo.checks import CheckFailure, call, raised, table
+from dojo.checks.observers import read_topic
+
+pytestmark = pytest.mark.stage("lifecycle")
+
+
+def _refreshed(learner, app, shape, properties=None, imports=()):
+    """A refreshed context, or a failure naming the application's shape."""
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties or {},
+               list(imports) if imports is not None else None)
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application that the README's rules can build.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence=shape,
+            lesson=SINGLETON_LIFE,
+        )
+    return ctx
+
+
+def _steps(app, kinds):
+    return [(kind, bean) for kind, bean in app.probe.events if kind in kinds]
+
+
+def test_definition_post_processors_run_before_any_bean_exists(learner, make_app):
+    app = make_app("shop")
+    app.write("jobs.py", """\
+        from markers import component
+        import {probe} as probe
+
+
+        @component
+        class ReportJob:
+            def __init__(self):
+                probe.events.append(("init", "reportJob"))
+
+
+        @component
+        class Draft:
+            def __init__(self):
+                probe.events.append(("init", "draft"))
+        """)
+    app.write("zz_tuning.py", """\
+        from dataclasses import replace
+
+        from markers import DefinitionPostProcessor, component
+        import {probe} as probe
+
+
+        @component
+        class Tuner(DefinitionPostProcessor):
+            def __init__(self):
+                probe.events.append(("init", "tuner"))
+
+            def post_process_definitions(self, definitions):
+                made = [bean for kind, bean in probe.events if kind == "init"]
+                probe.events.append(("post_process", ",".join(made)))
+                definitions["reportJob"] = replace(definitions["reportJob"], lazy=True)
+                definitions["draft"] = replace(definitions["draft"], scope="prototype")
+        """)
+    ctx = _refreshed(learner, app, "ReportJob, Draft; Tuner(DefinitionPostProcessor) makes "
+                                   "reportJob lazy and draft a prototype", imports=[])
+    calls = [made for kind, made in app.probe.events if kind == "post_process"]
+    after_refresh = Counter(app.created())
+    first, second = call(ctx.get_bean, "draft"), call(ctx.get_bean, "draft")
+    problems = []
+    if len(calls) != 1:
+        problems.append(f"post_process_definitions called {len(calls)} time(s)")
+    elif calls[0] != "tuner":
+        problems.append(f"when post_process_definitions ran, these beans existed: {calls[0]}")
+    if after_refresh["reportJob"]:
+        problems.append("reportJob (made lazy by the post-processor) was created by refresh()")
+    if first is second:
+        problems.append("draft (made a prototype) gave the same object to two get_bean calls")
+    if problems:
+        raise CheckFailure(
+            "Definition post-processors work on definitions, not objects: they are created "
+            "and called before any other bean of the application exists, and what they "
+            "change in ctx.definitions is what the context then builds.",
+            expected="post_process_definitions called once, with only tuner made; reportJob "
+                     "not created by refresh(); two get_bean('draft') give two objects",
+            actual="; ".join(problems),
+            evidence="events, in order:\n" + table(list(app.probe.events), ("event", "bean")),
+            lesson=TWO_PROCESSORS,
+        )
+
+
+PROCESSED = """\
+    from __future__ import annotations
+
+    from markers import BeanPostProcessor, bean, component, configuration, post_construct
+    import {probe} as probe
+
+
+    @component
+    class Inventory:
+        def __init__(self):
+            probe.events.append(("init", "inventory"))
+
+        @post_construct
+        def warm(self):
+            probe.events.append(("post_construct", "inventory"))
+
+
+    @component
+    class Orders:
+        def __init__(self, inventory: Inventory):
+            probe.events.append(("init", "orders"))
+            self.inventory = inventory
+
+        @post_construct
+        def check(self):
+            probe.events.append(("post_construct", "orders"))
+
+
+    class Catalog:
+        pass
+
+
+    @configuration
+    class CatalogConfig:
+        @bean
+        def catalog(self) -> Catalog:
+            probe.events.append(("init", "catalog"))
+            return Catalog()
+
+
+    class TracedInventory(Inventory):
+        '''What the post-processor hands out instead of the inventory: a wrapper.'''
+
+        def __init__(self, target):
+            self.target = target
+
+
+    @component
+    class Tracer(BeanPostProcessor):
+        def before_init(self, bean, name):
+            probe.events.append(("before", name))
+            return bean
+
+        def after_init(self, bean, name):
+            probe.events.append(("after", name))
+            return TracedInventory(bean) if name == "inventory" else bean
+    """
+
+
+def test_bean_post_processors_wrap_each_bean_around_its_init(learner, make_app):
+    app = make_app("shop")
+    app.write("stock.py", PROCESSED)
+    ctx = _refreshed(learner, app, "Tracer(BeanPostProcessor) wraps inventory in a "
+                                   "TracedInventory; Orders(inventory: Inventory); @bean catalog",
+                     imports=[])
+    stock = application_module(f"{app.base}.stock")
+    kept = call(ctx.get_bean, "inventory")
+    orders = call(ctx.get_bean, "orders")
+    by_type = call(ctx.get_bean, stock.Inventory)
+    steps = _steps(app, ("init", "before", "post_construct", "after"))
+    rows, wrong = [], []
+    for name, wanted in (("inventory", ["init", "before", "post_construct", "after"]),
+                         ("orders", ["init", "before", "post_construct", "after"]),
+                         ("catalogConfig", ["before", "after"]),
+                         ("catalog", ["init", "before", "after"])):
+        got = [kind for kind, bean in steps if bean == name]
+        rows.append((name, " → ".join(wanted), " → ".join(got) or "nothing"))
+        if got != wanted:
+            wrong.append(f"{name}: {' → '.join(got) or 'nothing'}")
+    seen_by_itself = sorted({bean for kind, bean in steps
+                             if kind in ("before", "after") and bean == "tracer"})
+    if seen_by_itself:
+        wrong.append("the post-processor was handed itself")
+    kept_rows = [("get_bean('inventory')", type(kept).__name__),
+                 ("Orders.inventory", type(getattr(orders, "inventory", None)).__name__),
+                 ("get_bean(Inventory)", type(by_type).__name__)]
+    proxied = [row for row in kept_rows if row[1] != "TracedInventory"]
+    same = kept is getattr(orders, "inventory", None) is by_type
+    if wrong or proxied or not same:
+        raise CheckFailure(
+            "Every bean the container makes passes through each bean post-processor: "
+            "before_init, then its @post_construct methods, then after_init, whose return "
+            "value is the bean from then on (kept, injected, returned by get_bean), as "
+            "Spring's proxies are.",
+            expected="for each bean: before → post_construct → after, right after its "
+                     "constructor; inventory, Orders.inventory and get_bean(Inventory) are the "
+                     "one TracedInventory after_init returned",
+            actual="; ".join(wrong
+                             + [f"{r[0]} is of type {r[1]}" for r in proxied]
+                             + ([] if same or proxied else ["not one object"])),
+            evidence=table(rows, ("bean", "expected steps", "steps seen"))
+                     + "\n" + table(kept_rows, ("lookup", "type"))
+                     + "\nevents, in order:\n" + table(steps, ("event", "bean")),
+            lesson=SINGLETON_LIFE,
+            fix="Keep, inject and return what after_init returned, not the object the "
+                "constructor made." if proxied and not wrong
+            and all(r[1] == "Inventory" for r in proxied) else None,
+        )
+
+
+def test_init_callbacks_run_after_injection(learner, make_app):
+    app = make_app("shop")
+    app.write("pricing.py", """\
+        from __future__ import annotations
+
+        from typing import Annotated
+
+        from markers import Autowired, component, post_construct
+        import {probe} as probe
+
+
+        @component
+        class Pricing:
+            audit: Annotated[AuditTrail, Autowired()]
+
+            def __init__(self, rates: Rates):
+                probe.events.append(("seen", f"constructor: rates loaded={rates.loaded}"))
+                self.rates = rates
+
+            @post_construct
+            def start(self):
+                audit = getattr(self, "audit", None)
+                probe.events.append(("seen", "init: audit="
+                                     + type(audit).__name__
+                                     + f" ready={getattr(audit, 'ready', None)}"))
+                probe.events.append(("seen", f"init: rates loaded={self.rates.loaded}"))
+
+
+        @component
+        class Rates:
+            def __init__(self):
+                self.loaded = False
+
+            @post_construct
+            def load(self):
+                self.loaded = True
+
+
+        @component
+        class AuditTrail:
+            def __init__(self):
+                self.ready = False
+
+            @post_construct
+            def open(self):
+                self.ready = True
+        """)
+    ctx = _refreshed(learner, app, "Pricing(rates: Rates) with a field audit: Annotated["
+                                   "AuditTrail, Autowired()]; Rates and AuditTrail set a flag "
+                                   "in @post_construct", imports=[])
+    seen = [what for kind, what in app.probe.events if kind == "seen"]
+    wanted = ["constructor: rates loaded=True", "init: audit=AuditTrail ready=True",
+              "init: rates loaded=True"]
+    pricing = call(ctx.get_bean, "pricing")
+    field = type(getattr(pricing, "audit", None)).__name__
+    if seen != wanted or field != "AuditTrail":
+        raise CheckFailure(
+            "Init callbacks run on a finished bean: its fields are injected before its "
+            "@post_construct methods run, and every dependency (parameter or field) has "
+            "finished its own init callbacks before it is handed over.",
+            expected="; ".join(wanted) + "; Pricing.audit is the AuditTrail",
+            actual="; ".join(seen) + f"; Pricing.audit is {field}",
+            evidence="Pricing is defined first, so Rates and AuditTrail are made for it\n"
+                     + table([(w, "yes" if w in seen else "no") for w in wanted],
+                             ("expected observation", "seen")),
+            lesson=SINGLETON_LIFE,
+            fix="Set the Autowired fields before calling the @post_construct methods."
+            if seen[1:2] == ["init: audit=NoneType ready=None"] and field == "AuditTrail" else
+            "Finish each bean (fields, init callbacks, post-processors) as soon as it is "
+            "made, so that it is complete when it is handed to the bean that needs it."
+            if seen[:1] == ["constructor: rates loaded=False"] else None,
+        )
+
+
+def test_context_refreshed_comes_after_every_singleton(learner, make_app):
+    app = make_app("shop")
+    app.write("startup.py", """\
+        from markers import ContextRefreshed, component, event_listener, lazy, post_construct
+        import {probe} as probe
+
+
+        @component
+        class Warmup:
+            def __init__(self):
+                probe.events.append(("init", "warmup"))
+
+            @event_listener(ContextRefreshed)
+            def on_refreshed(self, event):
+                probe.events.append(("refreshed", "warmup"))
+                probe.contexts = [*getattr(probe, "contexts", []), event.context]
+
+
+        @component
+        class Cache:
+            def __init__(self):
+                probe.events.append(("init", "cache"))
+
+            @post_construct
+            def fill(self):
+                probe.events.append(("post_construct", "cache"))
+
+
+        @component
+        class Index:
+            def __init__(self, cache: Cache):
+                probe.events.append(("init", "index"))
+
+
+        @component
+        class Announcer:
+            def __init__(self):
+                probe.events.append(("init", "announcer"))
+
+            @event_listener(ContextRefreshed)
+            def ready(self, event):
+                probe.events.append(("refreshed", "announcer"))
+                probe.contexts = [*getattr(probe, "contexts", []), event.context]
+
+
+        @lazy
+        @component
+        class Later:
+            def __init__(self):
+                probe.events.append(("init", "later"))
+        """)
+    ctx = _refreshed(learner, app, "Warmup and Announcer listen for ContextRefreshed; Cache, "
+                                   "Index(cache: Cache); @lazy Later", imports=[])
+    events = _steps(app, ("init", "post_construct", "refreshed"))
+    first = next((i for i, (kind, _) in enumerate(events) if kind == "refreshed"), None)
+    before = [bean for kind, bean in events[:first] if kind != "refreshed"] \
+        if first is not None else []
+    heard = Counter(bean for kind, bean in events if kind == "refreshed")
+    contexts = getattr(app.probe, "contexts", [])
+    problems = []
+    for listener in ("warmup", "announcer"):
+        if heard[listener] != 1:
+            problems.append(f"{listener} heard ContextRefreshed {heard[listener]} time(s)")
+    missing = [b for b in ("warmup", "cache", "index", "announcer") if b not in before]
+    if first is not None and missing:
+        problems.append("published before these were finished: " + ", ".join(missing))
+    if first is not None and ("post_construct", "cache") not in events[:first]:
+        problems.append("published before cache's @post_construct ran")
+    if any(c is not ctx for c in contexts):
+        problems.append("event.context is not the context")
+    if "later" in app.created():
+        problems.append("the lazy bean later was created")
+    if problems:
+        raise CheckFailure(
+            "ContextRefreshed is published once, after refresh() has finished every "
+            "non-lazy singleton (init callbacks included): a listener may rely on the whole "
+            "application being there.",
+            expected="warmup and announcer each hear it once, after warmup, cache (and its "
+                     "@post_construct), index and announcer are made; event.context is the "
+                     "context",
+            actual="; ".join(problems),
+            evidence="events, in order:\n" + table(events, ("event", "bean")),
+            lesson=EVENTS,
+            fix="Publish ContextRefreshed once, after the loop that creates the singletons, "
+                "not as each bean is made." if first is not None and missing else None,
+        )
+
+
+DESTROYED = """\
+    from __future__ import annotations
+
+    from typing import Annotated
+
+    from markers import Autowired, bean, component, configuration, lazy, pre_destroy, scope
+    import {probe} as probe
+
+
+    def _gone(name):
+        probe.events.append(("destroy", name))
+
+
+    @component
+    class Api:
+        def __init__(self, orders: OrderService):
+            self.orders = orders
+
+        @pre_destroy
+        def stop(self):
+            _gone("api")
+
+
+    @component
+    class OrderService:
+        def __init__(self, repo: OrderRepo):
+            self.repo = repo
+
+        @pre_destroy
+        def stop(self):
+            _gone("orderService")
+
+
+    @component
+    class OrderRepo:
+        def __init__(self, pool: Pool):
+            self.pool = pool
+
+        @pre_destroy
+        def stop(self):
+            _gone("orderRepo")
+
+
+    @component
+    class Pool:
+        @pre_destroy
+        def stop(self):
+            _gone("pool")
+
+
+    @component
+    class Clock:
+        @pre_destroy
+        def stop(self):
+            _gone("clock")
+
+
+    @component
+    class Scheduler:
+        def __init__(self, clock: Clock):
+            self.clock = clock
+
+        @pre_destroy
+        def stop(self):
+            _gone("scheduler")
+
+
+    @component
+    class Reporter:
+        metrics: Annotated[Metrics, Autowired()]
+
+        @pre_destroy
+        def stop(self):
+            _gone("reporter")
+
+
+    @component
+    class Metrics:
+        @pre_destroy
+        def stop(self):
+            _gone("metrics")
+
+
+    class Mailer:
+        def shutdown(self):
+            _gone("mailer")
+
+
+    @configuration
+    class MailConfig:
+        @bean(destroy_method="shutdown")
+        def mailer(self) -> Mailer:
+            return Mailer()
+
+        @pre_destroy
+        def stop(self):
+            _gone("mailConfig")
+
+
+    @lazy
+    @component
+    class Archive:
+        @pre_destroy
+        def stop(self):
+            _gone("archive")
+
+
+    @scope("prototype")
+    @component
+    class Draft:
+        @pre_destroy
+        def stop(self):
+            _gone("draft")
+    """
+
+# dependant -> dependency: the first must be destroyed before the second
+EDGES = [("api", "orderService"), ("orderService", "orderRepo"), ("orderRepo", "pool"),
+         ("scheduler", "clock"), ("reporter", "metrics"), ("mailer", "mailConfig")]
+
+
+def test_close_destroys_in_reverse_dependency_order(learner, make_app):
+    app = make_app("shop")
+    app.write("shop.py", DESTROYED)
+    ctx = _refreshed(learner, app, "Api → OrderService → OrderRepo → Pool (written in that "
+                                   "order); Clock, then Scheduler(clock); Reporter with a field "
+                                   "metrics; MailConfig's @bean(destroy_method='shutdown') "
+                                   "mailer; @lazy Archive; prototype Draft", imports=[])
+    call(ctx.get_bean, "draft")
+    call(ctx.close)
+    order = [bean for kind, bean in app.probe.events if kind == "destroy"]
+    position = {bean: i for i, bean in enumerate(order)}
+    wanted = {a for edge in EDGES for a in edge}
+    counts = Counter(order)
+    problems = [f"{bean} destroyed {counts[bean]} time(s)" for bean in sorted(wanted)
+                if counts[bean] != 1]
+    problems += [f"{bean} destroyed, but the context never made it as a singleton"
+                 for bean in ("archive", "draft") if counts[bean]]
+    rows = []
+    for dependant, dependency in EDGES:
+        ok = dependant in position and dependency in position \
+            and position[dependant] < position[dependency]
+        rows.append((dependant, dependency, ok))
+        if not ok and counts[dependant] == 1 and counts[dependency] == 1:
+            problems.append(f"{dependency} destroyed before {dependant}, which needs it")
+    if problems:
+        raise CheckFailure(
+            "close() destroys each singleton once, before every bean it depends on "
+            "(constructor parameters, fields, a @bean's configuration), calling its "
+            "@pre_destroy methods and a @bean's destroy_method; lazy beans never made and "
+            "prototypes are not destroyed.",
+            expected="each of " + ", ".join(sorted(wanted)) + " destroyed once, dependants "
+                     "first; archive and draft not destroyed",
+            actual="; ".join(problems),
+            evidence="destroyed, in order: " + (", ".join(order) or "nothing") + "\n"
+                     + table(rows, ("dependant", "dependency", "dependant destroyed first")),
+            lesson=SHUTDOWN,
+        )
+
+
+def _sessions_named(engine, name):
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT pid, state, backend_start::text FROM pg_stat_activity "
+            "WHERE application_name = :name ORDER BY pid"), {"name": name})]
+
+
+def test_close_disposes_the_engine_pool(learner, make_app, database):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    name = f"dojo_ctx_{uuid.uuid4().hex[:8]}"
+    url = make_url(database.url).update_query_dict({"application_name": name})
+    properties = {"dojo.datasource.url": url.render_as_string(hide_password=False)}
+    ctx = _refreshed(learner, app, "the lab's DataSourceAutoConfiguration with "
+                                   f"application_name={name}", properties, imports=None)
+    engine = raised(ctx.get_bean, Engine) or call(ctx.get_bean, Engine)
+    if not isinstance(engine, Engine):
+        raise CheckFailure(
+            "With dojo.datasource.url set, get_bean(Engine) must give the auto-configured "
+            "SQLAlchemy Engine (stage 4).",
+            expected="an Engine",
+            actual=f"{type(engine).__name__}: {engine}",
+            evidence=f"properties: dojo.datasource.url with application_name={name}",
+            lesson=SHUTDOWN,
+        )
+    try:
+        connections = [engine.connect() for _ in range(3)]
+        for conn in connections:
+            conn.execute(text("SELECT 1"))
+        for conn in connections:
+            conn.close()                    # back to the pool: idle sessions, still open
+        pooled = _sessions_named(database.engine, name)
+        call(ctx.close)
+        # a backend leaves pg_stat_activity a moment after its client hung up
+        deadline = time.monotonic() + 5
+        left = _sessions_named(database.engine, name)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = _sessions_named(database.engine, name)
+    finally:
+        engine.dispose()
+    if left:
+        raise CheckFailure(
+            "close() must release what the context's beans hold: the auto-configured "
+            "Engine's pool is disposed, so none of its connections stays open on the server.",
+            expected=f"no session with application_name {name} after close()",
+            actual=f"{len(left)} session(s) still open 5 s after close()",
+            evidence=f"pooled before close(): {len(pooled)} session(s)\nleft after close():\n"
+                     + table(left, ("pid", "state", "backend_start")),
+            lesson=SHUTDOWN,
+            fix="Declare @bean(destroy_method=\"dispose\") on the Engine bean, and have close() "
+                "call a @bean's destroy_method.",
+        )
+
+
+def test_close_flushes_the_producer(learner, make_app, kafka):
+    from confluent_kafka import Producer
+
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    topic = kafka.topic(hint="container-close")
+    properties = {"dojo.kafka.bootstrap-servers": kafka.bootstrap}
+    for key, value in kafka.producer_config(**{"linger.ms": 60000}).items():
+        if key != "bootstrap.servers":
+            properties[f"dojo.kafka.producer.{key}"] = str(value)
+    ctx = _refreshed(learner, app, "the lab's KafkaAutoConfiguration with linger.ms=60000",
+                     properties, imports=None)
+    producer = raised(ctx.get_bean, Producer) or call(ctx.get_bean, Producer)
+    if not isinstance(producer, Producer):
+        raise CheckFailure(
+            "With dojo.kafka.bootstrap-servers set, get_bean(Producer) must give the "
+            "auto-configured confluent-kafka Producer (stage 4).",
+            expected="a Producer",
+            actual=f"{type(producer).__name__}: {producer}",
+            evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
+            lesson=SHUTDOWN,
+        )
+    sent = [f"order-{n}" for n in range(5)]
+    try:
+        for key in sent:
+            producer.produce(topic, key=key.encode(), value=b"placed")
+        producer.poll(0)
+        queued = len(producer)
+        call(ctx.close)
+        left = len(producer)
+        got = sorted(str(r.key_text) for r in read_topic(kafka, topic, 1))
+    finally:
+        producer.purge()
+        producer.flush(0)
+    if got != sorted(sent):
+        raise CheckFailure(
+            "close() must not lose what the auto-configured Producer still buffers: it "
+            "flushes the Producer, so every record produced before close() is in the topic.",
+            expected=f"{len(sent)} records in {topic}: " + ", ".join(sent),
+            actual=f"{len(got)} record(s) in the topic; {left} still queued in the Producer "
+                   "after close()",
+            evidence=f"queued before close(): {queued} (linger.ms=60000)\n"
+                     f"in the topic: {', '.join(got) or 'nothing'}",
+            lesson=SHUTDOWN,
+            fix="Declare @bean(destroy_method=\"flush\") on the Producer bean, and have close() "
+                "call a @bean's destroy_method." if left == queued else None,
+        )
