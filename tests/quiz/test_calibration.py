@@ -48,7 +48,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "distributed-logging-spot-own-id": "partial 40 < negated 100",
     "distributed-logging-trace-id": "partial 67 < negated 92",
     "distributed-logging-traceparent": "partial 67 < negated 83",
-    "money-service-idempotency": "partial 50 < negated 71",
     "money-service-lock-order": "partial 60 < negated 100",
     "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
     "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
