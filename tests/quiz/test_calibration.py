@@ -52,7 +52,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
     "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
     "reflection-what": "partial 54 < negated 100",
-    "spring-context-bfpp-vs-bpp": "partial 50 < negated 100",
     "spring-context-test-caching": "partial 83 < negated 100",
     "spring-context-what": "held out: partial 25 < negated 100",
     "where-to-look-first-incident-story": "strong 81 < negated 100; partial 75 < negated 100",
