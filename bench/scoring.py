@@ -1,6 +1,7 @@
 """Calibration table: the previous scorer and the current one on independent answers.
 
-    .venv/bin/python bench/scoring.py [--lesson ID] [--held-out | --tuned] [--per-card]
+    .venv/bin/python bench/scoring.py [--lesson ID] [--held-out | --tuned] [--half dev|held]
+                                      [--per-card]
                                       [--converted] [--cards-rev REV]
 
 The answers in tests/quiz/calibration/*.yaml were written by someone who saw only the
@@ -63,6 +64,12 @@ def held_out_ids(cards: list[Card]) -> set[str]:
     return {card.id for index, card in enumerate(cards, start=1) if index % 5 == 0}
 
 
+def lesson_half(catalog, card_id: str) -> str:
+    """'dev' for a card of lessons 01-09, 'held' for lessons 10-19 (by the folder's number)."""
+    number = catalog.lesson(catalog.card(card_id).lesson_id).dir.name[:2]
+    return "dev" if int(number) <= 9 else "held"
+
+
 def old_catalog(rev: str = OLD_REV):
     """The cards as they were at `rev`, loaded from a temporary checkout of `lessons/`."""
     tmp = Path(tempfile.mkdtemp(prefix="dojo-old-cards-"))
@@ -109,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--held-out", action="store_true", help="only the held-out cards")
     group.add_argument("--tuned", action="store_true", help="only the cards tuned on")
+    parser.add_argument("--half", choices=("dev", "held"),
+                        help="dev: the cards of lessons 01-09 (tuned on since round 3); "
+                             "held: lessons 10-19 (their answers never read while tuning)")
     parser.add_argument("--per-card", action="store_true", help="one line per answer")
     parser.add_argument("--converted", action="store_true",
                         help="only cards in format 2 (essentials, cues, misconceptions)")
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         answers = [a for a in answers if catalog.card(a.card_id).lesson_id == args.lesson]
     if args.converted:
         answers = [a for a in answers if catalog.card(a.card_id).has_cues]
+    if args.half:
+        answers = [a for a in answers if lesson_half(catalog, a.card_id) == args.half]
     if args.held_out:
         answers = [a for a in answers if a.card_id in held]
     elif args.tuned:

@@ -108,3 +108,26 @@ def test_a_setting_switched_off_denies_its_name() -> None:
 def test_a_judgement_before_a_colon_covers_what_follows() -> None:
     assert critique("scan* far too", "Scanning com is a bad idea: it scans far too much.")
     assert not critique("scan* far too", "Scanning com is fine and it scans far too much.")
+
+
+def test_a_consequence_after_otherwise_argues_for_the_claim() -> None:
+    # what happens when the claim is not followed does not criticise the claim
+    assert not critique("never + static",
+                        "It should never be static, otherwise its class is created too early "
+                        "and loses its processing.")
+    assert not critique("commit* + after", "Commit after the write, or else you lose it.")
+    # a consequence in a plain clause still criticises
+    assert critique("commit* + first", "Committing first loses the message.")
+
+
+def test_a_denial_before_otherwise_is_said_the_other_way_round() -> None:
+    point = KeyPoint("p", "A @Bean method returning a BeanFactoryPostProcessor should be static",
+                     (), 1, (parse_cue("static + bean method", {}),
+                             parse_cue("configuration class + too early", {})))
+    card = Card("t", "followup", "q?", "a", "", (point,), "lesson", Path("cards.yaml"), 1)
+    denied = ("The @Bean method should never be static, otherwise the configuration class is "
+              "created too early and loses its processing.")
+    assert score_answer(card, denied).result("p").verdict is Verdict.CONTRADICTED
+    made = ("The @Bean method should be static, otherwise the configuration class is created "
+            "too early and loses its processing.")
+    assert score_answer(card, made).result("p").verdict is Verdict.MADE

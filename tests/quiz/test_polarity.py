@@ -222,3 +222,25 @@ def test_a_misspelt_negator_is_repaired_and_negates() -> None:
     tokens = repair_typos(tokenize("we publish withot the outbox"), frozenset({"outbox"}))
     match = match_cue(parse_cue("publish + outbox", {}), tokens)
     assert match is not None and match.negated
+
+
+SAME_TX = card("Insert the key in the same transaction as the money movement",
+               "same transaction + money | debit")
+
+
+def test_a_separate_transaction_turns_round_the_same_one() -> None:
+    assert verdict(SAME_TX, "The key insert runs in a separate transaction before the money "
+                            "movement.") is Verdict.CONTRADICTED
+    assert verdict(SAME_TX, "The key insert and the debit run in the same transaction.") \
+        is Verdict.MADE
+
+
+def test_a_swap_far_from_the_right_claim_still_contradicts_it() -> None:
+    right = "The key and the debit commit in the same transaction. "
+    filler = "Keys expire after a day. Clients reuse a key on retry. "
+    wrong = "The key insert runs in a separate transaction before the money movement."
+    assert verdict(SAME_TX, right + filler + wrong) is Verdict.CONTRADICTED
+    # right next to each other, the two are a contrast of two cases
+    assert verdict(SAME_TX, "The audit row goes in a separate transaction from the money "
+                            "movement; the key goes in the same transaction as the debit.") \
+        is Verdict.MADE

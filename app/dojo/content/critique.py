@@ -20,7 +20,9 @@ nothing. The shapes recognised, for a critique word W and a claim X in one sente
 - a next sentence that opens by criticising it: "X. That is a mistake."
 
 A critique word that is denied ("not a problem", "no risk", "nothing is lost") or averted
-("prevents lost updates", "avoids a stall") criticises nothing, and one that is part of the
+("prevents lost updates", "avoids a stall"), or one in a clause opened by "otherwise" / "or
+else" (what happens when the claim is not followed: "make it static, otherwise … loses its
+processing"), criticises nothing, and one that is part of the
 claim's own words is the claim.
 """
 
@@ -89,7 +91,22 @@ def _critique(tokens: Sequence[Token], index: int) -> bool:
     if word not in _JUDGEMENTS and word not in _CONSEQUENCES and word not in _ADVERBS \
             and word not in _VERDICTS and word != "instead":
         return False
-    return not _negated_critique(tokens, index)
+    return not _negated_critique(tokens, index) and not _otherwise(tokens, index)
+
+
+def _otherwise(tokens: Sequence[Token], index: int) -> bool:
+    """"make it static, otherwise the configuration class … loses its processing", "commit
+    after the write, or else you lose it": a consequence in a clause that opens with
+    "otherwise" / "or else" is what happens when the claim is NOT followed; it argues for the
+    claim, it does not criticise it."""
+    clause = tokens[index].clause
+    opening = index
+    while opening > 0 and tokens[opening - 1].clause == clause:
+        opening -= 1
+    word = tokens[opening].word
+    return word == "otherwise" or (word == "else" and opening > 0
+                                   and tokens[opening - 1].word == "or") \
+        or (word == "or" and opening + 1 < len(tokens) and tokens[opening + 1].word == "else")
 
 
 def _called_after(tokens: Sequence[Token], used: frozenset[int], index: int) -> bool:

@@ -260,6 +260,7 @@ _ANTONYM_SETS = (
     ("transient|temporary", "permanent"), ("bounded|limited", "unbounded|unlimited|infinite"),
     ("required|mandatory", "optional"), ("explicit|explicitly", "implicit|implicitly"),
     ("accept", "reject"), ("stop|halt", "continue"),
+    ("separate", "same"),
 )
 
 
@@ -334,16 +335,17 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
     """The first variant (see `flipped`) of one of `cues` that turns round something the
     point's `statement` says, stated as a claim, next to the rest of the claim, in a sentence
     that does not use the word it replaced, by a cue the answer does not also match affirmed
-    (a plain listener runs "inside" the transaction, "@Async … outside" it is a contrast, not
-    a contradiction): with the cue's word and the learner's word that turned it round."""
+    in that sentence or a neighbouring one (a plain listener runs "inside" the transaction,
+    "@Async … outside" it is a contrast, not a contradiction; farther apart the answer says
+    it both ways and the opposite wins): with the cue's word and the learner's word that
+    turned it round."""
     for cue in cues:
-        if affirmed_in((cue,), tokens):
-            continue
+        affirmed = list(affirmed_matches(cue, tokens))
         for variant, word, opposite in flipped(cue):
             if not _statement_says(statement, opposite):
                 continue
             for match in affirmed_matches(variant, tokens):
-                if match.first < start:
+                if match.first < start or _contrasted(tokens, match, affirmed):
                     continue
                 at = _swap_is_a_claim(tokens, match, variant, cue)
                 if at is None or not states_it(tokens, match, at):
@@ -353,6 +355,21 @@ def swapped(cues: Sequence[Cue], tokens: Sequence[Token],
                     continue
                 return match, word, tokens[at].word
     return None
+
+
+CONTRAST_SENTENCES = 1  # an affirmed match this many sentences away makes a contrast
+
+
+def _contrasted(tokens: Sequence[Token], match: CueMatch,
+                affirmed: Sequence[CueMatch]) -> bool:
+    """Whether the cue is also affirmed next to the swapped match (in its sentence or a
+    neighbouring one): "a plain listener runs inside the transaction; @Async runs outside"
+    contrasts two cases. Farther away, the answer says the point both ways, and the opposite
+    wins, as for a direct denial."""
+    sentence = tokens[match.first].sentence
+    return any(abs(tokens[other.first].sentence - sentence) <= CONTRAST_SENTENCES
+               or abs(tokens[other.last].sentence - sentence) <= CONTRAST_SENTENCES
+               for other in affirmed)
 
 
 def _statement_says(statement: Sequence[Token], opposite: str) -> bool:

@@ -22,12 +22,14 @@ from dojo.content.critique import criticised
 from dojo.content.cues import CueMatch, match_cue
 from dojo.content.matching import fold_with_map
 from dojo.content.models import Card, KeyPoint, Misconception, Pattern
+from dojo.content.order import reversed_order
 from dojo.content.polarity import (
     affirmed_matches,
     denied,
     fix_part,
     is_fix,
     negates_statement,
+    states_it,
     swapped,
 )
 from dojo.content.tokens import Token, tokenize
@@ -271,6 +273,12 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
             spans = tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
             return PointResult(point, Verdict.CONTRADICTED, spans,
                                f"“{opposite}” where the point says “{word}”")
+        reverse = reversed_order(tuple(point.says), answer.tokens, statement, polarity)
+        if reverse is not None and states_it(answer.tokens, reverse, reverse.first) \
+                and states_it(answer.tokens, reverse, reverse.last):
+            spans = tuple(answer.span(occ.first, occ.last) for occ in reverse.occurrences)
+            return PointResult(point, Verdict.CONTRADICTED, spans,
+                               "the steps in the opposite order")
     return made or PointResult(point, Verdict.MISSED)
 
 
