@@ -166,12 +166,14 @@ def stats(admin: Engine, role: str) -> dict[int, Stat]:
     return found
 
 
-def find(found: dict[int, Stat], fragment: str) -> Stat:
-    """The statement whose text holds `fragment` (the workload's statements differ)."""
+def find(found: dict[int, Stat], statement: str) -> Stat:
+    """The workload's `statement` as pg_stat_statements shows it: the entry whose text starts
+    like it, up to its first parameter (an EXPLAIN of it is another entry, which does not)."""
+    prefix = statement.split(":", 1)[0]
     for stat in found.values():
-        if fragment in stat.query:
+        if stat.query.startswith(prefix):
             return stat
-    raise LookupError(f"pg_stat_statements holds no statement with {fragment!r}")
+    raise LookupError(f"pg_stat_statements holds no statement like {statement!r}")
 
 
 @dataclass

@@ -167,10 +167,9 @@ class Scenario:
 
     def _describe(self, regression: Regression, sources: Sources, both: dict[int, Period],
                   now: dict[int, Any], changed: bool) -> SlowRun:
-        fragment = f"FROM {regression.table} WHERE {regression.column}"
-        return SlowRun(regression, sources, both, both[find(now, fragment).queryid],
-                       both[find(now, REPORT[:40]).queryid],
-                       both[find(now, FREQUENT[:40]).queryid], changed, self.seed)
+        return SlowRun(regression, sources, both, both[find(now, regression.statement).queryid],
+                       both[find(now, REPORT).queryid], both[find(now, FREQUENT).queryid],
+                       changed, self.seed)
 
     def _other_database(self, database: Any) -> Any:
         """Another database on the server where the shop's role works too: its statements
