@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -233,3 +234,87 @@ def blocking_chain(sources: Any) -> Blocking | None:
     return Blocking(root, row.query or "", state, held, waiters, advice, [
         f"pid {root} ({state}, transaction open {held:.1f} s) blocks {waiters}",
         f"its last statement: {row.query}"])
+
+
+@dataclass
+class SlowQuery:
+    queryid: int
+    query: str
+    calls_before: int
+    calls_after: int
+    mean_ms_before: float
+    mean_ms_after: float
+    plan: str
+    index: str
+    evidence: list[str] = field(default_factory=list)
+
+
+STATEMENTS_SQL = text("""
+    SELECT queryid, min(query) AS query, sum(calls) AS calls,
+           sum(total_exec_time) AS total_ms
+      FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND queryid IS NOT NULL
+     GROUP BY queryid
+""")
+MIN_CALLS = 3
+SLOWDOWN = 3
+SLOWDOWN_MS = 1.0
+
+
+def statement_stats(sources: Any) -> dict[int, tuple[str, int, float]]:
+    """Stage 5: pg_stat_statements of the shop's database now, by queryid:
+    (query, calls, total ms)."""
+    engine = create_engine(sources.database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return {int(row.queryid): (row.query, int(row.calls), float(row.total_ms))
+                    for row in conn.execute(STATEMENTS_SQL)}
+    finally:
+        engine.dispose()
+
+
+def _index_for(plan: str) -> str:
+    scan = re.search(r"Seq Scan on (\w+)", plan)
+    column = re.search(r"Filter: \(\(?(\w+)\)?(?:::\w+)? = ", plan)
+    if not scan or not column:
+        return ""
+    return f"CREATE INDEX ON {scan.group(1)} ({column.group(1)})"
+
+
+def slow_query(sources: Any, before: dict[int, tuple[str, int, float]]) -> SlowQuery | None:
+    """Stage 5: the statement whose mean time grew the most since `before` (a snapshot of
+    statement_stats taken at the change), its plan, and the index it lacks."""
+    now = statement_stats(sources)
+    found: list[tuple[float, SlowQuery]] = []
+    for queryid, (query, calls, total) in now.items():
+        _, calls_then, total_then = before.get(queryid, (query, 0, 0.0))
+        calls_after = calls - calls_then
+        if calls_then < MIN_CALLS or calls_after < MIN_CALLS:
+            continue
+        mean_before = total_then / calls_then
+        mean_after = (total - total_then) / calls_after
+        if mean_after < SLOWDOWN * mean_before or mean_after - mean_before < SLOWDOWN_MS:
+            continue
+        found.append((mean_after / mean_before, SlowQuery(
+            queryid, query, calls_then, calls_after, mean_before, mean_after, "", "")))
+    if not found:
+        return None
+    factor, slow = max(found, key=lambda item: item[0])
+    engine = create_engine(sources.database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            slow.plan = "\n".join(conn.exec_driver_sql(
+                "EXPLAIN (GENERIC_PLAN) " + slow.query).scalars())
+            conn.rollback()
+    finally:
+        engine.dispose()
+    slow.index = _index_for(slow.plan)
+    slow.evidence = [
+        f"queryid {slow.queryid}: {slow.query}",
+        f"mean {slow.mean_ms_before:.2f} ms over {slow.calls_before} calls before the change, "
+        f"{slow.mean_ms_after:.2f} ms over {slow.calls_after} calls after ({factor:.0f} x)",
+        "plan: " + " / ".join(line.strip() for line in slow.plan.splitlines()[:3]),
+        f"proposed: {slow.index}",
+    ]
+    return slow

@@ -92,6 +92,16 @@ def test_the_designed_incident_is_the_readmes_incident(kind: str | None) -> None
         chosen = max(incidents, key=lambda e: incidents[e][1])
         assert chosen == scenario.endpoint, f"run {run}: {incidents}"
         assert incidents[chosen][0] == scenario.onset, f"run {run}: {incidents}"
+        if kind == "provider-timeout":
+            # a bad minute, then a quiet one (under 10 requests, failing at an incident's
+            # rate), then the incident: the quiet minute ends the first run
+            rows = sorted((r for r in minutes if r["endpoint"] == scenario.endpoint),
+                          key=lambda r: r["minute"])
+            bad = _verdicts(rows)
+            quiet = rows[scenario.onset - 1]
+            assert bad[scenario.onset - 2] and not bad[scenario.onset - 1], f"run {run}"
+            assert quiet["requests"] < 10, f"run {run}: {quiet['requests']} requests"
+            assert quiet["errors"] / quiet["requests"] > 0.5, f"run {run}: {quiet}"
         if kind == "pricing-flag":
             # the second endpoint: a higher rate, an earlier onset, fewer failures
             assert set(incidents) == {"GET /orders", "POST /orders"}, f"run {run}"

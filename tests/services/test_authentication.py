@@ -37,6 +37,9 @@ def test_the_recorded_url_connects_and_its_files_are_owner_only(private_state: P
 
     with psycopg.connect(libpq_url(_recorded_url(private_state)), connect_timeout=5) as conn:
         assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+        # the incident lab's slow-query stage reads pg_stat_statements
+        libraries = conn.execute("SHOW shared_preload_libraries").fetchone()
+        assert libraries is not None and "pg_stat_statements" in str(libraries[0])
     for name in ("pg-password", "services.json"):
         mode = stat.S_IMODE((private_state / name).stat().st_mode)
         assert mode == 0o600, f"{name} is {oct(mode)}: the superuser's password would be readable"

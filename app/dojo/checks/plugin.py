@@ -35,11 +35,17 @@ class NeedsBackend(pytest.skip.Exception):  # type: ignore[name-defined]
         backend: the broker that lacks it.
     """
 
-    def __init__(self, capabilities: tuple[str, ...], backend: str) -> None:
+    def __init__(self, capabilities: tuple[str, ...], backend: str,
+                 message: str | None = None) -> None:
+        """`message` says what is missing and how to get it, for a need that is not a Kafka
+        broker's (a PostgreSQL server started without a library); the default names Apache
+        Kafka."""
         self.capabilities, self.backend = capabilities, backend
         super().__init__(
-            f"{NEEDS_BACKEND} needs Apache Kafka ({', '.join(capabilities)}); the {backend} "
-            "broker lacks it. Run `dojo services up --kafka apache`.", allow_module_level=False)
+            f"{NEEDS_BACKEND} "
+            + (message or f"needs Apache Kafka ({', '.join(capabilities)}); the {backend} "
+               "broker lacks it. Run `dojo services up --kafka apache`."),
+            allow_module_level=False)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -29,6 +29,21 @@ COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "no
            "infra": "33"}
 LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "needs-backend": "needs Apache Kafka",
           "not-run": "not run", "infra": "SERVICE DOWN"}
+# what a needs-backend check lacks when it is not Kafka semantics: a PostgreSQL setting
+POSTGRES_NEEDS = frozenset({"pg_stat_statements"})
+POSTGRES_LABEL = "needs a PostgreSQL setting"
+
+
+def _on_postgres(result: CheckResult) -> bool:
+    return bool(result.needs) and set(result.needs) <= POSTGRES_NEEDS
+
+
+def _label(result: CheckResult) -> str:
+    if result.status == "needs-backend" and _on_postgres(result):
+        return POSTGRES_LABEL
+    return LABELS[result.status]
+
+
 SERVICE_NAMES = {"postgres": "PostgreSQL", "kafka": "Kafka"}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -142,7 +157,7 @@ class Printer:
         self._stage_header(result.stage)
         mark = self.paint(MARKS[result.status], result.status)
         timing = f"{result.duration:.2f} s" if result.duration >= 0.01 else ""
-        label = "" if result.passed else "  " + self.paint(LABELS[result.status], result.status)
+        label = "" if result.passed else "  " + self.paint(_label(result), result.status)
         print(f"  {mark} {result.check:<52} {timing:>8}{label}", file=self.out)
         if result.passed:
             self.out.flush()
@@ -173,6 +188,9 @@ class Printer:
             status = stage.status
             checks = f"{stage.count('pass')}/{len(stage.results)} checks" if stage.ran else ""
             label = LABELS[status]
+            if status == "needs-backend" and all(_on_postgres(r) for r in stage.results
+                                                 if r.status == status):
+                label = POSTGRES_LABEL
             if status == "not-run" and stopped_early:
                 label = "not run (an earlier stage did not pass)"
             print(f"  {number:>2} {stage.stage:<24} "
@@ -180,7 +198,13 @@ class Printer:
                   file=self.out)
         passed = sum(1 for stage in stages if stage.passed)
         print(f"\n{passed} of {len(stages)} stages passed.", file=self.out)
-        waiting = summary.count("needs-backend")
+        setting = sum(1 for r in summary.results if r.status == "needs-backend"
+                      and _on_postgres(r))
+        waiting = summary.count("needs-backend") - setting
+        if setting:
+            print(f"{setting} {'check needs' if setting == 1 else 'checks need'} a PostgreSQL "
+                  "server setting this server lacks (its message says which) and could not be "
+                  "verified: add it, restart the server, then check again.", file=self.out)
         if waiting:
             print(f"{waiting} {'check needs' if waiting == 1 else 'checks need'} Apache Kafka "
                   "and could not be verified on this broker: run `dojo services up --kafka "

@@ -264,6 +264,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         reason = str(longrepr[2])
+        if NEEDS_BACKEND in reason:     # a NeedsBackend raised in the call: "<class>: ..."
+            return reason[reason.index(NEEDS_BACKEND):]
         return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
     return str(longrepr)
 

@@ -237,10 +237,12 @@ def start_embedded(recorded_port: int | None = None) -> ServiceRecord:
         entry = pwd.getpwnam(_RUN_AS)
         os.chown(log, entry.pw_uid, entry.pw_gid)
     # TCP on loopback only, no unix socket; fsync off because these databases are disposable
-    # practice data and speed matters more than surviving a power cut.
+    # practice data and speed matters more than surviving a power cut. pg_stat_statements is
+    # loaded (a lab reads it; each check creates the extension in its own database only).
     options = (
         f"-h {HOST} -p {port} -k '' -c fsync=off -c synchronous_commit=off "
-        "-c full_page_writes=off -c max_connections=200"
+        "-c full_page_writes=off -c max_connections=200 "
+        "-c shared_preload_libraries=pg_stat_statements"
     )
     result = _pg(
         ["pg_ctl", "-D", str(pgdata), "-l", str(log), "-w", "-t", "60", "-o", options, "start"],

@@ -272,10 +272,19 @@ def record(scenario: Scenario) -> Recorded:
                 # and most of those fail (the minutes' rates differ: a mean of the
                 # per-minute rates is not the rate since the onset)
                 n, share = rng.randint(12, 16), 0.8
+            # provider-timeout: the provider wobbled two minutes before it failed for good (a
+            # bad minute), then clients backed off and the endpoint saw a handful of requests,
+            # most of them failing: a minute under 10 requests is not bad, however
+            # many of them failed, so it ends that run and the incident begins after it
+            wobble = (scenario.kind == "provider-timeout" and endpoint == scenario.endpoint
+                      and scenario.onset is not None and index in (scenario.onset - 2,
+                                                                   scenario.onset - 1))
+            if wobble and index == (scenario.onset or 0) - 1:
+                n, share = rng.randint(5, 8), 0.6
             if second:
                 n = rng.randint(10, 12)
                 failing = set(rng.sample(range(n), 6))
-            elif incident:
+            elif incident or wobble:
                 assert scenario.kind is not None
                 failing = set(rng.sample(range(n), round(n * share)))
                 chains = failure_chains(scenario.kind)

@@ -21,6 +21,7 @@ IMPACT = "where-to-look-first#step-1-impact-and-scope"
 CHANGE = "where-to-look-first#step-2-what-changed"
 REQUEST = "where-to-look-first#step-4-one-failing-request"
 LOCKS = "where-to-look-first#step-6-its-dependencies"
+SLOW = "where-to-look-first#step-6-its-dependencies"
 PROVE = "where-to-look-first#step-7-prove-it-fix-it-learn-from-it"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -78,3 +79,40 @@ def shop(window: Callable[[str | None], Window], database: Any, kafka: Any
 
     with stack:
         yield make
+
+
+@pytest.fixture
+def other_database(services: Any, database: Any) -> Iterator[Any]:
+    """A second database on the same server, where the shop's own role may connect too (one
+    application user in two databases, as real servers have): its sessions there are as
+    visible to blocking_chain() as the shop's, and must be left out all the same. Returns an
+    object like the `database` fixture whose `make_engine` logs in as the shop's role."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from dojo.checks.database import create_database, drop_database
+
+    db = create_database(services, hint="other")
+    try:
+        with db.make_admin_engine().begin() as conn:
+            from _live import SCHEMA
+
+            conn.exec_driver_sql(SCHEMA)
+            if database.role:
+                conn.exec_driver_sql(f'GRANT CONNECT ON DATABASE "{db.name}" TO '
+                                     f'"{database.role}"')
+                conn.exec_driver_sql(f'GRANT SELECT, UPDATE ON stock, orders TO '
+                                     f'"{database.role}"')
+        shop_role_there = make_url(database.url).set(database=db.name).render_as_string(
+            hide_password=False)
+
+        def make_engine(**kwargs: Any) -> Any:
+            engine = create_engine(shop_role_there, **kwargs)
+            db._engines.append(engine)
+            return engine
+
+        yield SimpleNamespace(name=db.name, url=shop_role_there, engine=make_engine(),
+                              make_engine=make_engine, make_admin_engine=db.make_admin_engine,
+                              prepared=True)
+    finally:
+        drop_database(services, db)

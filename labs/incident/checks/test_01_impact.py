@@ -107,6 +107,35 @@ def test_the_onset_is_the_first_minute_of_the_bad_run(learner, window):
     )
 
 
+def test_a_quiet_minute_ends_the_run(learner, window):
+    # provider-timeout: a bad minute, then a minute with a handful of requests (most of them
+    # failing), then the incident to the end of the window
+    scenario, recorded, sources = window("provider-timeout")
+    want = expected_impact(scenario, recorded)
+    found = _impact(learner, sources)
+    got = hm(field_of(found, "since")) if found is not None else "None"
+    if got == hm(want.since):
+        return
+    assert scenario.onset is not None
+    rows = [r for r in recorded.minutes if r["endpoint"] == want.endpoint]
+    quiet = rows[scenario.onset - 1]
+    fix = None
+    if got == hm(scenario.minute(scenario.onset - 2)):
+        fix = (f"The minute before the onset had {quiet['requests']} requests "
+               f"({quiet['errors']} failed): under 10 requests a minute is not bad, whatever "
+               "its error rate, so it ends the run of bad minutes. It is neither skipped as "
+               "unknown nor judged by its rate alone; the incident begins after it.")
+    raise CheckFailure(
+        "impact().since is not the first bad minute after a quiet minute.",
+        expected=f"since {hm(want.since)} (the minute at {hm(scenario.minute(scenario.onset - 1))}"
+                 f" had {quiet['requests']} requests: not bad, so the run starts after it)",
+        actual=f"since {got}",
+        evidence=_summary(scenario, recorded.minutes, want.endpoint),
+        lesson=IMPACT,
+        fix=fix,
+    )
+
+
 def test_latency_is_the_95th_percentile(learner, window):
     scenario, recorded, sources = window("provider-timeout")
     want = expected_impact(scenario, recorded)

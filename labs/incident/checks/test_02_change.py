@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from _history import Scenario
-from _support import CHANGE, PROVE, field_of, hm, run_kind
+from _support import CHANGE, PROVE, field_of, hm, observability, run_kind
 
 from dojo.checks import CheckFailure, call, table
 
@@ -157,3 +159,107 @@ def test_the_change_log_is_in_no_particular_order(learner, window):
                "latest: the README promises no order. Compare the changes' `at`.")
     _judge(scenario, found, "what_changed() did not name the latest change of the window.",
            fix)
+
+
+def _iso_ms(at: datetime) -> str:
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _extra_change(scenario: Scenario, salt: str, at: datetime, kind: str, service: str,
+                  description: str) -> dict[str, Any]:
+    """A change of the check's own, with an id the scenario's log does not use."""
+    rng = random.Random(f"{scenario.seed}/{scenario.kind}/{salt}")
+    taken = {c["id"] for c in scenario.changes}
+    ident = next(i for i in (f"chg-{rng.randint(1000, 9999)}" for _ in range(100))
+                 if i not in taken)
+    return {"id": ident, "at": _iso_ms(at), "kind": kind, "service": service,
+            "description": description}
+
+
+def _ask_with(learner: Any, scenario: Scenario, recorded: Any, changes: list[dict[str, Any]]
+              ) -> Any:
+    """what_changed() on the scenario with the change log `changes`, served as listed."""
+    with observability(replace(scenario, changes=changes), recorded, []) as sources:
+        return call(learner.module("triage").what_changed, sources, scenario.since)
+
+
+def test_changes_in_one_minute_are_told_apart_to_the_millisecond(learner, window):
+    # pricing-flag: the flag flipped a few seconds into the onset minute; a config change of
+    # the same minute came a few seconds earlier, and another one earlier within the flag's
+    # own second. Asked twice, the change log listing the flag first, then last: the latest
+    # is the flag either way.
+    scenario, recorded, _ = window("pricing-flag")
+    assert scenario.since is not None and scenario.suspect_id is not None
+    rng = random.Random(f"{scenario.seed}/same-minute")
+    listed_suspect = next(c for c in scenario.changes if c["id"] == scenario.suspect_id)
+    at = datetime.fromisoformat(listed_suspect["at"].replace("Z", "+00:00")).replace(
+        microsecond=rng.randint(500, 999) * 1000)
+    suspect = {**listed_suspect, "at": _iso_ms(at)}
+    minute = _extra_change(scenario, "same-minute",
+                           scenario.since + timedelta(seconds=rng.randint(0, 2),
+                                                      milliseconds=rng.randint(0, 999)),
+                           "config", "orders-api", "orders-api: price cache TTL 60 s -> 5 s")
+    second = _extra_change(scenario, "same-second",
+                           at - timedelta(milliseconds=rng.randint(1, 400)),
+                           "config", "payments", "payments: charge retries 3 -> 1")
+    assert minute["at"] < second["at"] < suspect["at"] and at - scenario.since >= timedelta(
+        seconds=4)
+    rest = [c for c in scenario.changes if c["id"] != suspect["id"]]
+    for listed in ([suspect, second, minute, *rest], [*rest, minute, second, suspect]):
+        found = _ask_with(learner, scenario, recorded, listed)
+        got = _suspect_id(found) if found is not None else None
+        if got == scenario.suspect_id:
+            continue
+        shown = replace(scenario, changes=listed)
+        fix = None
+        if got in (minute["id"], second["id"]):
+            fix = (f"Three changes were made in the minute {hm(scenario.since)}: "
+                   f"{minute['id']} at {minute['at'][17:23]} s, {second['id']} at "
+                   f"{second['at'][17:23]} s and {suspect['id']} at {suspect['at'][17:23]} s. "
+                   "Compare `at` to the millisecond (parse the whole timestamp), not to the "
+                   "minute or the second: of changes close together the later one is the "
+                   "latest.")
+        raise CheckFailure(
+            "what_changed() did not name the latest of several changes made in the same "
+            "minute.",
+            expected=_describe(shown, scenario.suspect_id),
+            actual=_describe(shown, got) if found is not None else "None",
+            evidence=_changes(shown),
+            lesson=CHANGE,
+            fix=fix,
+        )
+
+
+def test_a_change_on_the_windows_start_is_in_it(learner, window):
+    # provider-timeout has no change in its window; this change log adds one made exactly at
+    # since - 15 min (in the window: its start is included) and one exactly at since + 1 min
+    # (outside: its end is excluded)
+    scenario, recorded, _ = window("provider-timeout")
+    assert scenario.since is not None
+    start, end = scenario.since - timedelta(minutes=15), scenario.since + timedelta(minutes=1)
+    first = _extra_change(scenario, "window-start", start, "config", "payments",
+                          "payments: provider timeout 5 s -> 2 s")
+    last = _extra_change(scenario, "window-end", end, "flag", "notifier",
+                         "feature flag notifier.digest: off -> on (5 %)")
+    listed = [*scenario.changes, first, last]
+    random.Random(f"{scenario.seed}/edges").shuffle(listed)
+    shown = replace(scenario, changes=listed, suspect_id=first["id"])
+    found = _ask_with(learner, scenario, recorded, listed)
+    got = _suspect_id(found) if found is not None else None
+    if got == first["id"]:
+        return
+    fix = None
+    if got is None and found is not None:
+        fix = (f"{first['id']} was made at {first['at']}, exactly since - 15 min: the window "
+               "includes its start (since - 15 min <= at), so that change is the suspect.")
+    elif got == last["id"]:
+        fix = (f"{last['id']} was made at {last['at']}, exactly since + 1 min: the window "
+               "excludes its end (at < since + 1 min).")
+    raise CheckFailure(
+        "what_changed() got a change on the edge of the window wrong.",
+        expected=_describe(shown, first["id"]) + " (on the window's start, which is included)",
+        actual=_describe(shown, got) if found is not None else "None",
+        evidence=_changes(shown),
+        lesson=CHANGE,
+        fix=fix,
+    )

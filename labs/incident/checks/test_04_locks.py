@@ -87,8 +87,9 @@ def lock_chain(database: Any, waiters: int, active: bool = False, gap: float = 0
     """An inventory-sync transaction holding SKU's row lock (idle in transaction, or running
     a long statement when `active`), and `waiters` orders-api sessions queued behind it. With
     `gap`, the blocker's last statement runs `gap` seconds after the UPDATE that locked."""
-    with database.engine.begin() as conn:
-        conn.exec_driver_sql(SCHEMA)
+    if not getattr(database, "prepared", False):
+        with database.engine.begin() as conn:
+            conn.exec_driver_sql(SCHEMA)
     blocker_engine = database.make_engine(connect_args={"application_name": "inventory-sync"})
     waiter_engine = database.make_engine(connect_args={"application_name": "orders-api"})
     observer = database.make_admin_engine()
@@ -303,4 +304,120 @@ def test_the_blocking_finding_carries_its_evidence(learner, database):
         actual=f"evidence {listed!r}"[:200],
         evidence=evidence,
         lesson=PROVE,
+    )
+
+
+def test_only_the_shops_database_counts(learner, database, other_database):
+    # another database on the server has a longer chain (3 sessions behind its head); the
+    # shop's database has none, then one of its own (1 session behind)
+    own = "(no session waits in the shop's database)"
+    with lock_chain(other_database, waiters=3) as foreign:
+        quiet = Sources("", "", [], datetime.now(UTC), database_url=database.url)
+        found = call(learner.module("triage").blocking_chain, quiet)
+        got = field_of(found, "blocker_pid") if found is not None else None
+        if found is not None:
+            expected = "None: nobody waits in the shop's database"
+            actual = f"a Blocking for pid {got}"
+        else:
+            with lock_chain(database, waiters=1) as chain:
+                found = _blocking(learner, chain)
+                own = chain.evidence()
+            got = field_of(found, "blocker_pid") if found is not None else None
+            waiting = field_of(found, "waiting_pids") if found is not None else None
+            if (got == chain.blocker_pid and isinstance(waiting, list | tuple | set)
+                    and sorted(waiting) == chain.waiters):
+                return
+            expected = f"blocker_pid {chain.blocker_pid}, waiting_pids {chain.waiters}"
+            actual = f"blocker_pid {got}, waiting_pids {waiting}"
+        other = foreign.evidence()
+    fix = None
+    if got in {foreign.blocker_pid, *foreign.waiters}:
+        fix = (f"pid {got} is a session of another database on the same server: "
+               "pg_stat_activity lists the sessions of every database. Keep only those with "
+               "datname = current_database().")
+    raise CheckFailure(
+        "blocking_chain() looked at sessions outside the shop's database.",
+        expected=expected,
+        actual=actual,
+        evidence=f"the shop's database:\n{own}\nanother database on the server:\n{other}",
+        lesson=LOCKS,
+        fix=fix,
+    )
+
+
+@contextmanager
+def older_waiter_chain(database: Any) -> Iterator[tuple[Chain, int, int]]:
+    """A queue whose head is not the oldest transaction: a reporting session idle in
+    transaction since before everything (it blocks nobody), an orders-api session whose
+    transaction began before the blocker's and that then waits for the row, a second one
+    queued behind it, and the inventory-sync blocker in the middle of the ages.
+    Yields (chain, the early waiter's pid, the bystander's pid)."""
+    with database.engine.begin() as conn:
+        conn.exec_driver_sql(SCHEMA)
+    engines = [database.make_engine(connect_args={"application_name": name})
+               for name in ("reporting", "orders-api", "inventory-sync")]
+    observer = database.make_admin_engine()
+    bystander, early, blocker = (engine.connect() for engine in engines)
+    threads: list[threading.Thread] = []
+    try:
+        bystander.execute(text("SELECT count(*) FROM orders"))      # idle in transaction
+        early_pid = _pid(early)                                      # its transaction begins
+        pid = _pid(blocker)
+        blocker.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+        query = "SELECT count(*) FROM stock"
+        blocker.execute(text(query))
+        threads.append(threading.Thread(target=_swallow, args=(
+            early, f"UPDATE stock SET qty = qty - 1 WHERE sku = '{SKU}'"), daemon=True))
+        threads[-1].start()
+        _wait_for_waiters(observer, 1)
+        pids: list[int] = [early_pid]
+        ready = threading.Event()
+        threads.append(threading.Thread(target=_wait_in_line, args=(engines[1], pids, ready),
+                                        daemon=True))
+        threads[-1].start()
+        ready.wait(10)
+        _wait_for_waiters(observer, 2)
+        sources = Sources("", "", [], datetime.now(UTC), database_url=database.url)
+        yield Chain(sources, pid, query, sorted(pids), observer), early_pid, _pid(bystander)
+    finally:
+        with observer.connect() as conn:
+            conn.execute(text("SELECT pg_cancel_backend(:p)"), {"p": pid})
+        blocker.rollback()
+        blocker.close()
+        # the early waiter gets the row, then lets the one queued behind it have it
+        for thread in threads[:1]:
+            thread.join(10)
+        for conn in (early, bystander):
+            conn.rollback()
+            conn.close()
+        for thread in threads[1:]:
+            thread.join(10)
+        for engine in (*engines, observer):
+            engine.dispose()
+
+
+def test_the_head_is_found_by_the_waits_not_by_age(learner, database):
+    with older_waiter_chain(database) as (chain, early, bystander):
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    got = field_of(found, "blocker_pid") if found is not None else None
+    if got == chain.blocker_pid:
+        return
+    fix = None
+    if got == early:
+        fix = (f"pid {early}'s transaction is older than the blocker's, but it waits "
+               "(pg_blocking_pids is not empty): it began before it asked for the row. The "
+               "head blocks someone and waits for nobody, whatever its age.")
+    elif got == bystander:
+        fix = (f"pid {bystander} has the oldest transaction, idle, but blocks nobody: no "
+               "session names it in pg_blocking_pids. Age does not make a blocker; the "
+               "waits-for arrows do.")
+    raise CheckFailure(
+        "blocking_chain() named a session that is not the head of the lock chain.",
+        expected=f"blocker_pid {chain.blocker_pid} (the inventory-sync session: waits for "
+                 "nobody, blocks the others)",
+        actual=f"blocker_pid {got}",
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=fix,
     )

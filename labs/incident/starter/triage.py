@@ -58,6 +58,19 @@ class Blocking:
     evidence: list[str] = field(default_factory=list)
 
 
+@dataclass
+class SlowQuery:
+    queryid: int
+    query: str
+    calls_before: int
+    calls_after: int
+    mean_ms_before: float
+    mean_ms_after: float
+    plan: str
+    index: str
+    evidence: list[str] = field(default_factory=list)
+
+
 def fetch_json(url: str) -> Any:
     """GET `url` and decode its JSON body."""
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -92,3 +105,18 @@ def blocking_chain(sources: Any) -> Blocking | None:
     # TODO: pg_stat_activity and pg_blocking_pids() through sources.database_url
     raise NotImplementedError("blocking_chain: find the head of the lock chain "
                               "(README, stage 4)")
+
+
+def statement_stats(sources: Any) -> Any:
+    """Stage 5: a snapshot of pg_stat_statements for the shop's database, in any shape
+    slow_query() can read back."""
+    # TODO: calls and total_exec_time per queryid, rows of this database's dbid only
+    raise NotImplementedError("statement_stats: snapshot pg_stat_statements (README, stage 5)")
+
+
+def slow_query(sources: Any, before: Any) -> SlowQuery | None:
+    """Stage 5: the statement whose mean time per call grew since `before`, its plan and
+    the index it needs; None when no statement got slower."""
+    # TODO: each period's calls and mean from the two snapshots; EXPLAIN (GENERIC_PLAN)
+    raise NotImplementedError("slow_query: find the statement the change made slow "
+                              "(README, stage 5)")

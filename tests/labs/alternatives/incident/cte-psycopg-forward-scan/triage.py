@@ -245,3 +245,87 @@ def blocking_chain(sources: Any) -> Blocking | None:
         f"head of the lock queue: pid {head} ({state}) holding its transaction "
         f"for {float(held_for or 0):.1f} s",
         f"{len(waiters)} session(s) behind it: {list(waiters)}; last statement: {query}"])
+
+
+# -- stage 5: slow queries (psycopg; the snapshot is a list of rows, the plan read as JSON) --
+
+class SlowQuery(NamedTuple):
+    queryid: int
+    query: str
+    calls_before: int
+    calls_after: int
+    mean_ms_before: float
+    mean_ms_after: float
+    plan: str
+    index: str
+    evidence: list[str]
+
+
+SNAPSHOT_SQL = """
+SELECT s.queryid, s.query, s.calls, s.total_exec_time
+  FROM pg_stat_statements AS s
+  JOIN pg_database AS d ON d.oid = s.dbid
+ WHERE d.datname = current_database() AND s.queryid IS NOT NULL
+"""
+
+
+def _slow_conn(sources: Any) -> Any:
+    url = make_url(str(sources.database_url)).set(drivername="postgresql")
+    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True,
+                           connect_timeout=10)
+
+
+def statement_stats(sources: Any) -> list[tuple[int, str, int, float]]:
+    with _slow_conn(sources) as conn:
+        return [(int(q), str(text_), int(c), float(t))
+                for q, text_, c, t in conn.execute(SNAPSHOT_SQL).fetchall()]
+
+
+def _totals(rows: list[tuple[int, str, int, float]]) -> dict[int, tuple[str, int, float]]:
+    out: dict[int, tuple[str, int, float]] = {}
+    for queryid, query, calls, total in rows:
+        _, c, t = out.get(queryid, (query, 0, 0.0))
+        out[queryid] = (query, c + calls, t + total)
+    return out
+
+
+def _seq_scan(node: dict[str, Any]) -> tuple[str, str] | None:
+    """(table, filtered column) of the first sequential scan with a filter, depth first."""
+    if node.get("Node Type") == "Seq Scan" and "Filter" in node:
+        column = node["Filter"].strip("()").split(" ")[0].strip("()")
+        return node["Relation Name"], column
+    for child in node.get("Plans", []):
+        found = _seq_scan(child)
+        if found:
+            return found
+    return None
+
+
+def slow_query(sources: Any, before: list[tuple[int, str, int, float]]) -> SlowQuery | None:
+    then = _totals(before)
+    best: tuple[float, int, str, int, int, float, float] | None = None
+    with _slow_conn(sources) as conn:
+        now = _totals(statement_stats(sources))
+        for queryid, (query, calls, total) in now.items():
+            _, calls0, total0 = then.get(queryid, (query, 0, 0.0))
+            calls1, total1 = calls - calls0, total - total0
+            if min(calls0, calls1) < 3:
+                continue
+            mean0, mean1 = total0 / calls0, total1 / calls1
+            if mean1 >= 3 * mean0 and mean1 - mean0 >= 1.0 and mean0 > 0:
+                factor = mean1 / mean0
+                if best is None or factor > best[0]:
+                    best = (factor, queryid, query, calls0, calls1, mean0, mean1)
+        if best is None:
+            return None
+        factor, queryid, query, calls0, calls1, mean0, mean1 = best
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (GENERIC_PLAN) " + query))
+        tree = conn.execute("EXPLAIN (GENERIC_PLAN, FORMAT JSON) " + query).fetchone()[0]
+    scan = _seq_scan(tree[0]["Plan"])
+    index = ""
+    if scan:
+        index = f"CREATE INDEX IF NOT EXISTS {scan[0]}_{scan[1]}_fix ON {scan[0]} ({scan[1]})"
+    return SlowQuery(queryid, query, calls0, calls1, mean0, mean1, plan, index, [
+        f"statement {queryid} is {factor:.1f} times slower per call since the change",
+        f"{mean0:.3f} ms x {calls0} before, {mean1:.3f} ms x {calls1} after",
+        plan.splitlines()[0] if plan else "no plan"])

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +186,71 @@ def blocking_chain(sources: Any) -> Blocking | None:
     return Blocking(head, row.query, row.state, float(row.age), behind,
                     "terminate" if idle else "wait",
                     [f"blocker {head} ({row.state}) holds up {len(behind)}: {behind}"])
+
+
+# -- stage 5: slow queries (the snapshot is a dict of totals; the plan read as text) --------
+
+class SlowQuery:
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def statement_stats(sources: Any) -> dict[int, dict[str, Any]]:
+    engine = create_engine(sources.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT queryid, query, calls, total_exec_time FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )).all()
+    finally:
+        engine.dispose()
+    snapshot: dict[int, dict[str, Any]] = {}
+    for queryid, query, calls, total in rows:
+        if queryid is None:
+            continue
+        entry = snapshot.setdefault(int(queryid), {"query": query, "calls": 0, "ms": 0.0})
+        entry["calls"] += int(calls)
+        entry["ms"] += float(total)
+    return snapshot
+
+
+def slow_query(sources: Any, before: dict[int, dict[str, Any]]) -> Any:
+    now = statement_stats(sources)
+    ranked = []
+    for queryid, entry in now.items():
+        old = before.get(queryid, {"calls": 0, "ms": 0.0})
+        calls_after = entry["calls"] - old["calls"]
+        if old["calls"] < 3 or calls_after < 3:
+            continue
+        mean_before = old["ms"] / old["calls"]
+        mean_after = (entry["ms"] - old["ms"]) / calls_after
+        if mean_after - mean_before >= 1.0 and mean_after >= 3 * mean_before:
+            ranked.append((mean_after / mean_before, queryid, entry["query"], old["calls"],
+                           calls_after, mean_before, mean_after))
+    if not ranked:
+        return None
+    ranked.sort(reverse=True)
+    factor, queryid, query, calls_before, calls_after, mean_before, mean_after = ranked[0]
+    engine = create_engine(sources.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            lines = [row[0] for row in conn.exec_driver_sql("EXPLAIN (GENERIC_PLAN) " + query)]
+    finally:
+        engine.dispose()
+    table = column = ""
+    for number, line in enumerate(lines):
+        if "Seq Scan on " in line:
+            table = line.split("Seq Scan on ", 1)[1].split()[0]
+            for after in lines[number + 1:]:
+                if "Filter:" in after:
+                    column = after.split("Filter:", 1)[1].strip().lstrip("(").split()[0]
+                    column = column.strip("()")
+                    break
+            break
+    index = f"CREATE INDEX ON {table} USING btree ({column})" if table and column else ""
+    return SlowQuery(
+        queryid=queryid, query=query, calls_before=calls_before, calls_after=calls_after,
+        mean_ms_before=mean_before, mean_ms_after=mean_after, plan="\n".join(lines),
+        index=index, evidence=[f"queryid {queryid}: x{factor:.0f} per call after the change",
+                               *lines[:2]])

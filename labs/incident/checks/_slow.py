@@ -1,0 +1,223 @@
+"""Stage slow: the shop's statements before and after a migration lost an index.
+
+The shop's database gets tables with enough rows that a lost index shows (a sequential scan
+of 60 000 rows against an index lookup of a few), pg_stat_statements in that database only,
+and a workload the shop's own role runs: the statement the migration slows down, a report
+that is slow before and after (the highest mean of all, and no regression), and a cheap query
+called a hundred times as often after the change (its total time grows the most). Which
+index the migration loses depends on the run: replay a run with DOJO_INCIDENT_RUN.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from dojo.checks.plugin import NeedsBackend
+
+ROWS = 60_000
+USERS = 900
+
+SLOW_SCHEMA = f"""
+CREATE TABLE stock (sku text PRIMARY KEY, qty integer NOT NULL);
+CREATE TABLE orders (id bigserial PRIMARY KEY, user_id text NOT NULL, sku text NOT NULL,
+                     qty integer NOT NULL, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE payments (id bigserial PRIMARY KEY, order_id bigint, amount_cents integer NOT NULL,
+                       kind text NOT NULL);
+INSERT INTO stock SELECT 'sku-' || (1000 + n), 500 FROM generate_series(1, 50) AS n;
+INSERT INTO orders (user_id, sku, qty, created_at)
+     SELECT 'u-' || (100 + mod(n, {USERS})), 'sku-' || (1001 + mod(n, 50)), 1 + mod(n, 3),
+            now() - mod(n, 43200) * interval '1 minute'
+       FROM generate_series(1, {ROWS}) AS n;
+INSERT INTO payments (order_id, amount_cents, kind)
+     SELECT n, 1999, 'charge' FROM generate_series(1, {{payments}}) AS n;
+CREATE INDEX orders_created_at_idx ON orders (created_at);
+CREATE INDEX orders_user_id_idx ON orders (user_id);
+CREATE INDEX payments_order_id_idx ON payments (order_id);
+ANALYZE stock, orders, payments;
+"""
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One way the migration breaks the shop: the index it drops and the statement that
+    needed it."""
+    table: str
+    column: str
+    index: str
+    statement: str           # as the shop runs it, with :v for its parameter
+    change: str              # the change log's description of the migration
+
+    def value(self, rng: random.Random) -> Any:
+        if self.column == "user_id":
+            return f"u-{rng.randint(100, 100 + USERS - 1)}"
+        # always above 32767: psycopg sends a smaller int as int2, and pg_stat_statements
+        # would count the same statement under a second queryid
+        return rng.randint(40_000, ROWS)
+
+
+REGRESSIONS = (
+    Regression("orders", "user_id", "orders_user_id_idx",
+               "SELECT id, sku, qty FROM orders WHERE user_id = :v",
+               "migration 0042: orders indexes rebuilt for the new partitioning, "
+               "orders_user_id_idx left out"),
+    Regression("payments", "order_id", "payments_order_id_idx",
+               "SELECT amount_cents, kind FROM payments WHERE order_id = :v",
+               "migration 0043: payments.order_id changed to bigint, its index dropped and "
+               "not recreated"),
+)
+
+REPORT = "SELECT sku, count(*), sum(qty) FROM orders GROUP BY sku ORDER BY sku"
+FREQUENT = "SELECT count(*) FROM orders WHERE created_at >= now() - make_interval(mins => :m)"
+LOOKUP = "SELECT qty FROM stock WHERE sku = :v"
+
+# calls of each statement per period: (before the change, after it). The frequent query is
+# called 100 times as often after the change as before (a new page polls it): its total time
+# grows more than any other statement's, while each call costs what it did.
+CALLS = {"regressed": (40, 4), "report": (4, 4), "frequent": (3, 300), "lookup": (20, 20)}
+
+
+def schema(regression: Regression) -> str:
+    """The tables and rows of the run: payments as big as orders only when the run's
+    migration loses a payments index (filling it takes a while)."""
+    return SLOW_SCHEMA.replace("{payments}",
+                               str(ROWS if regression.table == "payments" else 2000))
+
+
+def regression_of(seed: int) -> Regression:
+    """The index this run's migration loses."""
+    return REGRESSIONS[seed % len(REGRESSIONS)]
+
+
+def ensure_pg_stat_statements(admin: Engine) -> None:
+    """pg_stat_statements in the check's own database, or needs-backend with the setting to
+    add when the server was started without the library."""
+    with admin.connect() as conn:
+        loaded = conn.execute(text("SHOW shared_preload_libraries")).scalar_one()
+    if "pg_stat_statements" not in [name.strip() for name in str(loaded).split(",")]:
+        raise NeedsBackend(
+            ("pg_stat_statements",), "postgres",
+            message=("needs pg_stat_statements: this PostgreSQL server was started without "
+                     "it. Add `shared_preload_libraries = 'pg_stat_statements'` to its "
+                     "postgresql.conf (or start it with `-c shared_preload_libraries="
+                     "pg_stat_statements`) and restart it; `dojo services up` starts the "
+                     "embedded server with it."))
+    with admin.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+
+
+def reset_own_statements(admin: Engine, role: str) -> None:
+    """Forget the statements of this database (run by the shop's role) and nothing else:
+    pg_stat_statements_reset(userid, dbid, 0) for the check's own database."""
+    with admin.begin() as conn:
+        conn.execute(text(
+            "SELECT pg_stat_statements_reset("
+            "(SELECT oid FROM pg_roles WHERE rolname = coalesce(nullif(:r, ''), current_user)),"
+            " (SELECT oid FROM pg_database WHERE datname = current_database()), 0)"),
+            {"r": role})
+
+
+def run_workload(engine: Engine, regression: Regression, rng: random.Random, period: int
+                 ) -> None:
+    """One period's statements (0: before the change, 1: after it), as the shop runs them:
+    one connection in autocommit, each statement on its own."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for _ in range(CALLS["lookup"][period]):
+            conn.execute(text(LOOKUP), {"v": f"sku-{rng.randint(1001, 1050)}"}).all()
+        for _ in range(CALLS["report"][period]):
+            conn.execute(text(REPORT)).all()
+        for _ in range(CALLS["frequent"][period]):
+            conn.execute(text(FREQUENT), {"m": rng.randint(10, 30)}).all()
+        for _ in range(CALLS["regressed"][period]):
+            conn.execute(text(regression.statement), {"v": regression.value(rng)}).all()
+
+
+@dataclass
+class Stat:
+    queryid: int
+    query: str
+    calls: int
+    total_ms: float
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_ms / self.calls if self.calls else 0.0
+
+
+def stats(admin: Engine, role: str) -> dict[int, Stat]:
+    """pg_stat_statements of the check's database and the shop's role, by queryid."""
+    with admin.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT s.queryid, s.query, s.calls, s.total_exec_time FROM pg_stat_statements s "
+            "JOIN pg_roles r ON r.oid = s.userid "
+            "WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND r.rolname = coalesce(nullif(:r, ''), current_user)"), {"r": role}).all()
+    found: dict[int, Stat] = {}
+    for queryid, query, calls, total in rows:
+        old = found.get(queryid)
+        if old is None:
+            found[queryid] = Stat(int(queryid), str(query), int(calls), float(total))
+        else:
+            old.calls += int(calls)
+            old.total_ms += float(total)
+    return found
+
+
+def find(found: dict[int, Stat], statement: str) -> Stat:
+    """The workload's `statement` as pg_stat_statements shows it: the entry whose text starts
+    like it, up to its first parameter (an EXPLAIN of it is another entry, which does not)."""
+    prefix = statement.split(":", 1)[0]
+    for stat in found.values():
+        if stat.query.startswith(prefix):
+            return stat
+    raise LookupError(f"pg_stat_statements holds no statement like {statement!r}")
+
+
+@dataclass
+class Period:
+    """The numbers of one statement in both periods, as the README computes them."""
+    queryid: int
+    query: str
+    calls_before: int
+    calls_after: int
+    mean_before: float
+    mean_after: float
+    total_after: float
+    mean_overall: float
+
+    @property
+    def factor(self) -> float:
+        return self.mean_after / self.mean_before if self.mean_before else float("inf")
+
+
+def periods(before: dict[int, Stat], after: dict[int, Stat]) -> dict[int, Period]:
+    out = {}
+    for queryid, now in after.items():
+        then = before.get(queryid, Stat(queryid, now.query, 0, 0.0))
+        calls = now.calls - then.calls
+        total = now.total_ms - then.total_ms
+        out[queryid] = Period(queryid, now.query, then.calls, calls, then.mean_ms,
+                              total / calls if calls else 0.0, total, now.mean_ms)
+    return out
+
+
+def reset_statement(admin: Engine, role: str, queryid: int) -> None:
+    """Forget one statement of this database: pg_stat_statements_reset(userid, dbid,
+    queryid)."""
+    with admin.begin() as conn:
+        conn.execute(text(
+            "SELECT pg_stat_statements_reset("
+            "(SELECT oid FROM pg_roles WHERE rolname = coalesce(nullif(:r, ''), current_user)),"
+            " (SELECT oid FROM pg_database WHERE datname = current_database()), :q)"),
+            {"r": role, "q": queryid})
+
+
+def generic_plan(engine: Engine, query: str) -> str:
+    """EXPLAIN (GENERIC_PLAN) of a statement as pg_stat_statements shows it ($1 ...)."""
+    with engine.connect() as conn:
+        lines = conn.exec_driver_sql("EXPLAIN (GENERIC_PLAN) " + query).scalars().all()
+        conn.rollback()
+    return "\n".join(str(line) for line in lines)
