@@ -43,7 +43,8 @@ ALIASES = (("bootstrap.servers", "metadata.broker.list"),
            ("sasl.mechanism", "sasl.mechanisms"))
 # The base the check hands over: the broker plus settings a caller chose (a message timeout
 # and linger that are not librdkafka's defaults).
-BASE_CHOICES = {"message.timeout.ms": 43210, "linger.ms": 7, "retries": 2147483647}
+BASE_CHOICES = {"message.timeout.ms": 43210, "linger.ms": 7, "retries": 2147483647,
+                "max.in.flight.requests.per.connection": 3}
 
 
 def names_of(key: str) -> tuple[str, ...]:
@@ -56,8 +57,15 @@ def names_of(key: str) -> tuple[str, ...]:
 def test_producer_is_idempotent_with_acks_all(learner, kafka):
     relay = learner.module("relay")
     base = kafka.producer_config(**BASE_CHOICES)
-    config = call(relay.producer_config, dict(base))
+    given = dict(base)
+    config = call(relay.producer_config, given)
     problems = []
+    if given != base or config is given:
+        problems.append("producer_config changed or returned the very dict it was given"
+                        + (f" (it now holds {sorted(set(given) - set(base))} too)"
+                           if set(given) - set(base) else "")
+                        + ": the caller's base is shared (other producers, a consumer, the "
+                          "next relay are built from it); return a new dict")
     if str(config.get("acks")).lower() not in ("all", "-1"):
         problems.append(f"acks = {config.get('acks')!r}: the broker must acknowledge only "
                         "once every in-sync replica has the record (acks=all)")
@@ -97,8 +105,11 @@ def test_producer_is_idempotent_with_acks_all(learner, kafka):
 
 
 def seed_aggregates(engine: Any, aggregates: int, versions: int,
-                    headers: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """aggregates × versions rows, created in version order; event id → row."""
+                    headers: dict[str, Any] | None = None,
+                    payload_ids: bool = True) -> dict[str, dict[str, Any]]:
+    """aggregates × versions rows, created in version order; event id → row. Without
+    `payload_ids`, the payloads name their order in upper case (the payload is the event's
+    data, whatever its spelling; the key comes from the row's aggregate_id)."""
     import uuid
 
     rows = {}
@@ -106,8 +117,8 @@ def seed_aggregates(engine: Any, aggregates: int, versions: int,
     aggregate_ids = [str(uuid.uuid4()) for _ in range(aggregates)]
     for v in range(1, versions + 1):
         for aggregate_id in aggregate_ids:
-            payload = {"order_id": aggregate_id, "customer_id": str(uuid.uuid4()),
-                       "total_cents": 100 * v}
+            payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
+                       "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
             event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
                                     event_type="order.placed.v1" if v == 1 else
                                     "order.total-changed.v1", payload=payload,
@@ -121,8 +132,9 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
-    rows = seed_aggregates(outbox, 4, 3)
-    call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100, lease_seconds=30)
+    rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
+                     lease_seconds=30)
     records = read_topic(kafka, topic, 3)
     require_event_ids(records, list(rows))
     wrong = []
@@ -134,10 +146,14 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             wrong.append({"event-id": rec.text("event-id"), "expected key": want_key,
                           "actual key": got_key, "partition": rec.partition})
     if not (records and not wrong):
+        from_payload = all(w["actual key"] == w["expected key"].upper() for w in wrong)
         raise CheckFailure(
             "Every record's key must be its aggregate id (the order id as text). Kafka keeps "
             "order only inside a partition and the key picks the partition: with no key or a "
-            "random key, an order's total-changed can overtake its placed event.",
+            "random key, an order's total-changed can overtake its placed event."
+            + (" Here the key is the payload's order_id (the check's payloads spell it in upper "
+               "case): the payload's shape belongs to each event type and version, the row's "
+               "aggregate_id is the key." if from_payload else ""),
             expected="key = aggregate_id for each of the 12 records",
             actual=f"{len(wrong)} record(s) with another key" if records else "no records",
             evidence=table(wrong, ("event-id", "expected key", "actual key", "partition")) if wrong
@@ -162,6 +178,22 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
                                 for a, p in disorder.items()),
             lesson=SEE)
+    marked = outbox_rows(outbox, "published_at IS NOT NULL")
+    if published != len(rows) or len(marked) != len(rows):
+        raise CheckFailure(
+            f"relay_once sent one batch holding 3 versions of each of 4 orders and the broker "
+            f"acknowledged all {len(rows)} records, yet it "
+            f"{'returned ' + repr(published) if published != len(rows) else ''}"
+            f"{' and ' if published != len(rows) and len(marked) != len(rows) else ''}"
+            f"{f'marked {len(marked)} row(s)' if len(marked) != len(rows) else ''}. A delivery "
+            "report must be matched to its own event: several records of one batch share a key "
+            "(one order's versions), so a report looked up by key, partition or position "
+            "lands on the wrong event.",
+            expected=f"relay_once returns {len(rows)}; all {len(rows)} rows published",
+            actual=f"returned {published!r}; {len(marked)} row(s) published",
+            evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE,
+            fix="bind each record's event id to its own callback (on_delivery=lambda err, msg, "
+                "event_id=event.id: …) and mark by those ids")
 
 
 def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer):
