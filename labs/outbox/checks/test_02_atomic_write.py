@@ -218,6 +218,22 @@ def test_version_starts_at_1_and_increments(outbox, learner):
         raise CheckFailure("After two changes the order itself must be at version 3.",
                            expected="orders.version 3", actual=f"orders.version {order['version']}",
                            evidence=state(outbox), lesson=SEE)
+    # Cleanup has deleted the order's published events; the order itself is at version 3.
+    with outbox.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
+    fourth = call(orders.change_order_total, outbox, order_id, 1300)
+    events = outbox_rows(outbox)
+    if fourth != 4 or [e["aggregate_version"] for e in events] != [4]:
+        raise CheckFailure(
+            "The order was at version 3 and its events had been cleaned up (published, past "
+            "retention); the next change must be version 4. The order row holds the version: "
+            "the outbox keeps events only until cleanup, so counting them restarts the "
+            "numbering and consumers see version 1 again.",
+            expected="change_order_total returns 4; one event, version 4",
+            actual=f"returned {fourth!r}; event versions "
+                   f"{[e['aggregate_version'] for e in events]}",
+            evidence=state(outbox), lesson=SEE,
+            fix="new version = orders.version + 1, read with SELECT … FOR UPDATE")
     error = raised(orders.change_order_total, outbox, uuid.uuid4(), 1)
     if not isinstance(error, LookupError):
         raise CheckFailure("change_order_total of an order that does not exist must refuse.",
