@@ -146,7 +146,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             wrong.append({"event-id": rec.text("event-id"), "expected key": want_key,
                           "actual key": got_key, "partition": rec.partition})
     if not (records and not wrong):
-        from_payload = all(w["actual key"] == w["expected key"].upper() for w in wrong)
+        from_payload = all(w["actual key"] == str(w["expected key"]).upper() for w in wrong)
         raise CheckFailure(
             "Every record's key must be its aggregate id (the order id as text). Kafka keeps "
             "order only inside a partition and the key picks the partition: with no key or a "

@@ -205,7 +205,7 @@ def refuses_a_record_without_event_id(engine: Engine, consumer: Any, kafka: Any)
 
 def deliver_without_event_id(kafka: Any, payload: dict[str, Any]) -> list[Any]:
     """One real record with an event-type header and no event-id."""
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
     topic = kafka.topic(1, hint="no-id")
     producer = kafka.producer(**{"linger.ms": 0})
