@@ -4,6 +4,8 @@ acknowledgement, then mark published only if the row is still unpublished."""
 from __future__ import annotations
 
 import json
+import re
+import threading
 import time
 from typing import Any
 
@@ -410,3 +412,61 @@ def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_produce
             expected=f"published_at stays {after_b['published_at']} (B's mark)",
             actual=f"published_at became {after_a['published_at']} after A's late mark",
             evidence=f"event {event_id}", lesson=SEE)
+    late_failure_leaves_a_published_row_alone(outbox, relay, topic, relay_producer)
+
+
+def late_failure_leaves_a_published_row_alone(engine: Any, relay: Any, topic: str,
+                                              relay_producer: Any) -> None:
+    """Relay A's send gets no acknowledgement within its 0.5 s timeout; meanwhile its lease has
+    expired (fast-forwarded) and relay B published the row. A's failure, recorded after B's
+    mark (the check holds A's UPDATEs until B is done), must not touch the published row."""
+    from sqlalchemy import event
+
+    event_id = insert_event(engine)
+    slow = SlowProducer(relay_producer(), delay=3.0)
+    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
+                      ack_timeout_seconds=0.5)
+    b_done, armed = threading.Event(), threading.Event()  # armed: A's claim is behind it
+    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
+
+    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if armed.is_set() and threading.current_thread().name == a_thread and \
+                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
+                          re.IGNORECASE):
+            b_done.wait(10)
+
+    event.listen(engine, "before_cursor_execute", hold_a)
+    try:
+        if not slow.first_send.wait(10):
+            first.join(5)
+            first.result(0)
+            return
+        armed.set()
+        with engine.begin() as conn:  # A's lease has run out
+            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
+                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
+                         {"id": event_id})
+        second = call(relay.relay_once, engine, relay_producer(), topic, batch_size=10,
+                      lease_seconds=30)
+        [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    finally:
+        b_done.set()
+        event.remove(engine, "before_cursor_execute", hold_a)
+    first.result(15)
+    [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    if second != 1 or after_b["published_at"] is None:
+        return  # B did not publish: nothing to compare (the first half covers B)
+    if after_a["last_error"] is not None or after_a["next_attempt_at"] is not None:
+        raise CheckFailure(
+            "Relay A's send got no acknowledgement in time; by then its lease had expired and "
+            "relay B had re-sent and marked the row. A then recorded its failure on the "
+            "published row anyway: last_error and next_attempt_at now describe a failure of "
+            "an event that was delivered, and an operator (or an alert on last_error) chases a "
+            "problem that is not there. The failure update is conditional, like the mark.",
+            expected="the published row keeps last_error NULL and next_attempt_at NULL",
+            actual=f"last_error {str(after_a['last_error'])[:60]!r}, next_attempt_at "
+                   f"{after_a['next_attempt_at']}",
+            evidence=table([after_a], ROW_COLUMNS + ("last_error", "next_attempt_at")),
+            lesson=SEE,
+            fix="UPDATE … SET last_error = …, next_attempt_at = …, lease_until = NULL WHERE id = "
+                ":id AND published_at IS NULL")
