@@ -32,13 +32,13 @@ class ClaimedEvent:
 
 
 def producer_config(base: dict[str, Any]) -> dict[str, Any]:
-    """The relay's producer settings: `base` (bootstrap servers and whatever else the caller
-    chose, kept as given) plus the settings that make an acknowledgement mean something."""
+    """The relay's producer settings: a new dict of `base` (bootstrap servers and whatever else
+    the caller chose, kept as given) plus the settings that make an acknowledgement mean
+    something. With idempotence on, librdkafka keeps max.in.flight at most 5 itself."""
     return {
         **base,
         "acks": "all",  # the ack means every in-sync replica has the record
         "enable.idempotence": True,  # librdkafka's retries never duplicate or reorder
-        "max.in.flight.requests.per.connection": 5,
     }
 
 

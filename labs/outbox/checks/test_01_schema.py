@@ -136,6 +136,24 @@ def test_outbox_keys(outbox):
             actual=f"refused: {first_line(other_type)}",
             evidence=index_table(found), lesson=SEE)
     wanted = {"aggregate_type", "aggregate_id", "aggregate_version"}
+    # Version 2 is published; a second version 2 arrives later (a change that read a stale
+    # version): a published version is still taken.
+    insert_event(outbox, aggregate_id=aggregate, version=2, published_ago=5)
+    again = raised(insert_event, outbox, aggregate_id=aggregate, version=2)
+    if not isinstance(again, IntegrityError):
+        partial = [ix for ix in found if ix["is_unique"] and ix["predicate"]
+                   and set(ix["columns"]) == wanted]
+        raise CheckFailure(
+            "Version 2 of an aggregate was published, then a second version 2 of it was "
+            "accepted. A version stays taken once published: consumers have seen it, and "
+            "two events with one version cannot be ordered."
+            + (f" The unique index is partial ({partial[0]['predicate']}): it only compares "
+               "rows that are still pending." if partial else ""),
+            expected="the second ('order', same aggregate_id, version 2) row is refused",
+            actual="it was inserted" if again is None else first_line(again),
+            evidence=index_table(found), lesson=SEE,
+            fix="a full constraint, CONSTRAINT … UNIQUE (aggregate_type, aggregate_id, "
+                "aggregate_version), with no WHERE" if partial else None)
     unique = [ix for ix in found if ix["is_unique"] and not ix["predicate"]
               and set(ix["columns"]) == wanted]
     if not unique:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import threading
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +21,7 @@ from _support import (
 from sqlalchemy import Engine, text
 
 from dojo.checks import CheckFailure, call, first_line, raised, table
-from dojo.checks.faults import InjectedFault, fail_sql, run_concurrently, slow_sql
+from dojo.checks.faults import InjectedFault, fail_sql, run_concurrently
 
 pytestmark = pytest.mark.stage("atomic-write")
 SEE = READ["atomic-write"]
@@ -213,6 +218,22 @@ def test_version_starts_at_1_and_increments(outbox, learner):
         raise CheckFailure("After two changes the order itself must be at version 3.",
                            expected="orders.version 3", actual=f"orders.version {order['version']}",
                            evidence=state(outbox), lesson=SEE)
+    # Cleanup has deleted the order's published events; the order itself is at version 3.
+    with outbox.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
+    fourth = call(orders.change_order_total, outbox, order_id, 1300)
+    events = outbox_rows(outbox)
+    if fourth != 4 or [e["aggregate_version"] for e in events] != [4]:
+        raise CheckFailure(
+            "The order was at version 3 and its events had been cleaned up (published, past "
+            "retention); the next change must be version 4. The order row holds the version: "
+            "the outbox keeps events only until cleanup, so counting them restarts the "
+            "numbering and consumers see version 1 again.",
+            expected="change_order_total returns 4; one event, version 4",
+            actual=f"returned {fourth!r}; event versions "
+                   f"{[e['aggregate_version'] for e in events]}",
+            evidence=state(outbox), lesson=SEE,
+            fix="new version = orders.version + 1, read with SELECT … FOR UPDATE")
     error = raised(orders.change_order_total, outbox, uuid.uuid4(), 1)
     if not isinstance(error, LookupError):
         raise CheckFailure("change_order_total of an order that does not exist must refuse.",
@@ -277,11 +298,13 @@ def test_concurrent_changes_of_one_order_take_turns(outbox, learner):
     order_id = call(orders.place_order, outbox, uuid.uuid4(), 1234)
     totals = (2345, 3456, 4567)
     warm_pool(outbox, RACERS)
-    # Each change waits 0.3 s before its UPDATE: all three have read the order by then, unless
-    # the read took the row lock and the others wait for it.
-    with slow_sql(outbox, 0.3, match=UPDATE_ORDERS, when="before"):
-        outcomes = run_concurrently(
-            lambda i: call(orders.change_order_total, outbox, order_id, totals[i]), RACERS,
+    # Each change is held just before its UPDATE until every other change is held there too,
+    # waits for a row lock, or has finished: all three have read the order by then, unless the
+    # read took the row lock and the others wait for it. A barrier, not a pause: it holds
+    # however slow the machine is.
+    with update_barrier(outbox, RACERS) as barrier:
+        outcomes = run_concurrently(barrier.racer(
+            lambda i: call(orders.change_order_total, outbox, order_id, totals[i])), RACERS,
             timeout=30)
     errors = [o for o in outcomes if o.error is not None]
     events = outbox_rows(outbox, "aggregate_id::text = :id", id=str(order_id))
@@ -337,6 +360,164 @@ def test_concurrent_changes_of_one_order_take_turns(outbox, learner):
             fix="read the order with SELECT … FOR UPDATE before changing it: the row lock makes "
                 "concurrent changes take turns, each reading what the previous one wrote"
             if broken and not echoed else None)
+    require_created_in_version_order(outbox, orders)
+
+
+def require_created_in_version_order(engine: Engine, orders: Any) -> None:
+    """Three changes of one order begin their transactions in one order (0, 1, 2) and get the
+    row lock in the opposite one (2, then 1, then 0): each event's created_at must still follow
+    its version, because the claim sends by created_at. `now()` is the transaction's start and
+    gives version 2 the latest time of the three."""
+    order_id = call(orders.place_order, engine, uuid.uuid4(), 500)
+    warm_pool(engine, RACERS)
+    with begin_in_order_lock_in_reverse(engine, RACERS) as turns:
+        outcomes = run_concurrently(turns.racer(
+            lambda i: call(orders.change_order_total, engine, order_id, 600 + i)), RACERS,
+            timeout=30)
+    for outcome in outcomes:
+        if outcome.error is not None:
+            raise outcome.error
+    with engine.connect() as conn:
+        chain = [dict(r) for r in conn.execute(text(
+            "SELECT aggregate_version AS version, created_at::text AS created_at "
+            "FROM outbox_event WHERE aggregate_id::text = :id ORDER BY aggregate_version"),
+            {"id": str(order_id)}).mappings()]
+        in_order = [r["version"] for r in conn.execute(text(
+            "SELECT aggregate_version AS version FROM outbox_event "
+            "WHERE aggregate_id::text = :id ORDER BY created_at, aggregate_version"),
+            {"id": str(order_id)}).mappings()]
+        ties = conn.execute(text(
+            "SELECT count(*) - count(DISTINCT created_at) FROM outbox_event "
+            "WHERE aggregate_id::text = :id"), {"id": str(order_id)}).scalar_one()
+    if in_order != [1, 2, 3, 4] or ties:
+        raise CheckFailure(
+            "Three changes of one order began their transactions in one order and took the "
+            "order's row lock in the opposite one (the check made them). Their events' "
+            "created_at does not follow their versions: created_at was taken at the "
+            "transaction's start (now(), or a time the code passed in), not at the insert. The "
+            "claim sends by created_at, so a consumer would get version 3 before version 2.",
+            expected="created_at increasing with aggregate_version: versions 1, 2, 3, 4 in "
+                     "created_at order",
+            actual=f"versions in created_at order: {in_order}"
+                   + (f" ({ties} tie(s))" if ties else ""),
+            evidence=table(chain, ("version", "created_at")), lesson=SEE,
+            fix="leave created_at to its default, clock_timestamp() (the time of the insert): "
+                "do not write now() into it")
+
+
+class _Racers:
+    """What the racing changes share: which of them finished, and a condition to wait on."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.done: set[int] = set()
+        self.cond = threading.Condition()
+
+    def racer(self, fn: Any) -> Any:
+        def run(i: int) -> Any:
+            try:
+                return fn(i)
+            finally:
+                with self.cond:
+                    self.done.add(i)
+                    self.cond.notify_all()
+        return run
+
+
+def racer_index() -> int | None:
+    name = threading.current_thread().name
+    return int(name.rsplit("-", 1)[1]) if name.startswith("dojo-worker-") else None
+
+
+class _UpdateBarrier(_Racers):
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.held = 0
+        self.generation = 0
+
+
+def lock_waiters(engine: Engine) -> int:
+    """Sessions of this database (other than the asking one) waiting for a lock now."""
+    return count(engine, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                         "current_database() AND wait_event_type = 'Lock' "
+                         "AND pid <> pg_backend_pid()")
+
+
+@contextmanager
+def update_barrier(engine: Engine, n: int) -> Iterator[_UpdateBarrier]:
+    """Hold each racer before its `UPDATE orders` until every racer is held there, waits for a
+    lock, or has finished; then let the held ones go together. Safety net: 10 s."""
+    from sqlalchemy import event
+
+    barrier = _UpdateBarrier(n)
+    pattern = re.compile(UPDATE_ORDERS, re.IGNORECASE | re.DOTALL)
+
+    def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if racer_index() is None or not pattern.search(statement):
+            return
+        with barrier.cond:
+            barrier.held += 1
+            mine = barrier.generation
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with barrier.cond:
+                if barrier.generation != mine:
+                    return
+                parked = barrier.held + len(barrier.done)
+            if parked >= n or parked + lock_waiters(engine) >= n:
+                with barrier.cond:
+                    if barrier.generation == mine:
+                        barrier.generation += 1
+                        barrier.held = 0
+                        barrier.cond.notify_all()
+                    return
+            with barrier.cond:
+                barrier.cond.wait(0.005)
+        with barrier.cond:  # the safety net: never hang a check
+            barrier.held = max(0, barrier.held - 1)
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield barrier
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
+class _Turns(_Racers):
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.begun = 0
+        self.seen: set[int] = set()
+
+
+@contextmanager
+def begin_in_order_lock_in_reverse(engine: Engine, n: int) -> Iterator[_Turns]:
+    """At its first statement, racer i waits for racers 0 … i-1 to begin their transactions,
+    begins its own (a SELECT 1 on its connection: now() is fixed from here), and then waits
+    until racers i+1 … n-1 have finished before it runs on. Transactions start 0, 1, 2; the
+    changes run 2, 1, 0, one after the other. Safety net: 10 s per wait."""
+    from sqlalchemy import event
+
+    turns = _Turns(n)
+
+    def before(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        i = racer_index()
+        if i is None or i in turns.seen:
+            return
+        turns.seen.add(i)
+        with turns.cond:
+            turns.cond.wait_for(lambda: turns.begun >= i, timeout=10)
+        cursor.connection.execute("SELECT 1")  # the transaction (and its now()) starts here
+        with turns.cond:
+            turns.begun = max(turns.begun, i + 1)
+            turns.cond.notify_all()
+            turns.cond.wait_for(lambda: turns.done >= set(range(i + 1, n)), timeout=10)
+
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield turns
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
 
 
 def warm_pool(engine: Engine, n: int) -> None:

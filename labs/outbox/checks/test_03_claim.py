@@ -56,9 +56,30 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")
     ids = seed_rows(outbox, 10)
+    # Two of the oldest failed once before and are due again: a retry is claimable like any
+    # other row, in created_at order (not after the fresh ones, not before them).
+    retried = [ids[0], ids[2]]
+    with outbox.begin() as conn:
+        conn.execute(text("UPDATE outbox_event SET attempt_count = 1, last_error = 'timed out', "
+                          "next_attempt_at = now() - interval '2 seconds' "
+                          "WHERE id::text = ANY(:ids)"), {"ids": retried})
     started = db_now(outbox)
     claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE))
     ended = db_now(outbox)
+    fresh = [i for i in ids if i not in retried]
+    if sorted(claimed) == sorted(fresh[:4]):
+        raise CheckFailure(
+            "claim_batch passed over rows that had failed once and were due again (their "
+            "next_attempt_at has passed) to take newer fresh rows. Once its backoff has run out, "
+            "a retry is a claimable row like any other and goes in created_at order: putting "
+            "retries last lets fresh traffic starve them, and sends an order's later versions "
+            "before the earlier one that failed.",
+            expected=f"the 4 oldest ids in created_at order: {ids[:4]} (the 1st and 3rd are "
+                     "due retries)",
+            actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS + (
+                "next_attempt_at",)), lesson=SEE,
+            fix="order the claim by created_at alone; next_attempt_at only decides whether a "
+                "row is due (NULL or past), not where it goes")
     if sorted(claimed) == sorted(ids[:4]) and claimed != ids[:4]:
         raise CheckFailure(
             "claim_batch leased the right rows, the 4 oldest, but returned them in another "
@@ -83,9 +104,12 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
     rows = lease_rows(outbox, started, ended)
     untouched = [r for r in rows if r["id"] not in claimed and
                  (r["attempt_count"] != 0 or r["lease_until"] is not None)]
-    uncounted = [r for r in rows if r["id"] in claimed and r["attempt_count"] != 1]
+    untouched = [r for r in untouched if not (r["id"] in retried and r["attempt_count"] == 1)]
+    uncounted = [r for r in rows if r["id"] in claimed and
+                 r["attempt_count"] != (2 if r["id"] in retried else 1)]
     if untouched or uncounted:
-        zero = bool(uncounted) and all(r["attempt_count"] == 0 for r in uncounted)
+        zero = bool(uncounted) and all(r["attempt_count"] == (1 if r["id"] in retried else 0)
+                                       for r in uncounted)
         raise CheckFailure(
             ("claim_batch did not count the attempt: the rows it claimed still have "
              "attempt_count 0. A claim starts an attempt; a relay that crashes mid-send, or "
@@ -94,7 +118,8 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
              if zero and not untouched else
              "Claiming a row counts one attempt (attempt_count + 1); rows it did not claim stay "
              "untouched."),
-            expected="the 4 claimed rows: attempt_count 1; the others: attempt_count 0, no lease",
+            expected="the 4 claimed rows: attempt_count + 1 (1, or 2 for the two due retries); "
+                     "the others: unchanged, no lease",
             actual=f"{len(uncounted)} claimed row(s) with another attempt_count, "
                    f"{len(untouched)} unclaimed row(s) changed",
             evidence=table(rows, LEASE_COLUMNS), lesson=SEE,
@@ -234,6 +259,7 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
     before it: a pick in a transaction of its own, a locking SELECT, or nothing); relay B
     claims in that moment. Rows A picked must be locked or leased by then."""
     seed_rows(engine, 12)
+    started = db_now(engine)
     with record_sql(engine, peek=0, xid=True) as log, \
             slow_sql(engine, HOLD, match=LEASING, when="before") as held:
         first = in_thread(relay.claim_batch, engine, batch_size=6, lease_seconds=30)
@@ -245,6 +271,7 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
         a = event_ids(first.result(15))
     shared = sorted(set(a) & set(second))
     if not (holding and shared):
+        require_lease_from_the_update(engine, a, started)
         with engine.begin() as conn:  # the barrier race next starts from an empty outbox
             conn.execute(text("DELETE FROM outbox_event"))
         return
@@ -279,24 +306,74 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
             "UPDATE that leases them" if unlocked else None)
 
 
+def require_lease_from_the_update(engine: Engine, leased: list[str], started: Any) -> None:
+    """Relay A's UPDATE ran at least HOLD s after its claim began: its lease runs 30 s from
+    then (clock_timestamp() at the UPDATE), not from the start of its transaction (now())."""
+    rows = [r for r in lease_rows(engine, started, started) if r["id"] in leased]
+    short = [r for r in rows if r["after_start"] is None or r["after_start"] < 30 + HOLD - SLACK]
+    if short:
+        raise CheckFailure(
+            f"Relay A's claim was held {HOLD} s between its start and the UPDATE that leased its "
+            "rows, and its leases ended up short: 30 s counted from when its transaction began, "
+            "not from the lease. now() (and CURRENT_TIMESTAMP) is the transaction's start; a "
+            "claim that picks first and leases after, or that waits for a lock, loses that time "
+            "from every lease, and another relay takes the rows while they are still being sent.",
+            expected=f"lease_until − the claim's start ≥ {30 + HOLD:g} s (30 s from the UPDATE, "
+                     f"which ran {HOLD} s or more after the start)",
+            actual="lease_until − the claim's start: " + ", ".join(
+                "none" if r["after_start"] is None else f"{r['after_start']:.2f} s"
+                for r in short[:6]),
+            evidence=table(rows, ("id", "attempt_count", "lease_until", "after_start")),
+            lesson=SEE,
+            fix="lease with clock_timestamp() + make_interval(secs => :lease_seconds), the time "
+                "of the statement, not now()")
+
+
 def test_expired_lease_is_reclaimed(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")
     ids = seed_rows(outbox, 3)
-    first = event_ids(call(relay.claim_batch, outbox, batch_size=10, lease_seconds=0.3))
-    during = event_ids(call(relay.claim_batch, outbox, batch_size=10, lease_seconds=0.3))
-    time.sleep(0.45)
+    # The rows failed once and are due again (next_attempt_at has passed); one more row was
+    # published after a failed attempt, and the mark left its next_attempt_at as it was.
+    done = insert_event(outbox, created_ago=60, published_ago=30, attempt_count=2)
+    with outbox.begin() as conn:
+        conn.execute(text("UPDATE outbox_event SET next_attempt_at = now() - interval "
+                          "'1 second', last_error = 'timed out', attempt_count = CASE WHEN "
+                          "published_at IS NULL THEN 1 ELSE attempt_count END"))
+    first = event_ids(call(relay.claim_batch, outbox, batch_size=10, lease_seconds=30))
+    during = event_ids(call(relay.claim_batch, outbox, batch_size=10, lease_seconds=30))
+    # Fast-forward: the lease has expired (the README's clock is the columns).
+    with outbox.begin() as conn:
+        conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
+                          "interval '1 millisecond' WHERE lease_until IS NOT NULL"))
     after = event_ids(call(relay.claim_batch, outbox, batch_size=10, lease_seconds=30))
     rows = outbox_rows(outbox)
-    if not ((first, during, sorted(after)) == (ids, [], sorted(ids)) and
-            all(r["attempt_count"] == 2 for r in rows)):
+    columns = CLAIM_COLUMNS + ("next_attempt_at",)
+    if during or done in first + after:
+        raise CheckFailure(
+            "The claim took rows it must not: "
+            + ("rows another relay had leased a moment before" if during else "")
+            + (" and " if during and done in first + after else "")
+            + ("a row already published" if done in first + after else "")
+            + ". Each of them had failed once and its next_attempt_at had passed. A WHERE "
+              "without parentheses around the backoff test reads `… AND next_attempt_at IS NULL "
+              "OR next_attempt_at <= clock_timestamp()`: AND binds tighter than OR, so any row "
+              "whose backoff has passed is claimable, leased or published.",
+            expected=f"claim → {ids}; again at once → []; the published row never",
+            actual=f"claim → {first}; again at once → {during}; after the lease → {after}",
+            evidence=table(rows, columns), lesson=SEE,
+            fix="(next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()), in its "
+                "own parentheses, ANDed with the rest")
+    mine = [r for r in rows if r["id"] in ids]
+    if not ((first, sorted(after)) == (ids, sorted(ids)) and
+            all(r["attempt_count"] == 3 for r in mine)):
         raise CheckFailure(
             "A lease is how a crashed relay's rows come back: while it lasts nobody else "
-            "claims them; once it has expired the next claim takes them (attempt 2).",
-            expected=f"claim → {ids}; again at once → []; after the 0.3 s lease → all 3 again, "
-                     "attempt_count 2",
+            "claims them; once it has expired the next claim takes them (one more attempt).",
+            expected=f"claim → {ids}; again at once → []; once the lease has expired → all 3 "
+                     "again, attempt_count 3 (they had failed once before)",
             actual=f"claim → {first}; again at once → {during}; after → {after}",
-            evidence=table(rows, CLAIM_COLUMNS), lesson=SEE)
+            evidence=table(rows, columns), lesson=SEE)
 
 
 def test_claim_uses_the_partial_index(outbox, learner):

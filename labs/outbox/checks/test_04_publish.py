@@ -4,6 +4,8 @@ acknowledgement, then mark published only if the row is still unpublished."""
 from __future__ import annotations
 
 import json
+import re
+import threading
 import time
 from typing import Any
 
@@ -43,7 +45,8 @@ ALIASES = (("bootstrap.servers", "metadata.broker.list"),
            ("sasl.mechanism", "sasl.mechanisms"))
 # The base the check hands over: the broker plus settings a caller chose (a message timeout
 # and linger that are not librdkafka's defaults).
-BASE_CHOICES = {"message.timeout.ms": 43210, "linger.ms": 7, "retries": 2147483647}
+BASE_CHOICES = {"message.timeout.ms": 43210, "linger.ms": 7, "retries": 2147483647,
+                "max.in.flight.requests.per.connection": 3}
 
 
 def names_of(key: str) -> tuple[str, ...]:
@@ -56,8 +59,15 @@ def names_of(key: str) -> tuple[str, ...]:
 def test_producer_is_idempotent_with_acks_all(learner, kafka):
     relay = learner.module("relay")
     base = kafka.producer_config(**BASE_CHOICES)
-    config = call(relay.producer_config, dict(base))
+    given = dict(base)
+    config = call(relay.producer_config, given)
     problems = []
+    if given != base or config is given:
+        problems.append("producer_config changed or returned the very dict it was given"
+                        + (f" (it now holds {sorted(set(given) - set(base))} too)"
+                           if set(given) - set(base) else "")
+                        + ": the caller's base is shared (other producers, a consumer, the "
+                          "next relay are built from it); return a new dict")
     if str(config.get("acks")).lower() not in ("all", "-1"):
         problems.append(f"acks = {config.get('acks')!r}: the broker must acknowledge only "
                         "once every in-sync replica has the record (acks=all)")
@@ -97,8 +107,11 @@ def test_producer_is_idempotent_with_acks_all(learner, kafka):
 
 
 def seed_aggregates(engine: Any, aggregates: int, versions: int,
-                    headers: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """aggregates × versions rows, created in version order; event id → row."""
+                    headers: dict[str, Any] | None = None,
+                    payload_ids: bool = True) -> dict[str, dict[str, Any]]:
+    """aggregates × versions rows, created in version order; event id → row. Without
+    `payload_ids`, the payloads name their order in upper case (the payload is the event's
+    data, whatever its spelling; the key comes from the row's aggregate_id)."""
     import uuid
 
     rows = {}
@@ -106,8 +119,8 @@ def seed_aggregates(engine: Any, aggregates: int, versions: int,
     aggregate_ids = [str(uuid.uuid4()) for _ in range(aggregates)]
     for v in range(1, versions + 1):
         for aggregate_id in aggregate_ids:
-            payload = {"order_id": aggregate_id, "customer_id": str(uuid.uuid4()),
-                       "total_cents": 100 * v}
+            payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
+                       "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
             event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
                                     event_type="order.placed.v1" if v == 1 else
                                     "order.total-changed.v1", payload=payload,
@@ -121,8 +134,9 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
-    rows = seed_aggregates(outbox, 4, 3)
-    call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100, lease_seconds=30)
+    rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
+                     lease_seconds=30)
     records = read_topic(kafka, topic, 3)
     require_event_ids(records, list(rows))
     wrong = []
@@ -134,10 +148,14 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             wrong.append({"event-id": rec.text("event-id"), "expected key": want_key,
                           "actual key": got_key, "partition": rec.partition})
     if not (records and not wrong):
+        from_payload = all(w["actual key"] == str(w["expected key"]).upper() for w in wrong)
         raise CheckFailure(
             "Every record's key must be its aggregate id (the order id as text). Kafka keeps "
             "order only inside a partition and the key picks the partition: with no key or a "
-            "random key, an order's total-changed can overtake its placed event.",
+            "random key, an order's total-changed can overtake its placed event."
+            + (" Here the key is the payload's order_id (the check's payloads spell it in upper "
+               "case): the payload's shape belongs to each event type and version, the row's "
+               "aggregate_id is the key." if from_payload else ""),
             expected="key = aggregate_id for each of the 12 records",
             actual=f"{len(wrong)} record(s) with another key" if records else "no records",
             evidence=table(wrong, ("event-id", "expected key", "actual key", "partition")) if wrong
@@ -162,6 +180,22 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
                                 for a, p in disorder.items()),
             lesson=SEE)
+    marked = outbox_rows(outbox, "published_at IS NOT NULL")
+    if published != len(rows) or len(marked) != len(rows):
+        raise CheckFailure(
+            f"relay_once sent one batch holding 3 versions of each of 4 orders and the broker "
+            f"acknowledged all {len(rows)} records, yet it "
+            f"{'returned ' + repr(published) if published != len(rows) else ''}"
+            f"{' and ' if published != len(rows) and len(marked) != len(rows) else ''}"
+            f"{f'marked {len(marked)} row(s)' if len(marked) != len(rows) else ''}. A delivery "
+            "report must be matched to its own event: several records of one batch share a key "
+            "(one order's versions), so a report looked up by key, partition or position "
+            "lands on the wrong event.",
+            expected=f"relay_once returns {len(rows)}; all {len(rows)} rows published",
+            actual=f"returned {published!r}; {len(marked)} row(s) published",
+            evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE,
+            fix="bind each record's event id to its own callback (on_delivery=lambda err, msg, "
+                "event_id=event.id: …) and mark by those ids")
 
 
 def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer):
@@ -378,3 +412,61 @@ def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_produce
             expected=f"published_at stays {after_b['published_at']} (B's mark)",
             actual=f"published_at became {after_a['published_at']} after A's late mark",
             evidence=f"event {event_id}", lesson=SEE)
+    late_failure_leaves_a_published_row_alone(outbox, relay, topic, relay_producer)
+
+
+def late_failure_leaves_a_published_row_alone(engine: Any, relay: Any, topic: str,
+                                              relay_producer: Any) -> None:
+    """Relay A's send gets no acknowledgement within its 0.5 s timeout; meanwhile its lease has
+    expired (fast-forwarded) and relay B published the row. A's failure, recorded after B's
+    mark (the check holds A's UPDATEs until B is done), must not touch the published row."""
+    from sqlalchemy import event
+
+    event_id = insert_event(engine)
+    slow = SlowProducer(relay_producer(), delay=3.0)
+    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
+                      ack_timeout_seconds=0.5)
+    b_done, armed = threading.Event(), threading.Event()  # armed: A's claim is behind it
+    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
+
+    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if armed.is_set() and threading.current_thread().name == a_thread and \
+                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
+                          re.IGNORECASE):
+            b_done.wait(10)
+
+    event.listen(engine, "before_cursor_execute", hold_a)
+    try:
+        if not slow.first_send.wait(10):
+            first.join(5)
+            first.result(0)
+            return
+        armed.set()
+        with engine.begin() as conn:  # A's lease has run out
+            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
+                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
+                         {"id": event_id})
+        second = call(relay.relay_once, engine, relay_producer(), topic, batch_size=10,
+                      lease_seconds=30)
+        [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    finally:
+        b_done.set()
+        event.remove(engine, "before_cursor_execute", hold_a)
+    first.result(15)
+    [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    if second != 1 or after_b["published_at"] is None:
+        return  # B did not publish: nothing to compare (the first half covers B)
+    if after_a["last_error"] is not None or after_a["next_attempt_at"] is not None:
+        raise CheckFailure(
+            "Relay A's send got no acknowledgement in time; by then its lease had expired and "
+            "relay B had re-sent and marked the row. A then recorded its failure on the "
+            "published row anyway: last_error and next_attempt_at now describe a failure of "
+            "an event that was delivered, and an operator (or an alert on last_error) chases a "
+            "problem that is not there. The failure update is conditional, like the mark.",
+            expected="the published row keeps last_error NULL and next_attempt_at NULL",
+            actual=f"last_error {str(after_a['last_error'])[:60]!r}, next_attempt_at "
+                   f"{after_a['next_attempt_at']}",
+            evidence=table([after_a], ROW_COLUMNS + ("last_error", "next_attempt_at")),
+            lesson=SEE,
+            fix="UPDATE … SET last_error = …, next_attempt_at = …, lease_until = NULL WHERE id = "
+                ":id AND published_at IS NULL")

@@ -24,6 +24,7 @@ SEE = READ["backoff"]
 
 ROW_COLUMNS = ("id", "published_at", "attempt_count", "retry_in", "lease_left", "last_error")
 BASE, MAXIMUM = 1.5, 45.5  # not round: a formula that only looks right shows
+HOUR = 3600.0  # how long ago fast_forward makes a backing-off row due
 JITTER = 0.25  # the README allows ±25 %
 # The producer refuses records over 100 kB; the poison row's payload is 200 kB, so sending
 # it fails every time, for real, inside librdkafka (MSG_SIZE_TOO_LARGE).
@@ -51,10 +52,11 @@ def row(engine: Any, event_id: str) -> dict[str, Any]:
 
 
 def fast_forward(engine: Any, event_id: str) -> None:
-    """Pretend the backoff has elapsed: move next_attempt_at into the past."""
+    """Pretend the backoff has elapsed long ago (the relays were down for an hour): move
+    next_attempt_at an hour into the past."""
     with engine.begin() as conn:
         conn.execute(text(
-            "UPDATE outbox_event SET next_attempt_at = clock_timestamp() - interval '1 ms' "
+            "UPDATE outbox_event SET next_attempt_at = clock_timestamp() - interval '1 hour' "
             "WHERE id = CAST(:id AS uuid)"), {"id": event_id})
 
 
@@ -104,6 +106,19 @@ def failed_pass(relay: Any, engine: Any, producer: Any, topic: str, event_id: st
             actual=f"published_at {now['published_at']} — did producer_config change "
                    "message.max.bytes? Keep the base settings.",
             lesson=MISTAKES)
+    if attempt > 1 and now["attempt_count"] == attempt and high is not None and \
+            high < -HOUR / 2:
+        raise CheckFailure(
+            f"After failed attempt {attempt}, next_attempt_at is about an hour in the past: the "
+            "delay was added to the row's previous next_attempt_at (the check had made that due "
+            "an hour ago, as after an outage), not to the time of this failure. The row is due "
+            "again at once and is retried on every poll, with no backoff at all.",
+            expected=f"next_attempt_at = the failure's time + {expected_delay(attempt):.2f} s "
+                     "(±25%)",
+            actual=f"next attempt in {high:.0f} s",
+            evidence=table(history, HISTORY), lesson=SEE,
+            fix="next_attempt_at = clock_timestamp() + make_interval(secs => :delay): from now, "
+                "never from the old schedule")
     if not (now["attempt_count"] == attempt and now["last_error"] and
             high is not None and high > 0):
         raise CheckFailure(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import uuid
 from typing import Any
@@ -12,10 +13,10 @@ from typing import Any
 import pytest
 from _kafka_support import CommitWatch, deliver
 from _support import CONSUMER, require_table
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, call, first_line, raised, sqlstate, table
+from dojo.checks import CheckFailure, call, first_line, in_thread, raised, sqlstate, table
 from dojo.checks.faults import duplicate_and_reorder, run_concurrently, slow_sql
 from dojo.checks.observers import record_sql
 
@@ -81,8 +82,26 @@ def test_duplicates_apply_once(outbox, learner, kafka):
     events = [(str(uuid.uuid4()), PLACED, placed(c, total))
               for c, total in ((a, 100), (a, 200), (b, 300), (b, 400))]
     messages = deliver(kafka, duplicate_and_reorder(events, copies=3, seed=11))
-    results = [call(consumer.handle_record, outbox, m) for m in messages]
+    calls: list[str] = []  # outside any transaction: what a rollback cannot take back
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        calls.append(payload["order_id"])
+        consumer.apply_effect(conn, event_type, payload)
+
+    results = [call(consumer.handle_record, outbox, m, effect=effect) for m in messages]
     want = {a: (2, 300), b: (2, 700)}
+    if stats(outbox) == want and results.count(True) == 4 and len(calls) != 4:
+        raise CheckFailure(
+            f"Each of 4 events was delivered 3 times, and the effect was called {len(calls)} "
+            "times. The database ends up right (the duplicates' transactions rolled back), but "
+            "an effect reaches further than this transaction: an e-mail, a call to another "
+            "service, a cache. The marker decides, then the effect runs — only for a new event.",
+            expected="effect called 4 times, once per event",
+            actual=f"effect called {len(calls)} times "
+                   f"({len(set(calls))} distinct orders)",
+            evidence=state(outbox), lesson=DUPLICATES,
+            fix="INSERT the marker … ON CONFLICT DO NOTHING first; if it inserted no row return "
+                "False before calling effect")
     if not (stats(outbox) == want and results.count(True) == 4):
         again = raised_or_value(consumer.handle_record, outbox, messages[0])
         if again is False and results.count(True) > 4:
@@ -117,8 +136,11 @@ def test_event_id_comes_from_the_header(outbox, learner, kafka):
     again = dict(first, event_id=str(uuid.uuid4()))
     change = {"order_id": first["order_id"], "customer_id": customer, "total_cents": 150,
               "previous_total_cents": 100}  # another event of the same order, no id inside
+    # Last, the first event once more from a producer that spells UUIDs in upper case: the
+    # same id (a UUID compares as one, not as text).
     messages = deliver(kafka, [(header_id, PLACED, first), (header_id, PLACED, again),
-                               (str(uuid.uuid4()), CHANGED, change)])
+                               (str(uuid.uuid4()), CHANGED, change),
+                               (header_id.upper(), PLACED, first)])
     outcomes = []
     for msg in messages:
         try:
@@ -127,14 +149,25 @@ def test_event_id_comes_from_the_header(outbox, learner, kafka):
             raise  # a stub: not written yet
         except Exception as exc:  # reported with the evidence below
             outcomes.append(f"raised {type(exc).__name__}: {exc}")
-    if not (stats(outbox) == {customer: (1, 150)} and outcomes == [True, False, True]):
+    if outcomes[:3] == [True, False, True] and outcomes[3] is not False:
+        raise CheckFailure(
+            "The first event came once more, its event-id header spelled in upper case (another "
+            "producer's UUID formatting), and handle_record applied it again. The event id is a "
+            "UUID: parse it (uuid.UUID) and store it as one (processed_event.event_id uuid), so "
+            "every spelling of one id is one marker.",
+            expected="the same event in upper case → False (a duplicate)",
+            actual=f"→ {outcomes[3]!r}; customer_stats {stats(outbox).get(customer)}",
+            evidence=state(outbox), lesson=THE_KEY,
+            fix="event_id = uuid.UUID(header_value.decode()) before the INSERT")
+    if not (stats(outbox) == {customer: (1, 150)} and outcomes == [True, False, True, False]):
         raise CheckFailure(
             "The deduplication key is the event id in the record's `event-id` header: the relay "
             "sets it from the outbox row and it never changes. The payload is the event's data; "
             "its shape evolves (v2 adds, renames, re-generates fields), and a business id like "
             "order_id is shared by every event of that order.",
             expected="placed (header X) → True; the same event again (header X, payload with "
-                     "another event_id) → False; total-changed of the same order (header Y) → True",
+                     "another event_id) → False; total-changed of the same order (header Y) → "
+                     "True; placed again (header X in upper case) → False",
             actual=f"{outcomes}", evidence=state(outbox), lesson=THE_KEY)
     refuses_a_record_without_event_id(outbox, consumer, kafka)
 
@@ -387,11 +420,15 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
     topic = kafka.topic(1, hint="commit")
     customer = str(uuid.uuid4())
     events = [(str(uuid.uuid4()), PLACED, placed(customer, 100)) for _ in range(3)]
-    produce_events(kafka, topic, events)
+    # The tail of the partition is two duplicates (redelivered by a relay): they are handled
+    # (and counted) like any record, and their offsets committed too.
+    produce_events(kafka, topic, events + events[1:])
     group = kafka.group_id("commit")
     kafka_consumer = group_consumer(kafka, topic, group)
     watch = CommitWatch(kafka_consumer, outbox)
-    handled = call(consumer_module.consume, outbox, watch, max_records=3, timeout_seconds=10)
+    started = time.monotonic()
+    handled = call(consumer_module.consume, outbox, watch, max_records=5, timeout_seconds=4)
+    took = time.monotonic() - started
     if watch.violations:
         raise CheckFailure(
             "consume() committed a Kafka offset before the database transaction of that record "
@@ -404,19 +441,101 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
                                            "processed_event rows")),
             lesson=OFFSETS)
     offset = committed_offset(kafka_consumer, topic)
-    if not (handled == 3 and offset == 3):
-        behind = handled == 3 and offset == 2
+    if handled != 5:
         raise CheckFailure(
-            "After handling 3 records, the group's committed offset must say so (next to read: 3), "
+            "consume(max_records=5) was given 5 records, 2 of them duplicates, and returned "
+            f"{handled!r} after {took:.1f} s. It counts every record it handled, duplicates "
+            "included: a duplicate is handled work (read, checked, its offset committed). "
+            "Counting only new events makes max_records wait for records that never come.",
+            expected="consume returns 5 at once",
+            actual=f"returned {handled!r} after {took:.1f} s (timeout_seconds=4)",
+            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
+            fix="count each record once handle_record returned, whatever it returned")
+    if offset == 3 and len(watch.commits) == 3:
+        raise CheckFailure(
+            "consume() handled 5 records, the last 2 of them duplicates, and committed only the "
+            "offsets of the 3 new ones. Each record's offset is committed once its transaction "
+            "committed, duplicates too: otherwise the group's committed offset stays behind the "
+            "duplicates, a restart reads them again, and the consumer's lag never reaches 0.",
+            expected="committed offset 5 (next to read)",
+            actual=f"committed offset {offset}; {len(watch.commits)} commit(s)",
+            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
+            fix="commit after every record handle_record returned for, True or False")
+    if not (handled == 5 and offset == 5):
+        behind = handled == 5 and offset == 4
+        raise CheckFailure(
+            "After handling 5 records, the group's committed offset must say so (next to read: 5), "
             "or a restarted consumer handles them all again."
             + (" It is the last handled record's own offset: Kafka's committed offset is the "
                "next record to read, so a restart re-reads the last record every time, and the "
                "group's lag never reaches 0." if behind else ""),
-            expected="consume returns 3; committed offset 3",
+            expected="consume returns 5; committed offset 5",
             actual=f"consume returned {handled!r}; committed offset {offset}",
             evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
             fix="commit(message=record) (it commits offset + 1), or "
                 "TopicPartition(topic, partition, record.offset() + 1)" if behind else None)
+    consume_goes_on_past_partition_eof(outbox, consumer_module, kafka)
+
+
+class EofWatch:
+    """Around a consumer with enable.partition.eof: notes when it has reported the end of a
+    partition to the code polling it."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.eof = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def _saw(self, msg: Any) -> None:
+        if msg is not None and msg.error() is not None and \
+                msg.error().code() == KafkaError._PARTITION_EOF:
+            self.eof.set()
+
+    def poll(self, *args: Any, **kwargs: Any) -> Any:
+        msg = self._consumer.poll(*args, **kwargs)
+        self._saw(msg)
+        return msg
+
+    def consume(self, *args: Any, **kwargs: Any) -> list[Any]:
+        msgs = self._consumer.consume(*args, **kwargs)
+        for msg in msgs:
+            self._saw(msg)
+        return msgs
+
+
+def consume_goes_on_past_partition_eof(engine: Engine, consumer_module: Any,
+                                       kafka: Any) -> None:
+    """A consumer that reports partition ends (enable.partition.eof) reaches the end of an
+    empty partition first; two records arrive after that. consume(max_records=2) handles
+    them: the end of a partition is where the log is now, not where consuming ends."""
+    topic = kafka.topic(1, hint="eof")
+    consumer = kafka.consumer(kafka.group_id("eof"), **{"enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    watch = EofWatch(consumer)
+    customer = str(uuid.uuid4())
+    job = in_thread(consumer_module.consume, engine, watch, max_records=2, timeout_seconds=5)
+    watch.eof.wait(4)
+    reported = watch.eof.is_set()
+    produce_events(kafka, topic, [(str(uuid.uuid4()), PLACED, placed(customer, 100))
+                                  for _ in range(2)])
+    job.join(10)
+    handled = job.result(0)
+    if handled != 2 or stats(engine).get(customer) != (2, 200):
+        raise CheckFailure(
+            "The consumer it was given reports the end of a partition (enable.partition.eof): "
+            "consume() met that end before any record, and 2 records arrived after it. "
+            "consume(max_records=2, timeout_seconds=5) must handle them: a partition's end is "
+            "only where the log is now, and on a topic of several partitions one of them ends "
+            "while the others still have records.",
+            expected="consume returns 2; both records applied",
+            actual=f"consume returned {handled!r}"
+                   + ("" if reported else " (no end-of-partition event reached it)")
+                   + f"; customer_stats {stats(engine).get(customer)}",
+            evidence=state(engine), lesson=OFFSETS,
+            fix="skip a message whose error is KafkaError._PARTITION_EOF and poll on; stop only "
+                "at max_records or timeout_seconds")
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):

@@ -145,3 +145,21 @@ def test_deletes_in_bounded_batches(outbox, learner):
                    + (", sharing one transaction" if same_tx else ""),
             evidence=table(rows, ("statement", "rows deleted", "transaction")),
             lesson=SEE)
+    # "until a batch comes back short": 333 rows at 70 a batch end with a batch of 53, and
+    # nothing runs after it (a loop until a batch deletes nothing never ends while a busy
+    # outbox keeps publishing rows past the retention boundary).
+    every = [s for s in log if re.search(r"\bdelete\s+from\s+(public\.)?\"?outbox_event\b",
+                                         s.sql, re.IGNORECASE)]
+    first_short = next((i for i, s in enumerate(every) if s.rowcount < 70), None)
+    if first_short is not None and len(every) > first_short + 1:
+        raise CheckFailure(
+            "Cleanup went on deleting after a batch came back short. A short batch means "
+            "nothing older than the cutoff was left when it ran: stop there. Looping until a "
+            "batch deletes nothing costs one more statement every time, and on a busy outbox, "
+            "where rows keep crossing the retention boundary, it may never stop.",
+            expected="DELETE statements of 70, 70, 70, 70 and 53 rows, then none",
+            actual="row counts " + ", ".join(str(s.rowcount) for s in every),
+            evidence=table([{"statement": i + 1, "rows deleted": s.rowcount}
+                            for i, s in enumerate(every)], ("statement", "rows deleted")),
+            lesson=SEE, fix="leave the loop as soon as a batch deletes fewer than batch_size "
+                            "rows")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _support import (
     READ,
@@ -71,6 +73,7 @@ def test_oldest_pending_age(outbox, learner):
                           "WHERE attempt_count = 9"))
     age = call(metrics.oldest_pending_age_seconds, outbox)
     if near(age, OLDEST):
+        require_ages_over_months(outbox, metrics)
         return
     days_dropped = near(age, OLDEST % DAY)
     skipped = near(age, 42.5) or near(age, 10)
@@ -92,8 +95,29 @@ def test_oldest_pending_age(outbox, learner):
             if skipped else None)
 
 
+def require_ages_over_months(engine: Any, metrics: Any) -> None:
+    """A row stuck for 400 days and 1234.5 s: months have 28 to 31 days, so an age counted in
+    months (PostgreSQL's age(), or a justified interval, reads a month as 30 days) is days off."""
+    insert_event(engine, created_ago=ANCIENT, attempt_count=40)
+    age = call(metrics.oldest_pending_age_seconds, engine)
+    if near(age, ANCIENT):
+        return
+    months = isinstance(age, int | float) and abs(age - ANCIENT) < 10 * DAY
+    raise CheckFailure(
+        "The oldest pending row was created 400 days and 1234.5 s ago. "
+        + (f"The age came back {(age - ANCIENT) / DAY:+.2f} days off: it was counted in months "
+           "(age(), or justify_interval, turns the difference into months and extract(epoch …) "
+           "then reads each month as 30 days), and real months have 28 to 31 days."
+           if months else "The age is not now − its created_at."),
+        expected=f"≈ {ANCIENT:.1f} s (400 days + 1234.5 s)",
+        actual=f"{age!r}", lesson=SEE,
+        fix="extract(epoch FROM clock_timestamp() - min(created_at)): the plain difference of "
+            "two timestamptz is days and seconds, never months" if months else None)
+
+
 DAY = 86400.0
 OLDEST = 2 * DAY + 1234.5
+ANCIENT = 400 * DAY + 1234.5
 
 
 def near(value: object, want: float, slack: float = 2.0) -> bool:
@@ -148,6 +172,7 @@ def test_publish_age_quantiles(outbox, learner):
     ok = (none is None and inside(p50, P50) and inside(p95, P95)
           and isinstance(wide, int | float) and wide >= 4000)
     if ok:
+        require_quantile_rank(outbox, metrics)
         return
     on_created = all(inside(got[k], CREATED_WINDOW[k]) for k in got)
     from_now = all(inside(got[k], FROM_NOW[k]) for k in got)
@@ -168,6 +193,37 @@ def test_publish_age_quantiles(outbox, learner):
         fix="filter the window on published_at >= clock_timestamp() - make_interval(secs => "
             ":window)" if on_created else
             "measure published_at - created_at" if from_now else None)
+
+
+def require_quantile_rank(engine: Any, metrics: Any) -> None:
+    """20 events with publish ages 1 … 20 s: q·n is a whole number for p50 and p95, where a
+    nearest rank taken one too far (floor(q·n) + 1, index int(q·n)) gives 11 and 20."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
+        conn.execute(text(
+            "INSERT INTO outbox_event (id, aggregate_type, aggregate_id, event_type, "
+            "aggregate_version, payload, headers, created_at, published_at) "
+            "SELECT gen_random_uuid(), 'order', gen_random_uuid(), 'order.placed.v1', 1, "
+            "'{}'::jsonb, '{}'::jsonb, clock_timestamp() - make_interval(secs => 60 + g), "
+            "clock_timestamp() - interval '60 s' FROM generate_series(1, 20) g"))
+    got = {"p50": call(metrics.publish_age_seconds, engine, 0.5),
+           "p95": call(metrics.publish_age_seconds, engine, 0.95)}
+    if inside(got["p50"], RANK_P50) and inside(got["p95"], RANK_P95):
+        return
+    beyond = inside(got["p50"], (10.99, 11.01)) or inside(got["p95"], (19.99, 20.01))
+    raise CheckFailure(
+        "Over 20 events with publish ages 1, 2, … 20 s, p50 and p95 are 10.5 and 19.05 s with "
+        "percentile_cont, 10 and 19 s with a nearest rank (the ⌈q·n⌉-th smallest age)."
+        + (" Here they came back one rank too far: where q·n is a whole number (10, 19), "
+           "ages[int(q * n)] on a 0-based sorted list is the (q·n + 1)-th age." if beyond
+           else ""),
+        expected="p50 10 … 10.5 s, p95 19 … 19.05 s",
+        actual=f"p50 {got['p50']!r}, p95 {got['p95']!r}", lesson=SEE,
+        fix="ages[math.ceil(q * len(ages)) - 1], or percentile_cont(:q) / percentile_disc(:q) "
+            "in SQL" if beyond else None)
+
+
+RANK_P50, RANK_P95 = (9.999, 10.501), (18.999, 19.051)
 
 
 def inside(value: object, bounds: tuple[float, float]) -> bool:
