@@ -188,7 +188,10 @@ class ScriptedDownstream:
 
     def _unavailable(self, event_id: str | None) -> None:
         """A 503 raised from a read timeout that happened while handling a connection reset:
-        the root cause is two links down, the last one implicit (__context__)."""
+        the root cause is two links down, the last one implicit (__context__). The client
+        raises the 503 from the saved timeout while it handles another error (closing the
+        broken connection), so the 503's __context__ is not its __cause__: only following
+        __cause__ first reaches the reset."""
         try:
             try:
                 raise ConnectionResetError(104, "connection reset by gateway-7f9c:8443")
@@ -196,8 +199,12 @@ class ScriptedDownstream:
                 # no `from`: the reset is only the implicit __context__, on purpose
                 raise TimeoutError("read from gateway-7f9c:8443 timed out")  # noqa: B904
         except TimeoutError as exc:
+            read_failed = exc
+        try:
+            raise BrokenPipeError(32, "broken pipe closing gateway-7f9c:8443")
+        except BrokenPipeError:
             raise self.payments.DownstreamUnavailable(self.message("unavailable", event_id)) \
-                from exc
+                from read_failed
 
     def ping(self) -> None:
         now = self.clock.monotonic()

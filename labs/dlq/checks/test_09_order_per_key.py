@@ -38,7 +38,7 @@ def replay_all(lab, topics, group, clock, **options):
     return report, sent
 
 
-def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
+def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2, scripts=None):
     """acc-42's first deposit is declined; one or two more acc-42 payments and other keys
     follow (and `extra` items at the end)."""
     topics = lab.topics()
@@ -50,7 +50,8 @@ def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
              others[4], others[5], *extra]
     followers = behind
     inputs = lab.produce(topics.source, items)
-    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    downstream = ScriptedDownstream(lab.payments, clock,
+                                    {head.event_id: ["declined"] * 9, **(scripts or {})})
     kwargs = {"producer": audit(topics).producer, "before_commit": audit(topics)} \
         if audit else {}
     run = lab.run(engine, topics, settings, downstream, clock, **kwargs)
@@ -72,12 +73,17 @@ def order_table(events, ids, names):
 
 
 POISON_KEY = "acc-77"
+STUCK_KEY = "acc-55"
 
 
 def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledger_db, clock):
     # acc-77's first record is not even a valid event: it parks its key all the same
     poison_head = invalid(POISON_KEY)
     poison_follower = healthy(POISON_KEY, 4_321)
+    # acc-55's first payment times out on every attempt while ping() answers: dead-lettered
+    # after its retries, it parks its key as much as a declined one does
+    stuck_head = healthy(STUCK_KEY, 2_500, label="transient-exhausted")
+    stuck_follower = healthy(STUCK_KEY, 1_200, kind="withdrawal")
     audits = {}
 
     def audit(topics):
@@ -86,7 +92,9 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
         return audits["one"]
 
     topics, _, inputs, head, followers, others = park_a_key(
-        lab, ledger_db, clock, audit=audit, extra=(poison_head, poison_follower))
+        lab, ledger_db, clock, audit=audit,
+        extra=(poison_head, poison_follower, stuck_head, stuck_follower),
+        scripts={stuck_head.event_id: ["timeout", "unavailable"] * 10})
     dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     by_item = {id(i.item): n for n, i in enumerate(inputs)}
@@ -95,7 +103,9 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
     for name, item in [("head (declined)", head), ("follower 1", followers[0]),
                        ("follower 2", followers[1]),
                        (f"{POISON_KEY} head (invalid)", poison_head),
-                       (f"{POISON_KEY} follower", poison_follower)] + \
+                       (f"{POISON_KEY} follower", poison_follower),
+                       (f"{STUCK_KEY} head (timed out)", stuck_head),
+                       (f"{STUCK_KEY} follower", stuck_follower)] + \
             [(f"other {o.account}", o) for o in others]:
         n = by_item[id(item)]
         kind = (found[n][0].text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1] \
@@ -106,9 +116,11 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
                  for i in [head, *followers])
     poison_ok = all(by_item[id(i)] in found and i.event_id not in booked
                     for i in (poison_head, poison_follower))
+    stuck_ok = all(by_item[id(i)] in found and i.event_id not in booked
+                   for i in (stuck_head, stuck_follower))
     others_ok = all(by_item[id(o)] not in found and o.event_id in booked for o in others)
     parked_as = {n: (found[n][0].text("kafka_dlt-exception-fqcn") or "")
-                 for n in (by_item[id(i)] for i in (*followers, poison_follower))
+                 for n in (by_item[id(i)] for i in (*followers, poison_follower, stuck_follower))
                  if n in found}
     not_parked_kind = [inputs[n].describe() for n, fq in parked_as.items()
                        if not fq.endswith(".KeyParked")]
@@ -126,6 +138,18 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             expected=f"both {POISON_KEY} records in the DLT, the second as KeyParked; none "
                      "booked",
             actual=f"head (invalid): {fate(poison_head)}; follower: {fate(poison_follower)}",
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            lesson=SEE)
+    if key_ok and others_ok and poison_ok and not stuck_ok:
+        raise CheckFailure(
+            f"{STUCK_KEY}'s first payment timed out on every attempt (ping() answered: not an "
+            "outage) and went to the DLT after its retries, and the withdrawal behind it, of "
+            "the same key, was booked. Any dead letter parks its key, whatever the reason: a "
+            "transient failure that ran out of attempts leaves a hole in the key's order "
+            "just as a decline does, and its replayed copy would land after the withdrawal.",
+            expected=f"both {STUCK_KEY} records in the DLT, the second as KeyParked; none "
+                     "booked",
+            actual=f"head (timed out): {fate(stuck_head)}; follower: {fate(stuck_follower)}",
             evidence=table(rows, ("message", "at", "in DLT", "booked")),
             lesson=SEE)
     if not (key_ok and others_ok):
