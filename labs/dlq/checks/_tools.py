@@ -61,13 +61,14 @@ def healthy(account: str, cents: int = 1000, *, kind: str = "deposit", label: st
                 _headers(), event_id, account, signed, partition)
 
 
-def undecodable(key: str | None = None, partition: int | None = None, size: int = 0) -> Item:
+def undecodable(key: str | bytes | None = None, partition: int | None = None,
+                size: int = 0) -> Item:
     """Bytes that are not UTF-8 (and unique, so the check can recognise them anywhere),
-    padded to `size` bytes."""
+    padded to `size` bytes; a key given as bytes is used as it is (it may not be text)."""
     value = b"\xff\xfe\x00\x9c not json \xc3\x28 " + uuid.uuid4().hex.encode()
     value += b"\x9c" * max(0, size - len(value))
-    return Item("undecodable", key.encode() if key else None, value, _headers(),
-                partition=partition)
+    raw_key = key.encode() if isinstance(key, str) and key else key or None
+    return Item("undecodable", raw_key, value, _headers(), partition=partition)
 
 
 def invalid(key: str, partition: int | None = None) -> Item:
