@@ -5,6 +5,8 @@ key's later record overtake one that stays behind."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _support import (
     READ,
@@ -346,4 +348,72 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                              c.item.cents,
                           c.exception, c.replays if c.replays is not None else "none")
                          for c in dead], ("DLT record", "key", "cents", "exception", "replays")),
+            lesson=SEE)
+
+
+class _Crash(BaseException):
+    """The check's stand-in for kill -9 at a chosen point: a BaseException, so no `except
+    Exception` of the consumer catches it, and nothing after that point runs."""
+
+
+class CrashAfterCommit:
+    """The learner's consumer, stopped dead right after the offset commit that covers one
+    record returned (the commit reached the broker; what run() meant to do next never
+    happens)."""
+
+    def __init__(self, consumer: Any, partition: int, offset: int) -> None:
+        self._consumer, self.partition, self.offset = consumer, partition, offset
+        self.crashed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._consumer.commit(*args, **kwargs)
+        message = kwargs.get("message", args[0] if args and not isinstance(args[0], list)
+                             else None)
+        offsets = kwargs.get("offsets", args[0] if args and isinstance(args[0], list) else None)
+        upto = {message.partition(): message.offset() + 1} if message is not None else \
+            {tp.partition: tp.offset for tp in offsets or []}
+        if upto.get(self.partition, -1) > self.offset:
+            self.crashed = True
+            raise _Crash
+        return result
+
+
+def test_a_crash_after_the_heads_commit_keeps_its_key_parked(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    inputs = lab.produce(topics.source, [head, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    crash = CrashAfterCommit(lab.source_consumer(settings, topics), inputs[0].partition,
+                             inputs[0].offset)
+    try:
+        lab.run(ledger_db, topics, settings, downstream, clock, consumer=crash)
+    except _Crash:
+        pass
+    run = lab.run(ledger_db, topics, settings, downstream, clock)  # the next life
+    require_done(run, inputs, downstream, read=SEE)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    booked = {r.event_id for r in ledger(ledger_db)}
+    kind = (found[1][0].text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1] \
+        if 1 in found else ""
+    if follower.event_id in booked or not kind.endswith("KeyParked"):
+        raise CheckFailure(
+            f"The consumer was stopped dead (as kill -9 would) right after the offset commit "
+            f"of {KEY}'s declined deposit returned{'' if crash.crashed else ' (it never came)'}"
+            ". The next life " + ("booked the withdrawal behind it" if follower.event_id in
+                                  booked else "did not park the withdrawal behind it")
+            + ": the key was not parked yet when the head's offset was committed. The commit "
+            "says the record is finished, so everything the dead letter changes (the parked "
+            "key) must be durable before it: park the key, then commit.",
+            expected=f"after the crash, {KEY}'s withdrawal in the DLT as KeyParked, not booked",
+            actual=f"withdrawal: {'booked' if follower.event_id in booked else 'not booked'}, "
+                   + (f"in the DLT as {kind}" if kind else "not in the DLT"),
+            evidence=table([(i.describe(), "yes" if n in found else "no",
+                             "yes" if i.item.event_id in booked else "no")
+                            for n, i in enumerate(inputs)], ("message", "in DLT", "booked")),
             lesson=SEE)
