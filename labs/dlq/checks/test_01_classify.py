@@ -188,12 +188,11 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
                 all(abs(a - b) < 0.01 for a, b in zip(earlier, later, strict=True)):
             raise CheckFailure(
                 "A second life of the consumer (the same group, run again) waited the very "
-                "factors the first life drew for one of its payments: its random generator was "
-                "seeded "
-                "with something every life shares (the group id, a constant). Every restart "
-                "and every instance of the group then retries in step, which is what jitter "
-                "is there to prevent. Draw from an unseeded generator (random.uniform, or "
-                "random.Random() seeded by the system).",
+                "factors the first life drew for one of its payments: its random generator "
+                "starts from a value every life shares (the group id, a constant). Every "
+                "restart and every instance of the group then retries in step, which is what "
+                "jitter is there to prevent. Draw from a generator the system initialises "
+                "(random.uniform, or random.Random() created without an argument).",
                 expected="the second life's wait / nominal factors differ from the first's",
                 actual="wait / nominal, first life: " + ", ".join(f"{x:.3f}" for x in earlier)
                        + "; second life: " + ", ".join(f"{x:.3f}" for x in later),
