@@ -69,7 +69,8 @@ class Input:
         return f"p{self.partition}@{self.offset}"
 
     def describe(self) -> str:
-        key = f"key {self.item.key.decode()}" if self.item.key is not None else "no key"
+        key = f"key {self.item.key.decode(errors='backslashreplace')}" \
+            if self.item.key is not None else "no key"
         return f"{self.at} ({self.label}, {key})"
 
 

@@ -61,13 +61,14 @@ def healthy(account: str, cents: int = 1000, *, kind: str = "deposit", label: st
                 _headers(), event_id, account, signed, partition)
 
 
-def undecodable(key: str | None = None, partition: int | None = None, size: int = 0) -> Item:
+def undecodable(key: str | bytes | None = None, partition: int | None = None,
+                size: int = 0) -> Item:
     """Bytes that are not UTF-8 (and unique, so the check can recognise them anywhere),
-    padded to `size` bytes."""
+    padded to `size` bytes; a key given as bytes is used as it is (it may not be text)."""
     value = b"\xff\xfe\x00\x9c not json \xc3\x28 " + uuid.uuid4().hex.encode()
     value += b"\x9c" * max(0, size - len(value))
-    return Item("undecodable", key.encode() if key else None, value, _headers(),
-                partition=partition)
+    raw_key = key.encode() if isinstance(key, str) and key else key or None
+    return Item("undecodable", raw_key, value, _headers(), partition=partition)
 
 
 def invalid(key: str, partition: int | None = None) -> Item:
@@ -188,7 +189,10 @@ class ScriptedDownstream:
 
     def _unavailable(self, event_id: str | None) -> None:
         """A 503 raised from a read timeout that happened while handling a connection reset:
-        the root cause is two links down, the last one implicit (__context__)."""
+        the root cause is two links down, the last one implicit (__context__). The client
+        raises the 503 from the saved timeout while it handles another error (closing the
+        broken connection), so the 503's __context__ is not its __cause__: only following
+        __cause__ first reaches the reset."""
         try:
             try:
                 raise ConnectionResetError(104, "connection reset by gateway-7f9c:8443")
@@ -196,8 +200,12 @@ class ScriptedDownstream:
                 # no `from`: the reset is only the implicit __context__, on purpose
                 raise TimeoutError("read from gateway-7f9c:8443 timed out")  # noqa: B904
         except TimeoutError as exc:
+            read_failed = exc
+        try:
+            raise BrokenPipeError(32, "broken pipe closing gateway-7f9c:8443")
+        except BrokenPipeError:
             raise self.payments.DownstreamUnavailable(self.message("unavailable", event_id)) \
-                from exc
+                from read_failed
 
     def ping(self) -> None:
         now = self.clock.monotonic()

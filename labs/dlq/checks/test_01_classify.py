@@ -174,6 +174,30 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
                    f"{min(w.waited for w in capped):.3f}–{max(w.waited for w in capped):.3f} s",
             evidence=evidence, lesson=READ["retry"])
 
+    # A second life of the consumer (a restart, another instance of the group) retries one
+    # more such payment: its jitter draws must be its own, not the first life's again.
+    again = healthy("acc-71", 4_711, label="transient")
+    more = lab.produce(topics.source, [again])
+    downstream = ScriptedDownstream(lab.payments, clock, {again.event_id: script})
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, more, downstream, read=READ["retry"])
+    later = [w.factor for w in backoff_table(settings, downstream, [again])]
+    for f in flaky:
+        earlier = [w.factor for w in waits if w.account == f.account]
+        if len(earlier) == len(later) == 4 and \
+                all(abs(a - b) < 0.01 for a, b in zip(earlier, later, strict=True)):
+            raise CheckFailure(
+                "A second life of the consumer (the same group, run again) waited the very "
+                "factors the first life drew for one of its payments: its random generator "
+                "starts from a value every life shares (the group id, a constant). Every "
+                "restart and every instance of the group then retries in step, which is what "
+                "jitter is there to prevent. Draw from a generator the system initialises "
+                "(random.uniform, or random.Random() created without an argument).",
+                expected="the second life's wait / nominal factors differ from the first's",
+                actual="wait / nominal, first life: " + ", ".join(f"{x:.3f}" for x in earlier)
+                       + "; second life: " + ", ".join(f"{x:.3f}" for x in later),
+                lesson=READ["retry"])
+
 
 def _spread(values):
     return max(values) - min(values) if values else 0.0

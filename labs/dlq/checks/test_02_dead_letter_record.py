@@ -4,7 +4,10 @@ encodings a Java tool reads; the DLT is named explicitly and has the source's pa
 
 from __future__ import annotations
 
-from datetime import datetime
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -25,7 +28,7 @@ from _tools import (
     with_label,
 )
 
-from dojo.checks import CheckFailure, call, table
+from dojo.checks import CheckFailure, call, raised, table
 from dojo.checks.observers import headers_table, java_int, show_bytes
 
 pytestmark = pytest.mark.stage("dead-letter-record")
@@ -41,6 +44,28 @@ KEPT_CHARS = 900  # of a longer message, at least this many kept (an ending "…
 FAILURE = ("kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn",
            "kafka_dlt-exception-message", "x-dlt-attempts", "x-dlt-first-failure-at",
            "x-dlt-last-failure-at", "x-dlt-service")
+
+
+# The checks of this stage run as on a host far from UTC (POSIX TZ: India, five and a half
+# hours east, no tzdata needed): a time formatted in local time and labelled Z is then
+# visibly off, as it is on every such server.
+HOST_TZ = "IST-5:30"
+HOST_OFFSET_SECONDS = 5.5 * 3600
+
+
+@pytest.fixture(autouse=True)
+def _host_far_from_utc() -> Iterator[None]:
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = HOST_TZ
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
 
 
 def dead_letter_some(lab, engine, clock, *, transient=False):
@@ -209,7 +234,9 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
         cq = r.text("kafka_dlt-exception-cause-fqcn") or ""
         if "." not in cq or cq.rsplit(".", 1)[1] != cause:
             chain = (" (DownstreamUnavailable from TimeoutError, raised while handling "
-                     "ConnectionResetError: its __context__)"
+                     "ConnectionResetError: its __context__; the DownstreamUnavailable was "
+                     "raised while handling a BrokenPipeError, its __context__, not its "
+                     "__cause__)"
                      if i.label == "transient-exhausted" else "")
             wrong.append(f"kafka_dlt-exception-cause-fqcn should be the root cause, "
                          f"….{cause}{chain}, not {cq or 'missing'}: follow __cause__, else "
@@ -226,10 +253,17 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
         for name in ("x-dlt-first-failure-at", "x-dlt-last-failure-at"):
             raw = r.text(name)
             try:
-                moment = datetime.fromisoformat(raw or "").timestamp()
+                parsed = datetime.fromisoformat(raw or "")
+                if parsed.tzinfo is None:  # no offset written: read as UTC, as the README says
+                    parsed = parsed.replace(tzinfo=UTC)
+                moment = parsed.timestamp()
                 if moment < began - 2 or moment > ended + 2:
+                    local = began - 2 <= moment - HOST_OFFSET_SECONDS <= ended + 2
                     wrong.append(f"{name} should be the clock's time of that failure "
-                                 "(clock.now())")
+                                 "(clock.now()) in UTC" + (
+                                     f", not {raw}: that is the host's local time (the check "
+                                     "runs at UTC+05:30) labelled as UTC; format "
+                                     "datetime.fromtimestamp(t, UTC)" if local else ""))
                 times.append(moment)
             except ValueError:
                 wrong.append(f"{name} should be ISO-8601 UTC, like 2025-01-16T11:33:00.752Z")
@@ -326,3 +360,29 @@ def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
             "nowhere to go. Read the source's partition count; do not assume one.",
             expected=f"at least {counts[source]} partitions each (the source has {counts[source]})",
             actual=", ".join(f"{n}: {c}" for n, c in small.items()), lesson=READ["dlt-topic"])
+
+    # The DLT of another source exists already, with one partition (an auto-created topic, or
+    # an earlier deploy when the source was smaller): starting the service must not carry on
+    # with it. Raising is one answer, adding partitions (create_partitions) the other.
+    grown = lab.kafka.topic(3, hint="grown")
+    names = call(deadletter.topic_names, grown)
+    lab.kafka.topic(1, name=names.dead_letter)
+    lab.kafka.created.append(names.parking_lot)
+    refusal = raised(deadletter.create_topics, admin, grown)
+    if refusal is None:
+        lab._wait_for(admin, [names.dead_letter, names.parking_lot])
+        counts = lab.partition_counts([grown, names.dead_letter, names.parking_lot])
+        small = {n: c for n, c in counts.items() if n != grown and c < counts[grown]}
+        if small:
+            raise CheckFailure(
+                "The DLT existed already with 1 partition and the source has 3, and "
+                "create_topics() returned as if all were well. The first poison of partition 2 "
+                "then has no DLT partition to go to: its write fails for ever and partition 2 "
+                "stops. An existing DLT or parking lot with fewer partitions than the source is "
+                "an error: raise, or add the partitions it lacks (create_partitions).",
+                expected="create_topics raises, or afterwards both have at least 3 partitions",
+                actual="it returned; " + ", ".join(
+                    f"{'the DLT' if n == names.dead_letter else 'the parking lot'} has {c} "
+                    "partition(s)" for n, c in small.items()),
+                lesson=READ["dlt-topic"])
+

@@ -8,6 +8,7 @@ import random
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _history import (
@@ -47,6 +48,24 @@ pytestmark = pytest.mark.stage("nothing-lost")
 SEE = READ["nothing-lost"]
 
 
+class CommitModes:
+    """The learner's consumer, counting commit() calls that only queue the commit
+    (confluent-kafka's default is asynchronous=True)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.calls = self.asynchronous = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if kwargs.get("asynchronous", True):
+            self.asynchronous += 1
+        return self._consumer.commit(*args, **kwargs)
+
+
 def test_every_commit_covers_only_finished_records(lab, ledger_db, clock):
     topics = lab.topics()
     settings = lab.settings(topics)
@@ -70,9 +89,20 @@ def test_every_commit_covers_only_finished_records(lab, ledger_db, clock):
     # The broker takes 0.3 s to acknowledge each DLT write, as a loaded one would.
     downstream = ScriptedDownstream(lab.payments, clock)
     audit = CommitAudit(lab, ledger_db, topics, clock, hold_acks=0.3)
+    calls = CommitModes(lab.source_consumer(settings, topics))
     run = lab.run(ledger_db, topics, settings, downstream, clock, producer=audit.producer,
-                  before_commit=audit)
+                  before_commit=audit, consumer=calls)
     require_done(run, inputs, downstream, read=SEE)
+    if calls.asynchronous:
+        raise CheckFailure(
+            "consumer.commit() was called without asynchronous=False: it only queued the "
+            "commit and returned before the broker had the offset. A kill right after it "
+            "redelivers what the consumer thought finished, a close can drop the last one, "
+            "and a commit the broker refuses fails silently instead of in your code. Commit "
+            "with consumer.commit(message=msg, asynchronous=False).",
+            expected="every commit() synchronous (asynchronous=False)",
+            actual=f"{calls.asynchronous} of {calls.calls} commit() call(s) asynchronous",
+            lesson=SEE)
     violations = audit.violations
     if violations:
         raise CheckFailure(

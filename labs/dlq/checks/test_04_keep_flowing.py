@@ -39,24 +39,29 @@ def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
     settings = lab.settings(topics)
     behind0 = [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(20)]
     behind1 = [healthy(f"acc-{n}", 300 + n, partition=1) for n in range(5)]
-    # the pill of partition 0 has no key (a producer that sent garbage sent no key either)
+    behind2 = [healthy(f"acc-{n}", 500 + n, partition=2) for n in range(3)]
+    # the pill of partition 0 has no key (a producer that sent garbage sent no key either);
+    # the pill of partition 2 has a key that is not UTF-8 text: a key is bytes
     items = [undecodable(None, partition=0), *behind0,
-             invalid("poison-i1", partition=1), *behind1]
+             invalid("poison-i1", partition=1), *behind1,
+             undecodable(b"\xff\xfe\x9c-garbage", partition=2), *behind2]
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6)
     require_done(run, inputs, downstream, read=SEE, why=(
-        "A poison pill sits at the head of partitions 0 (without a key) and 1: if the consumer "
+        "A poison pill sits at the head of partitions 0 (without a key), 1 and 2 (its key "
+        "is not UTF-8: a key is bytes, and may be garbage like the value): if the consumer "
         "retries it for ever (or seeks back to it), nothing behind it ever moves and lag "
         "only grows."))
 
     booked = applied_ids(ledger_db)
     unbooked = [i for i in inputs if i.label == "healthy" and i.item.event_id not in booked]
-    heads = [inputs[0], inputs[21]]
+    heads = [inputs[0], inputs[21], inputs[27]]
     again = {h.at: sum(1 for d in run.consumer.delivered if (d.partition, d.offset) ==
                        (h.partition, h.offset)) for h in heads}
     waits = {}
-    for head, nxt in ((inputs[0], inputs[1]), (inputs[21], inputs[22])):
+    for head, nxt in ((inputs[0], inputs[1]), (inputs[21], inputs[22]),
+                      (inputs[27], inputs[28])):
         seen, moved = first_delivery(run, head), first_call(downstream, nxt.item.event_id)
         if seen is not None and moved is not None:
             waits[head.at] = moved - seen

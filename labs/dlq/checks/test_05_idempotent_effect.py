@@ -146,6 +146,58 @@ def test_failed_effect_leaves_no_marker(lab, ledger_db):
             lesson=SEE)
 
 
+def _refuse_first_commit(engine, event_id):
+    """A deferred constraint trigger on ledger_entries that refuses the first COMMIT booking
+    `event_id` with SQLSTATE 23514 (check_violation), as a deferred foreign key or CHECK
+    does: a real IntegrityError from PostgreSQL at COMMIT, after every statement ran. A
+    sequence counts the refusals: it is not rolled back with the refused transaction."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE SEQUENCE dojo_refusals"))
+        conn.execute(text(f"""
+            CREATE FUNCTION dojo_refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF NEW.event_id = '{uuid.UUID(event_id)}' AND nextval('dojo_refusals') = 1 THEN
+                RAISE EXCEPTION 'ledger entry refused at commit (deferred check)'
+                  USING ERRCODE = 'check_violation';
+              END IF;
+              RETURN NULL;
+            END $$"""))
+        conn.execute(text(
+            "CREATE CONSTRAINT TRIGGER dojo_refuse_once AFTER INSERT ON ledger_entries "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION dojo_refuse_once()"))
+
+
+def test_a_commit_refused_as_an_integrity_error_is_not_a_duplicate(lab, ledger_db):
+    consumer = lab.module("consumer")
+    event = payment(lab, "acc-3", 2_024)
+    _refuse_first_commit(ledger_db, event.event_id)
+    before = _markers(ledger_db)
+    try:
+        first = f"returned {call(consumer.apply_once, ledger_db, event)!r}"
+    except Exception as exc:  # what PostgreSQL raised, passed on (or wrapped): right
+        first = f"raised {type(exc).__name__}"
+    left = _markers(ledger_db) - before
+    again = call(consumer.apply_once, ledger_db, event)
+    rows = [r for r in ledger(ledger_db) if r.event_id == event.event_id]
+    if first.startswith("returned") or left or again is not True or len(rows) != 1:
+        raise CheckFailure(
+            "PostgreSQL refused the COMMIT of the transaction that booked the payment with an "
+            "integrity error (SQLSTATE 23514, as a deferred constraint does), after every "
+            "statement had run. "
+            + ("apply_once() returned instead of raising: it took an IntegrityError for "
+               "'a duplicate'. Only the marker's conflict means duplicate (ON CONFLICT DO "
+               "NOTHING inserted nothing, or a unique violation of processed_events' key); "
+               "any other failure, at any statement or at COMMIT, must propagate, or the "
+               "consumer commits the offset of a payment that was never booked: LOST."
+               if first.startswith("returned") else
+               "Afterwards the event was not booked exactly once by the retry."),
+            expected="first call raises; processed_events unchanged; second returns True; one "
+                     "ledger row",
+            actual=f"first call {first}; processed_events rows +{left}; the retry returned "
+                   f"{again!r}; {len(rows)} ledger row(s) now",
+            lesson=SEE)
+
+
 def test_no_transaction_is_open_across_a_remote_call(lab, ledger_database, clock):
     engine = ledger_database.engine
     observer = create_engine(ledger_database.url)

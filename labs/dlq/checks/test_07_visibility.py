@@ -49,7 +49,8 @@ def test_counter_counts_acknowledged_dead_letters_by_type(lab, ledger_db, clock)
     lab.run_until_stopped(ledger_db, topics, settings, ScriptedDownstream(lab.payments, clock),
                           clock, producer=broken, metrics=metrics, timeout=1.2)
     broken.purge()
-    before = simple(call(metrics.counts))
+    earlier = call(metrics.counts)  # kept as returned: a later counts() must not change it
+    before = simple(earlier)
     if before:
         raise CheckFailure(
             "Every dead-letter write failed (the DLT's broker was unreachable), yet the counter "
@@ -69,6 +70,17 @@ def test_counter_counts_acknowledged_dead_letters_by_type(lab, ledger_db, clock)
     got = simple(call(metrics.counts))
     expected = {"UndecodableEvent": 1, "InvalidEvent": 2, "PaymentDeclined": 1,
                 "DownstreamUnavailable": 1}
+    if got and simple(earlier) == got:
+        raise CheckFailure(
+            "counts() returned its live counter, not a snapshot: the dict it handed out before "
+            "the five writes changed with them. The writes since the last look are the "
+            "difference of two counts(), which is then zero for every type, so the alert on "
+            "new dead letters never fires (and a reader iterating it while the consumer "
+            "writes can fail). Return a copy, taken under the lock.",
+            expected="the first counts() still {} after the writes; the second "
+                     + str(dict(sorted(expected.items()))),
+            actual=f"the first counts() now reads {dict(sorted(simple(earlier).items()))}",
+            lesson=SEE)
     if got != expected:
         raise CheckFailure(
             "The counter is the arrival-rate metric an alert watches: one increment per "

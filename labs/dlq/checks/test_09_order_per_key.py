@@ -5,6 +5,8 @@ key's later record overtake one that stays behind."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _support import (
     READ,
@@ -38,7 +40,7 @@ def replay_all(lab, topics, group, clock, **options):
     return report, sent
 
 
-def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
+def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2, scripts=None):
     """acc-42's first deposit is declined; one or two more acc-42 payments and other keys
     follow (and `extra` items at the end)."""
     topics = lab.topics()
@@ -50,7 +52,8 @@ def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2):
              others[4], others[5], *extra]
     followers = behind
     inputs = lab.produce(topics.source, items)
-    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    downstream = ScriptedDownstream(lab.payments, clock,
+                                    {head.event_id: ["declined"] * 9, **(scripts or {})})
     kwargs = {"producer": audit(topics).producer, "before_commit": audit(topics)} \
         if audit else {}
     run = lab.run(engine, topics, settings, downstream, clock, **kwargs)
@@ -72,12 +75,17 @@ def order_table(events, ids, names):
 
 
 POISON_KEY = "acc-77"
+STUCK_KEY = "acc-55"
 
 
 def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledger_db, clock):
     # acc-77's first record is not even a valid event: it parks its key all the same
     poison_head = invalid(POISON_KEY)
     poison_follower = healthy(POISON_KEY, 4_321)
+    # acc-55's first payment times out on every attempt while ping() answers: dead-lettered
+    # after its retries, it parks its key as much as a declined one does
+    stuck_head = healthy(STUCK_KEY, 2_500, label="transient-exhausted")
+    stuck_follower = healthy(STUCK_KEY, 1_200, kind="withdrawal")
     audits = {}
 
     def audit(topics):
@@ -86,7 +94,9 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
         return audits["one"]
 
     topics, _, inputs, head, followers, others = park_a_key(
-        lab, ledger_db, clock, audit=audit, extra=(poison_head, poison_follower))
+        lab, ledger_db, clock, audit=audit,
+        extra=(poison_head, poison_follower, stuck_head, stuck_follower),
+        scripts={stuck_head.event_id: ["timeout", "unavailable"] * 10})
     dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
     by_item = {id(i.item): n for n, i in enumerate(inputs)}
@@ -95,7 +105,9 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
     for name, item in [("head (declined)", head), ("follower 1", followers[0]),
                        ("follower 2", followers[1]),
                        (f"{POISON_KEY} head (invalid)", poison_head),
-                       (f"{POISON_KEY} follower", poison_follower)] + \
+                       (f"{POISON_KEY} follower", poison_follower),
+                       (f"{STUCK_KEY} head (timed out)", stuck_head),
+                       (f"{STUCK_KEY} follower", stuck_follower)] + \
             [(f"other {o.account}", o) for o in others]:
         n = by_item[id(item)]
         kind = (found[n][0].text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1] \
@@ -106,9 +118,11 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
                  for i in [head, *followers])
     poison_ok = all(by_item[id(i)] in found and i.event_id not in booked
                     for i in (poison_head, poison_follower))
+    stuck_ok = all(by_item[id(i)] in found and i.event_id not in booked
+                   for i in (stuck_head, stuck_follower))
     others_ok = all(by_item[id(o)] not in found and o.event_id in booked for o in others)
     parked_as = {n: (found[n][0].text("kafka_dlt-exception-fqcn") or "")
-                 for n in (by_item[id(i)] for i in (*followers, poison_follower))
+                 for n in (by_item[id(i)] for i in (*followers, poison_follower, stuck_follower))
                  if n in found}
     not_parked_kind = [inputs[n].describe() for n, fq in parked_as.items()
                        if not fq.endswith(".KeyParked")]
@@ -126,6 +140,18 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             expected=f"both {POISON_KEY} records in the DLT, the second as KeyParked; none "
                      "booked",
             actual=f"head (invalid): {fate(poison_head)}; follower: {fate(poison_follower)}",
+            evidence=table(rows, ("message", "at", "in DLT", "booked")),
+            lesson=SEE)
+    if key_ok and others_ok and poison_ok and not stuck_ok:
+        raise CheckFailure(
+            f"{STUCK_KEY}'s first payment timed out on every attempt (ping() answered: not an "
+            "outage) and went to the DLT after its retries, and the withdrawal behind it, of "
+            "the same key, was booked. Any dead letter parks its key, whatever the reason: a "
+            "transient failure that ran out of attempts leaves a hole in the key's order "
+            "just as a decline does, and its replayed copy would land after the withdrawal.",
+            expected=f"both {STUCK_KEY} records in the DLT, the second as KeyParked; none "
+                     "booked",
+            actual=f"head (timed out): {fate(stuck_head)}; follower: {fate(stuck_follower)}",
             evidence=table(rows, ("message", "at", "in DLT", "booked")),
             lesson=SEE)
     if not (key_ok and others_ok):
@@ -322,4 +348,72 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                              c.item.cents,
                           c.exception, c.replays if c.replays is not None else "none")
                          for c in dead], ("DLT record", "key", "cents", "exception", "replays")),
+            lesson=SEE)
+
+
+class _Crash(BaseException):
+    """The check's stand-in for kill -9 at a chosen point: a BaseException, so no `except
+    Exception` of the consumer catches it, and nothing after that point runs."""
+
+
+class CrashAfterCommit:
+    """The learner's consumer, stopped dead right after the offset commit that covers one
+    record returned (the commit reached the broker; what run() meant to do next never
+    happens)."""
+
+    def __init__(self, consumer: Any, partition: int, offset: int) -> None:
+        self._consumer, self.partition, self.offset = consumer, partition, offset
+        self.crashed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._consumer.commit(*args, **kwargs)
+        message = kwargs.get("message", args[0] if args and not isinstance(args[0], list)
+                             else None)
+        offsets = kwargs.get("offsets", args[0] if args and isinstance(args[0], list) else None)
+        upto = {message.partition(): message.offset() + 1} if message is not None else \
+            {tp.partition: tp.offset for tp in offsets or []}
+        if upto.get(self.partition, -1) > self.offset:
+            self.crashed = True
+            raise _Crash
+        return result
+
+
+def test_a_crash_after_the_heads_commit_keeps_its_key_parked(lab, ledger_db, clock):
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    inputs = lab.produce(topics.source, [head, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    crash = CrashAfterCommit(lab.source_consumer(settings, topics), inputs[0].partition,
+                             inputs[0].offset)
+    try:
+        lab.run(ledger_db, topics, settings, downstream, clock, consumer=crash)
+    except _Crash:
+        pass
+    run = lab.run(ledger_db, topics, settings, downstream, clock)  # the next life
+    require_done(run, inputs, downstream, read=SEE)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    booked = {r.event_id for r in ledger(ledger_db)}
+    kind = (found[1][0].text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1] \
+        if 1 in found else ""
+    if follower.event_id in booked or not kind.endswith("KeyParked"):
+        raise CheckFailure(
+            f"The consumer was stopped dead (as kill -9 would) right after the offset commit "
+            f"of {KEY}'s declined deposit returned{'' if crash.crashed else ' (it never came)'}"
+            ". The next life " + ("booked the withdrawal behind it" if follower.event_id in
+                                  booked else "did not park the withdrawal behind it")
+            + ": the key was not parked yet when the head's offset was committed. The commit "
+            "says the record is finished, so everything the dead letter changes (the parked "
+            "key) must be durable before it: park the key, then commit.",
+            expected=f"after the crash, {KEY}'s withdrawal in the DLT as KeyParked, not booked",
+            actual=f"withdrawal: {'booked' if follower.event_id in booked else 'not booked'}, "
+                   + (f"in the DLT as {kind}" if kind else "not in the DLT"),
+            evidence=table([(i.describe(), "yes" if n in found else "no",
+                             "yes" if i.item.event_id in booked else "no")
+                            for n, i in enumerate(inputs)], ("message", "in DLT", "booked")),
             lesson=SEE)
