@@ -26,6 +26,7 @@ ROW_COLUMNS = ("id", "published_at", "attempt_count", "retry_in", "lease_left", 
 BASE, MAXIMUM = 1.5, 45.5  # not round: a formula that only looks right shows
 HOUR = 3600.0  # how long ago fast_forward makes a backing-off row due
 JITTER = 0.25  # the README allows ±25 %
+FOURTH = 4  # the attempt the extra rows fail: 12 s, long beside a pass's duration
 # The producer refuses records over 100 kB; the poison row's payload is 200 kB, so sending
 # it fails every time, for real, inside librdkafka (MSG_SIZE_TOO_LARGE).
 SMALL_MESSAGES = {"message.max.bytes": 100_000}
@@ -154,18 +155,19 @@ def within(bounds: tuple[float | None, float | None], want: float) -> bool:
             and high >= want * (1 - JITTER) and low <= want * (1 + JITTER))
 
 
-def judge_delays(delays: list[tuple[float | None, float | None]],
-                 history: list[dict[str, Any]]) -> None:
-    """Fail when a measured delay is outside base × 2^(n − 1) ±25% (n = 1 … len(delays))."""
-    off = [n for n, bounds in enumerate(delays, 1) if not within(bounds, expected_delay(n))]
+Delay = tuple[int, tuple[float | None, float | None]]  # (attempt, bracket of the delay)
+
+
+def judge_delays(delays: list[Delay], history: list[dict[str, Any]]) -> None:
+    """Fail when a measured delay is outside base × 2^(n − 1) ±25% (n: its attempt)."""
+    off = [i for i, (n, bounds) in enumerate(delays) if not within(bounds, expected_delay(n))]
     schedule = ", ".join(f"{expected_delay(n):g}" for n in range(1, 6))
     if off:
-        shifted = all(within(bounds, expected_delay(n + 1)) for n, bounds in enumerate(delays, 1))
-        highs = [high for _, high in delays]
-        below = [n for n in off if (high := highs[n - 1]) is not None
-                 and high < expected_delay(n) * (1 - JITTER)]
+        shifted = all(within(bounds, expected_delay(n + 1)) for n, bounds in delays)
+        below = [i for i in off if (high := delays[i][1][1]) is not None
+                 and high < expected_delay(delays[i][0]) * (1 - JITTER)]
         side = "below" if len(below) == len(off) else "outside"
-        fixed = all(within(bounds, expected_delay(1)) for bounds in delays)
+        fixed = all(within(bounds, expected_delay(1)) for _, bounds in delays)
         raise CheckFailure(
             "The delay must grow exponentially: after its n-th failure a row waits "
             f"backoff_base_seconds × 2^(n − 1) (base {BASE} s here: {schedule} s), jitter "
@@ -177,8 +179,9 @@ def judge_delays(delays: list[tuple[float | None, float | None]],
                f"{len(off)} of the {len(delays)} delays fall {side} that range (the table shows "
                "which)."),
             expected=", ".join(f"{expected_delay(n):.2f} s ±25%" for n in range(1, 6)),
+            # the schedule's delays (attempts 1-5); the extra same-attempt rows are in the table
             actual="delays " + ", ".join("none" if lo is None else f"{lo:.2f}–{hi:.2f} s"
-                                         for lo, hi in delays),
+                                         for _, (lo, hi) in delays[:5]),
             evidence=table(history, HISTORY), lesson=SEE,
             fix="delay = min(max, base * 2 ** (attempt_count - 1)), with attempt_count as the "
                 "claim counted it" if shifted else None)
@@ -191,7 +194,7 @@ def test_failing_row_backs_off_exponentially(outbox, learner, kafka, relay_produ
     producer = relay_producer(**SMALL_MESSAGES)
     bad = poison(outbox)
     history: list[dict[str, Any]] = []
-    delays = [failed_pass(relay, outbox, producer, topic, bad, 1, history)]
+    delays = [(1, failed_pass(relay, outbox, producer, topic, bad, 1, history))]
     for _ in range(2):  # polls right away: the poison row is not due yet
         insert_event(outbox)
         relay_pass(relay, outbox, producer, topic)
@@ -205,8 +208,31 @@ def test_failing_row_backs_off_exponentially(outbox, learner, kafka, relay_produ
                 evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE)
     for attempt in range(2, 6):
         fast_forward(outbox, bad)
-        delays.append(failed_pass(relay, outbox, producer, topic, bad, attempt, history))
+        delays.append((attempt, failed_pass(relay, outbox, producer, topic, bad, attempt,
+                                            history)))
+    delays += same_attempt_delays(relay, outbox, producer, topic, history)
     judge_delays(delays, history)
+
+
+def same_attempt_delays(relay: Any, engine: Any, producer: Any, topic: str,
+                        history: list[dict[str, Any]], rows: int = 6) -> list[Delay]:
+    """Six rows failing their 4th attempt in one pass: six delays of 12 s each ±25%. A delay is
+    only known within the pass's duration, which a loaded machine stretches to seconds; with
+    one sample per attempt a random delay (full jitter) could land in range by chance, with
+    six more at 12 s it cannot (each has about a one-in-four chance)."""
+    bad = [poison(engine, attempt_count=FOURTH - 1, created_ago=50.0 - i) for i in range(rows)]
+    started = db_now(engine)
+    raised(relay_pass, relay, engine, producer, topic, rows)
+    ended = db_now(engine)
+    found: list[Delay] = []
+    for event_id in bad:
+        low, high = delay_bounds(engine, event_id, started, ended)
+        history.append({"attempt": row(engine, event_id)["attempt_count"],
+                        "delay": "none" if low is None else f"{low:.2f}–{high:.2f} s",
+                        "expected": f"{expected_delay(FOURTH):.2f} s ±25%",
+                        "lease_left": None, "last_error": None})
+        found.append((FOURTH, (low, high)))
+    return found
 
 
 def test_backoff_is_capped(outbox, learner, kafka, relay_producer):

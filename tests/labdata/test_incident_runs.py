@@ -1,5 +1,6 @@
 """The incident lab breaks the shop a different way in each run (DOJO_INCIDENT_RUN). One run of
-the lab's meta-tests sees one run number; this module checks the reference solution's
+the lab's meta-tests sees one run number; this module (here, not in tests/labs, which the
+meta-tests of other content roots run too) checks the reference solution's
 slow-query stage under three fixed run numbers, so CI sees each of its breakages (the index
 a migration loses: orders.user_id or payments.order_id) at least once in every run and the
 stage at least three times, whatever the random run of the other meta-tests drew.
