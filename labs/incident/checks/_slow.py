@@ -103,8 +103,9 @@ def ensure_pg_stat_statements(admin: Engine) -> None:
             message=("needs pg_stat_statements: this PostgreSQL server was started without "
                      "it. Add `shared_preload_libraries = 'pg_stat_statements'` to its "
                      "postgresql.conf (or start it with `-c shared_preload_libraries="
-                     "pg_stat_statements`) and restart it; `dojo services up` starts the "
-                     "embedded server with it."))
+                     "pg_stat_statements`) and restart it. The embedded server gets it from "
+                     "`dojo services up`; one started by an older dojo needs `dojo services "
+                     "down && dojo services up`."))
     with admin.begin() as conn:
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
 
