@@ -368,6 +368,16 @@ def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
     names = call(deadletter.topic_names, grown)
     lab.kafka.topic(1, name=names.dead_letter)
     lab.kafka.created.append(names.parking_lot)
+    # the precondition, settled: both topics visible in the broker's metadata before the
+    # learner's create_topics reads it (on Apache Kafka a just-created topic can be missing
+    # from a metadata answer for a moment, and then "exists already" looks like "absent")
+    settle_until = time.monotonic() + 10
+    while time.monotonic() < settle_until:
+        meta = admin.list_topics(timeout=5).topics
+        if all(n in meta and meta[n].error is None and meta[n].partitions
+               for n in (grown, names.dead_letter)):
+            break
+        time.sleep(0.05)
     refusal = raised(deadletter.create_topics, admin, grown)
     if refusal is None:
         lab._wait_for(admin, [names.dead_letter, names.parking_lot])
