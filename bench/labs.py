@@ -15,26 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from startup import dojo_command  # bench/ is on sys.path when run as a script
+
 # Seconds for the solution's full run on embedded services (issues 12, 15, 16, 17).
 TARGETS = {"outbox": 30.0, "money": 60.0, "dlq": 60.0, "tracing": 45.0, "incident": 60.0,
            "container": 45.0}
-
-
-def dojo_command() -> list[str]:
-    script = REPO / ".venv" / "bin" / "dojo"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("dojo")
-    return [found] if found else [sys.executable, "-m", "dojo"]
 
 
 def labs_on_disk() -> list[str]:
