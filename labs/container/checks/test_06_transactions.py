@@ -383,8 +383,7 @@ def test_self_invocation_bypasses_the_proxy(shop):
     if "self" in writes and "order" in writes and writes["self"] != writes["order"]:
         problems.append(f"self.log_new() (REQUIRES_NEW) called inside place ran in txid "
                         f"{writes['self'][0]} on pid {writes['self'][1]}, not in place's "
-                        f"(txid {writes['order'][0]}): the call through self went through a "
-                        "proxy")
+                        f"(txid {writes['order'][0]}): the call through self was intercepted")
     if shop.committed("d1"):
         problems.append(f"after place('d1') failed, committed: {shop.committed('d1')}")
     if bulk_error is None or type(bulk_error).__name__ != "NoTransactionError":
