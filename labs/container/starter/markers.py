@@ -207,3 +207,32 @@ class BeanPostProcessor:
     def after_init(self, bean: Any, name: str) -> Any:
         """Called after them; what it returns is the bean the context keeps and injects."""
         return bean
+
+
+# ---- transactions (README, stage 6) ----------------------------------------------------------
+
+REQUIRED = "REQUIRED"            # join the caller's transaction, or start one
+REQUIRES_NEW = "REQUIRES_NEW"    # suspend the caller's transaction and start one of its own
+
+
+@dataclass(frozen=True)
+class TransactionAttribute:
+    """What @transactional put on a method: its propagation and the exceptions that commit."""
+
+    propagation: str = REQUIRED
+    no_rollback_for: tuple[type[BaseException], ...] = ()
+
+
+def transactional(method: Any = None, *, propagation: str = REQUIRED,
+                  no_rollback_for: tuple[type[BaseException], ...] = ()) -> Any:
+    """Mark a bean's method as running in a transaction (when it is called through the proxy).
+
+    `@transactional`, or `@transactional(propagation=REQUIRES_NEW, no_rollback_for=(E,))`:
+    an exception that is an instance of a class in `no_rollback_for` leaves the method and
+    the transaction still commits; any other exception rolls it back.
+    """
+    if method is None:
+        return lambda m: transactional(m, propagation=propagation,
+                                       no_rollback_for=no_rollback_for)
+    method.__transactional__ = TransactionAttribute(propagation, tuple(no_rollback_for))
+    return method

@@ -1,0 +1,460 @@
+"""Stage transactions: @transactional as a proxy, proven on PostgreSQL rows and sessions.
+
+The application writes every row through one helper that records, with the row, the
+transaction id and backend pid that wrote it (`txid_current()`, `pg_backend_pid()`), and
+appends ("write", what, key, txid, pid) to the probe's events. Its Engine carries an
+application_name of its own, so pg_stat_activity shows exactly the application's sessions.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from _support import App, application_module
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from dojo.checks import CheckFailure, NotWritten, call, in_thread, raised, table
+
+pytestmark = pytest.mark.stage("transactions")
+
+PROXY = "transactional#what-the-proxy-does-on-every-call"
+BLIND_SPOTS = "transactional#the-proxys-blind-spots"
+ROLLBACK = "transactional#rollback-rules-checked-versus-unchecked"
+PROPAGATION = "transactional#propagation-what-happens-when-a-transaction-already-exists"
+
+APPLICATION = """\
+    from __future__ import annotations
+
+    from sqlalchemy import Engine, create_engine, text
+
+    from markers import REQUIRES_NEW, bean, configuration, service, transactional
+    from transactions import TransactionalPostProcessor, TransactionManager
+    import {probe} as probe
+
+
+    def write(manager, what, key):
+        row = manager.connection().execute(text(
+            "INSERT INTO {table} (what, key, txid, pid) "
+            "VALUES (:what, :key, txid_current(), pg_backend_pid()) RETURNING txid, pid"),
+            {"what": what, "key": key}).one()
+        probe.events.append(("write", what, key, row.txid, row.pid))
+        hook = getattr(probe, "after_write", None)
+        if hook is not None:
+            hook(what, key)
+
+
+    class Declined(Exception):
+        pass
+
+
+    class SoftDeclined(Declined):
+        pass
+
+
+    @configuration
+    class TxConfig:
+        @bean(destroy_method="dispose")
+        def engine(self) -> Engine:
+            return create_engine({url!r})
+
+        @bean
+        def transactionManager(self, engine: Engine) -> TransactionManager:
+            return TransactionManager(engine)
+
+        @bean
+        def transactionalPostProcessor(
+                self, transactionManager: TransactionManager) -> TransactionalPostProcessor:
+            return TransactionalPostProcessor(transactionManager)
+
+
+    @service
+    class Catalog:
+        def __init__(self):
+            probe.catalog = self
+
+        def size(self):
+            return 3
+
+
+    @service
+    class Audit:
+        def __init__(self, transactionManager: TransactionManager):
+            self.manager = transactionManager
+
+        @transactional(propagation=REQUIRES_NEW)
+        def record(self, key):
+            write(self.manager, "audit", key)
+            hook = getattr(probe, "inside_new", None)
+            if hook is not None:
+                hook()
+
+        @transactional
+        def note(self, key):
+            write(self.manager, "note", key)
+
+
+    class Reservations:     # not a bean: Orders inherits its marked method
+        @transactional(no_rollback_for=(Declined,))
+        def reserve(self, key, fail=None):
+            write(self.manager, "reserve", key)
+            if fail is not None:
+                raise fail
+
+
+    @service
+    class Orders(Reservations):
+        def __init__(self, transactionManager: TransactionManager, audit: Audit):
+            self.manager = transactionManager
+            self.audit = audit
+
+        @transactional
+        def place(self, key, fail=None, join=False, new=False, self_new=False):
+            write(self.manager, "order", key)
+            if join:
+                self.audit.note(key)
+            if new:
+                self.audit.record(key)
+                write(self.manager, "order-after", key)
+            if self_new:
+                self.log_new(key)
+            if fail is not None:
+                raise fail
+            return "placed " + key
+
+        @transactional(propagation=REQUIRES_NEW)
+        def log_new(self, key):
+            write(self.manager, "self", key)
+
+        def place_all(self, keys):
+            for key in keys:
+                self.place(key)
+    """
+
+
+class Shop:
+    """The refreshed application, its table and the check's view of the database."""
+
+    def __init__(self, app: App, ctx: Any, table_name: str, application_name: str,
+                 observer: Any) -> None:
+        self.app, self.ctx, self.table = app, ctx, table_name
+        self.application_name, self.observer = application_name, observer
+        self.orders = call(ctx.get_bean, "orders")
+        self.module = application_module(f"{app.base}.shop")
+
+    def writes(self, key: str) -> list[tuple[str, int, int]]:
+        """(what, txid, pid) of every write the application made for `key`, in order."""
+        return [(what, txid, pid) for kind, *rest in self.app.probe.events if kind == "write"
+                for what, written, txid, pid in [rest] if written == key]
+
+    def committed(self, key: str) -> list[str]:
+        """What is in the table for `key` now (committed rows only)."""
+        with self.observer.connect() as conn:
+            return [r[0] for r in conn.execute(text(
+                f"SELECT what FROM {self.table} WHERE key = :key ORDER BY what"), {"key": key})]
+
+    def sessions(self) -> list[tuple[Any, ...]]:
+        """The application's sessions: pid, state, in a transaction, backend_xid."""
+        with self.observer.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT pid, state, xact_start IS NOT NULL, backend_xid::text "
+                "FROM pg_stat_activity WHERE application_name = :name ORDER BY pid"),
+                {"name": self.application_name})]
+
+
+def _outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """(what it returned, what it raised): the learner's proxy may do either."""
+    try:
+        return call(fn, *args, **kwargs), None
+    except (NotWritten, CheckFailure):
+        raise
+    except Exception as error:  # the method's own exception, or the proxy's
+        return None, error
+
+
+@pytest.fixture
+def shop(learner: Any, make_app: Any, database: Any) -> Any:
+    """The application refreshed on a table of its own; closed and disposed afterwards."""
+    learner.module("transactions")
+    suffix = uuid.uuid4().hex[:8]
+    table_name, application_name = f"tx_rows_{suffix}", f"dojo_tx_{suffix}"
+    with database.engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {table_name} (what text NOT NULL, key text NOT NULL, "
+                          "txid bigint NOT NULL, pid int NOT NULL)"))
+    url = make_url(database.url).update_query_dict({"application_name": application_name})
+    app = make_app("shop")
+    app.write("shop.py", APPLICATION.replace("{table}", table_name)
+              .replace("{url!r}", repr(url.render_as_string(hide_password=False))))
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application with a TransactionManager and a "
+            "TransactionalPostProcessor declared as @bean methods.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence="beans: engine, transactionManager(engine), "
+                     "transactionalPostProcessor(transactionManager), catalog, audit, orders",
+            lesson=PROXY,
+        )
+    try:
+        yield Shop(app, ctx, table_name, application_name, database.engine)
+    finally:
+        raised(ctx.close)
+        with database.engine.begin() as conn:
+            conn.execute(text(f"DROP TABLE IF EXISTS {table_name}"))
+
+
+def _writes_table(shop: Shop, keys: list[str]) -> str:
+    rows = [(key, what, txid, pid) for key in keys for what, txid, pid in shop.writes(key)]
+    return table(rows, ("key", "write", "txid", "pid"))
+
+
+def _raised_name(error: Any) -> str:
+    return "nothing" if error is None else f"{type(error).__name__}: {error}"
+
+
+def test_required_joins_the_callers_transaction(shop):
+    result, error = _outcome(shop.orders.place, "a1", join=True)
+    boom = RuntimeError("payment service down")
+    _, failed = _outcome(shop.orders.place, "a2", join=True, fail=boom)
+    problems = []
+    if error is not None or result != "placed a1":
+        problems.append(f"place('a1') returned {result!r} and raised {_raised_name(error)}, "
+                        "not 'placed a1'")
+    first = shop.writes("a1")
+    if len(first) != 2:
+        problems.append(f"place('a1') made {len(first)} write(s), not the order and the note")
+    elif first[0][1] != first[1][1]:
+        problems.append(f"the note (REQUIRED, called from place) ran in txid {first[1][1]}, "
+                        f"the order in {first[0][1]}: it did not join")
+    if sorted(shop.committed("a1")) != ["note", "order"]:
+        problems.append(f"after place('a1') returned, committed: {shop.committed('a1')}")
+    if failed is not boom:
+        problems.append(f"place('a2') raised {_raised_name(failed)}, not the method's own "
+                        "RuntimeError")
+    if shop.committed("a2"):
+        problems.append(f"place('a2') raised, yet these rows were committed: "
+                        f"{shop.committed('a2')}")
+    left = [s for s in shop.sessions() if s[2]]
+    if left:
+        problems.append(f"{len(left)} session(s) of the application still in a transaction "
+                        "after the calls returned")
+    if call(shop.ctx.get_bean, "catalog") is not shop.app.probe.catalog:
+        problems.append("get_bean('catalog') (no @transactional method) is not the object its "
+                        "constructor made: only beans with marked methods are wrapped")
+    if problems:
+        raise CheckFailure(
+            "A @transactional method called through the proxy runs in a transaction that "
+            "commits when it returns; a REQUIRED method it calls on another bean joins that "
+            "transaction (one txid), so one exception rolls both writes back and reaches the "
+            "caller unchanged.",
+            expected="place('a1') returns 'placed a1', order and note in one txid, both "
+                     "committed; place('a2') raises its RuntimeError and leaves no row; no "
+                     "transaction left open; catalog not wrapped",
+            actual="; ".join(problems),
+            evidence="writes, as the application saw them:\n" + _writes_table(shop, ["a1", "a2"])
+                     + "\nsessions now:\n" + table(shop.sessions(),
+                                                   ("pid", "state", "in xact", "backend_xid")),
+            lesson=PROPAGATION,
+        )
+
+
+def test_requires_new_suspends_and_uses_a_second_connection(shop):
+    seen: list[list[tuple[Any, ...]]] = []
+    shop.app.probe.inside_new = lambda: seen.append(shop.sessions())
+    boom = RuntimeError("card declined")
+    _, error = _outcome(shop.orders.place, "b1", new=True, fail=boom)
+    writes = {what: (txid, pid) for what, txid, pid in shop.writes("b1")}
+    problems = []
+    if error is not boom:
+        problems.append(f"place('b1') raised {_raised_name(error)}, not the method's own "
+                        "RuntimeError")
+    if not {"order", "audit", "order-after"} <= set(writes):
+        problems.append("writes missing: " + ", ".join(
+            sorted({"order", "audit", "order-after"} - set(writes))))
+    else:
+        order, audit, after = writes["order"], writes["audit"], writes["order-after"]
+        if audit[1] == order[1]:
+            problems.append(f"the REQUIRES_NEW audit ran on the caller's connection (backend "
+                            f"pid {order[1]})")
+        if audit[0] == order[0]:
+            problems.append(f"the REQUIRES_NEW audit ran in the caller's transaction "
+                            f"(txid {order[0]})")
+        if after != order:
+            problems.append(f"after the audit returned, place wrote in txid {after[0]} on pid "
+                            f"{after[1]}, not in its own transaction (txid {order[0]}, pid "
+                            f"{order[1]}): the caller's transaction was not resumed")
+        if seen:
+            during = {s[0]: s for s in seen[0]}
+            outer = during.get(order[1])
+            if outer is None or not outer[2]:
+                problems.append("while the audit ran, pg_stat_activity showed the caller's "
+                                f"session (pid {order[1]}) "
+                                + ("gone" if outer is None else "outside a transaction")
+                                + ": it must stay suspended, open")
+            if audit[1] not in during:
+                problems.append("while the audit ran, pg_stat_activity did not show its "
+                                f"session (pid {audit[1]})")
+    if shop.committed("b1") != ["audit"]:
+        problems.append(f"after place('b1') failed, committed: {shop.committed('b1') or 'nothing'}"
+                        " (the audit must survive, the order's writes must not)")
+    if problems:
+        same = "ran on the caller's connection" in "; ".join(problems)
+        raise CheckFailure(
+            "REQUIRES_NEW suspends the caller's transaction and runs on a second connection: "
+            "another backend, another txid, committed when the method returns whatever the "
+            "caller does next; the caller's transaction stays open meanwhile and resumes "
+            "afterwards.",
+            expected="audit on another pid and txid, committed; order and order-after in the "
+                     "caller's txid on its pid, rolled back when place raises",
+            actual="; ".join(problems),
+            evidence="writes:\n" + _writes_table(shop, ["b1"])
+                     + "\npg_stat_activity while the audit ran:\n"
+                     + (table(seen[0], ("pid", "state", "in xact", "backend_xid")) if seen
+                        else "(the audit never ran)"),
+            lesson=PROPAGATION,
+            fix="For REQUIRES_NEW take a new connection from the Engine (engine.connect()), bind "
+                "it for the call and put the caller's back afterwards; a savepoint or the "
+                "caller's connection is not a new transaction." if same else None,
+        )
+
+
+def test_rollback_rules_follow_no_rollback_for(shop):
+    module = shop.module
+    cases = [
+        ("c1", shop.orders.reserve, RuntimeError("out of stock"), False,
+         "reserve (inherited, no_rollback_for=Declined) raises RuntimeError"),
+        ("c2", shop.orders.reserve, module.Declined("limit reached"), True,
+         "reserve raises Declined"),
+        ("c3", shop.orders.reserve, module.SoftDeclined("soft limit"), True,
+         "reserve raises SoftDeclined, a subclass of Declined"),
+        ("c4", shop.orders.place, module.Declined("limit reached"), False,
+         "place (no no_rollback_for) raises Declined"),
+    ]
+    rows, problems = [], []
+    for key, method, exception, commits, what in cases:
+        _, error = _outcome(method, key, fail=exception)
+        committed = bool(shop.committed(key))
+        rows.append((key, what, "commit" if commits else "rollback",
+                     "committed" if committed else "rolled back", _raised_name(error)))
+        if type(error).__name__ == "NoTransactionError":
+            problems.append(f"{key}: {what}: connection() found no transaction (the proxy did "
+                            f"not intercept {getattr(method, '__name__', 'it')})")
+            continue
+        if committed != commits:
+            problems.append(f"{key}: {what}: " + ("committed" if committed else "rolled back"))
+        if error is not exception:
+            problems.append(f"{key}: the caller got {_raised_name(error)}, not the method's "
+                            "exception")
+    if problems:
+        # the fix names the mistake only when every call raised its own exception and
+        # nothing committed
+        every = all(r[3] == "rolled back" and r[4].startswith(type(c[2]).__name__ + ":")
+                    for r, c in zip(rows, cases, strict=True))
+        raise CheckFailure(
+            "An exception that leaves a @transactional method rolls its transaction back, "
+            "unless it is an instance of a class in the method's no_rollback_for (subclasses "
+            "included): then the transaction commits. Either way the caller gets the "
+            "exception.",
+            expected="c1 rolled back, c2 and c3 committed, c4 rolled back; each call raises "
+                     "its own exception",
+            actual="; ".join(problems),
+            evidence=table(rows, ("key", "call", "expected", "outcome", "raised")),
+            lesson=ROLLBACK,
+            fix="Commit when isinstance(error, attribute.no_rollback_for), roll back otherwise, "
+                "and re-raise." if every else None,
+        )
+
+
+def test_self_invocation_bypasses_the_proxy(shop):
+    boom = RuntimeError("address invalid")
+    _, error = _outcome(shop.orders.place, "d1", self_new=True, fail=boom)
+    writes = {what: (txid, pid) for what, txid, pid in shop.writes("d1")}
+    _, bulk_error = _outcome(shop.orders.place_all, ["d2"])
+    problems = []
+    if error is not boom:
+        problems.append(f"place('d1') raised {_raised_name(error)}, not its own RuntimeError")
+    if "self" in writes and "order" in writes and writes["self"] != writes["order"]:
+        problems.append(f"self.log_new() (REQUIRES_NEW) called inside place ran in txid "
+                        f"{writes['self'][0]} on pid {writes['self'][1]}, not in place's "
+                        f"(txid {writes['order'][0]}): the call through self was intercepted")
+    if shop.committed("d1"):
+        problems.append(f"after place('d1') failed, committed: {shop.committed('d1')}")
+    if bulk_error is None or type(bulk_error).__name__ != "NoTransactionError":
+        problems.append("place_all (no @transactional) calling self.place() gave "
+                        f"{_raised_name(bulk_error)}, not NoTransactionError from "
+                        "connection(): self.place is the target's method, no transaction")
+    if shop.committed("d2"):
+        problems.append(f"place_all's self.place('d2') committed {shop.committed('d2')}")
+    if problems:
+        raise CheckFailure(
+            "Only calls that go through the proxy get the proxy's transaction handling. "
+            "Inside the bean, self is the target, so self.log_new() runs in the caller's "
+            "transaction despite REQUIRES_NEW, and a non-transactional method calling "
+            "self.place() has no transaction at all.",
+            expected="self.log_new's write in place's txid and rolled back with it; place_all "
+                     "raises NoTransactionError and commits nothing",
+            actual="; ".join(problems),
+            evidence="writes:\n" + _writes_table(shop, ["d1", "d2"]),
+            lesson=BLIND_SPOTS,
+        )
+
+
+def test_each_thread_has_its_own_transaction(shop):
+    # a fixed interleaving: e1 writes its order; e2 starts, writes its order and waits; e1
+    # writes its note and finishes; then e2 writes its note. With one binding shared by the
+    # threads, e1's note lands on e2's connection, every run.
+    e1_in, e2_in, e1_done = threading.Event(), threading.Event(), threading.Event()
+
+    def after_write(what, key):
+        if (what, key) == ("order", "e1"):
+            e1_in.set()
+            e2_in.wait(20)
+        elif (what, key) == ("order", "e2"):
+            e2_in.set()
+            e1_done.wait(20)
+
+    shop.app.probe.after_write = after_write
+    first = in_thread(shop.orders.place, "e1", join=True)
+    e1_in.wait(20)
+    second = in_thread(shop.orders.place, "e2", join=True)
+    first.join(30)
+    e1_done.set()
+    second.join(30)
+    errors = []
+    for key, run in (("e1", first), ("e2", second)):
+        if run.alive:
+            errors.append(f"place('{key}') still running after 30 s")
+        elif run.error is not None:
+            errors.append(f"place('{key}') raised {_raised_name(run.error)}")
+    shop.app.probe.after_write = None
+    problems, mixed = list(errors), False
+    for key in ("e1", "e2"):
+        writes = {what: (txid, pid) for what, txid, pid in shop.writes(key)}
+        if "order" in writes and "note" in writes and writes["order"] != writes["note"]:
+            mixed = True
+            problems.append(f"{key}: the order was written in txid {writes['order'][0]} on pid "
+                            f"{writes['order'][1]}, the note in txid {writes['note'][0]} on pid "
+                            f"{writes['note'][1]}")
+        if sorted(shop.committed(key)) != ["note", "order"] and not errors:
+            problems.append(f"{key}: committed {shop.committed(key)}")
+    if problems:
+        raise CheckFailure(
+            "Two threads calling @transactional methods at once each run in a transaction of "
+            "their own: the connection a transaction uses is bound to the thread (context) "
+            "that started it, the way Spring binds it to the thread, not shared by the bean.",
+            expected="in each thread, the order and the note in one txid on one pid, both "
+                     "committed",
+            actual="; ".join(problems),
+            evidence="writes (e1: order; e2: order; e1: note; e2: note, in that order):\n"
+                     + _writes_table(shop, ["e1", "e2"]),
+            lesson=PROXY,
+            fix="Keep the current connection in a contextvars.ContextVar (or a threading.local), "
+                "not in an attribute of the manager." if mixed else None,
+        )
