@@ -54,13 +54,18 @@ def test_the_leaking_path_is_named(learner, database, other_database, seed):
     if got == run.roles.leaking and leaked == LEAKED:
         return
     want = f"application_name {run.roles.leaking!r}, leaked {LEAKED}"
+    fix = _why(run, got)
+    if got == run.roles.leaking and leaked == LEAKED - 1:
+        fix = ("One of its connections hit an error and was abandoned on the error path: "
+               "its state is 'idle in transaction (aborted)'. It is checked out and never "
+               "returned all the same: count both states.")
     raise CheckFailure(
         "connection_leak() did not name the code path that leaks connections.",
         expected=want,
         actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
         evidence=evidence,
         lesson=POOLS,
-        fix=_why(run, got),
+        fix=fix,
     )
 
 
