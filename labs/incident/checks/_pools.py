@@ -6,8 +6,8 @@ connection per request and never gives it back (its transaction stays open: idle
 transaction); another path's pool is warm (connections returned, idle); a third is busy
 (statements running, active). Which path leaks, and which is warm or busy, depends on the run:
 replay it with DOJO_INCIDENT_RUN. Meanwhile the shop's role leaks more connections in another
-database of the server, and the healthy run has one job idle in transaction between two
-statements (one session, not a pile).
+database of the server, and the healthy run has a job with two sessions idle in transaction
+between statements (not yet a pile: a path leaks from 3 on).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ WARM = 6            # idle connections of the warm pool
 BUSY = 5            # statements the busy path is running
 HEALTHY_IDLE = 2    # the leaking path's pool in the healthy run: returned, idle
 LONE_JOB = "inventory-sync"
+JOB_SESSIONS = 2    # its sessions idle in transaction between statements: under the 3
 ELSEWHERE = "reports/export"
 ELSEWHERE_LEAKED = 7
 BUSY_SQL = "SELECT pg_sleep(60)"
@@ -179,9 +180,11 @@ def _wait_for(observer: Engine, expected: dict[str, dict[str, int]]) -> None:
 
 
 @contextmanager
-def pool_run(database: Any, other: Any, seed: int, leak: bool) -> Iterator[PoolRun]:
+def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEAKED,
+             failed: int = 1) -> Iterator[PoolRun]:
     """The shop's paths holding their connections as the run says, settled (PostgreSQL shows
-    exactly the expected sessions) before the learner looks."""
+    exactly the expected sessions) before the learner looks. With a leak, the leaking path
+    holds `leaked` forgotten connections, the last `failed` of them aborted."""
     with database.engine.begin() as conn:
         conn.exec_driver_sql(SCHEMA)
     roles = roles_of(seed)
@@ -194,17 +197,18 @@ def pool_run(database: Any, other: Any, seed: int, leak: bool) -> Iterator[PoolR
             stack.callback(engine.dispose)
         expected: dict[str, dict[str, int]] = {}
         if leak:
-            _leak(stack, engines[roles.leaking], PATHS[roles.leaking], LEAKED, failed=1)
+            _leak(stack, engines[roles.leaking], PATHS[roles.leaking], leaked, failed=failed)
             _warm(engines[roles.leaking], PATHS[roles.leaking], 1)
-            expected[roles.leaking] = {"idle in transaction": LEAKED - 1,
-                                       "idle in transaction (aborted)": 1, "idle": 1}
+            expected[roles.leaking] = {"idle in transaction": leaked - failed, "idle": 1}
+            if failed:
+                expected[roles.leaking]["idle in transaction (aborted)"] = failed
         else:
             _warm(engines[roles.leaking], PATHS[roles.leaking], HEALTHY_IDLE)
             expected[roles.leaking] = {"idle": HEALTHY_IDLE}
-            job = _engine(database, LONE_JOB, 1)
+            job = _engine(database, LONE_JOB, JOB_SESSIONS)
             stack.callback(job.dispose)
-            _leak(stack, job, "UPDATE stock SET qty = qty WHERE sku = 'sku-1041'", 1)
-            expected[LONE_JOB] = {"idle in transaction": 1}
+            _leak(stack, job, "SELECT qty FROM stock WHERE sku = 'sku-1041'", JOB_SESSIONS)
+            expected[LONE_JOB] = {"idle in transaction": JOB_SESSIONS}
         _warm(engines[roles.warm], PATHS[roles.warm], WARM)
         expected[roles.warm] = {"idle": WARM}
         _busy(stack, engines[roles.busy], observer, roles.busy, BUSY)

@@ -4,7 +4,7 @@ Every session is real and settled before the learner looks (a barrier on pg_stat
 one path's connections sit idle in transaction, checked out and never returned; a warm pool
 keeps more connections idle; a busy path runs more statements at once; the shop's role leaks
 even more connections in another database of the server. The healthy run keeps the warm pool,
-the busy path and the other database, plus one job idle in transaction between statements.
+the busy path and the other database, plus a job with two sessions idle in transaction.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def _why(run: PoolRun, got: Any) -> str | None:
                 "the sessions of every database. Keep only those with datname = "
                 "current_database().")
     if got == LONE_JOB:
-        return (f"{got} has one session idle in transaction, a job between two statements. "
+        return (f"{got} has two sessions idle in transaction, a job between statements. "
                 "A path leaks when 3 or more of its sessions are idle in transaction: "
-                "connections piling up, not one.")
+                "connections piling up.")
     return None
 
 
@@ -62,6 +62,29 @@ def test_the_leaking_path_is_named(learner, database, other_database, seed):
     raise CheckFailure(
         "connection_leak() did not name the code path that leaks connections.",
         expected=want,
+        actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
+        evidence=evidence,
+        lesson=POOLS,
+        fix=fix,
+    )
+
+
+def test_three_forgotten_connections_are_a_leak(learner, database, other_database, seed):
+    # exactly the README's threshold: 3 connections idle in transaction, none aborted
+    with pool_run(database, other_database, seed, leak=True, leaked=3, failed=0) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    got = field_of(found, "application_name") if found is not None else None
+    leaked = field_of(found, "leaked") if found is not None else None
+    if got == run.roles.leaking and leaked == 3:
+        return
+    fix = _why(run, got)
+    if found is None:
+        fix = (f"{run.roles.leaking} has 3 sessions idle in transaction: a path leaks when 3 "
+               "or more of its sessions are (at least 3, not more than 3).")
+    raise CheckFailure(
+        "connection_leak() missed a path with exactly 3 forgotten connections.",
+        expected=f"application_name {run.roles.leaking!r}, leaked 3",
         actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
         evidence=evidence,
         lesson=POOLS,
@@ -100,8 +123,8 @@ def test_a_healthy_pool_raises_nothing(learner, database, other_database, seed):
     got = field_of(found, "application_name")
     raise CheckFailure(
         "connection_leak() reported a leak although no path of the shop leaks.",
-        expected="None (idle connections are the pools' own; active ones are working; one "
-                 "session idle in transaction is not a pile)",
+        expected="None (idle connections are the pools' own; active ones are working; two "
+                 "sessions idle in transaction are not yet a pile)",
         actual=f"application_name {got!r}, leaked {field_of(found, 'leaked')!r}",
         evidence=evidence,
         lesson=POOLS,
