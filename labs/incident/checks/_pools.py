@@ -32,12 +32,13 @@ PATHS = {
     "orders-api/list-orders": "SELECT id, qty FROM orders ORDER BY id DESC LIMIT 5",
     "payments/refund": "SELECT count(*) FROM payments WHERE kind LIKE 'refund%'",
 }
-LEAKED = 4          # connections the leaking path never returned
-WARM = 6            # idle connections of the warm pool
-BUSY = 5            # statements the busy path is running
+LEAKED = 5          # connections the leaking path never returned
+WARM = 8            # idle connections of the warm pool
+BUSY = 7            # statements the busy path is running
 HEALTHY_IDLE = 2    # the leaking path's pool in the healthy run: returned, idle
 LONE_JOB = "inventory-sync"
 JOB_SESSIONS = 2    # its sessions idle in transaction between statements: under the 3
+SMALLER_LEAK = 3    # the job's sessions when it leaks too, less than the leaking path
 ELSEWHERE = "reports/export"
 ELSEWHERE_LEAKED = 7
 BUSY_SQL = "SELECT pg_sleep(60)"
@@ -73,6 +74,7 @@ class PoolRun:
     expected: dict[str, dict[str, int]]
     observer: Engine
     foreign: Engine | None = None
+    job: int = 0
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -181,10 +183,11 @@ def _wait_for(observer: Engine, expected: dict[str, dict[str, int]]) -> None:
 
 @contextmanager
 def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEAKED,
-             failed: int = 1) -> Iterator[PoolRun]:
+             failed: int = 1, job: int = 0) -> Iterator[PoolRun]:
     """The shop's paths holding their connections as the run says, settled (PostgreSQL shows
     exactly the expected sessions) before the learner looks. With a leak, the leaking path
-    holds `leaked` forgotten connections, the last `failed` of them aborted."""
+    holds `leaked` forgotten connections, the last `failed` of them aborted. The job holds
+    `job` sessions idle in transaction (the healthy run: JOB_SESSIONS)."""
     with database.engine.begin() as conn:
         conn.exec_driver_sql(SCHEMA)
     roles = roles_of(seed)
@@ -205,10 +208,12 @@ def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEA
         else:
             _warm(engines[roles.leaking], PATHS[roles.leaking], HEALTHY_IDLE)
             expected[roles.leaking] = {"idle": HEALTHY_IDLE}
-            job = _engine(database, LONE_JOB, JOB_SESSIONS)
-            stack.callback(job.dispose)
-            _leak(stack, job, "SELECT qty FROM stock WHERE sku = 'sku-1041'", JOB_SESSIONS)
-            expected[LONE_JOB] = {"idle in transaction": JOB_SESSIONS}
+            job = job or JOB_SESSIONS
+        if job:
+            jobs = _engine(database, LONE_JOB, job)
+            stack.callback(jobs.dispose)
+            _leak(stack, jobs, "SELECT qty FROM stock WHERE sku = 'sku-1041'", job)
+            expected[LONE_JOB] = {"idle in transaction": job}
         _warm(engines[roles.warm], PATHS[roles.warm], WARM)
         expected[roles.warm] = {"idle": WARM}
         _busy(stack, engines[roles.busy], observer, roles.busy, BUSY)
@@ -220,4 +225,4 @@ def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEA
         _wait_for(observer, expected)
         _wait_for(foreign_observer, {ELSEWHERE: {"idle in transaction": ELSEWHERE_LEAKED}})
         sources = Sources("", "", [], datetime.now(UTC), database_url=database.url)
-        yield PoolRun(sources, roles, leak, seed, expected, observer, foreign_observer)
+        yield PoolRun(sources, roles, leak, seed, expected, observer, foreign_observer, job)
