@@ -318,3 +318,47 @@ def slow_query(sources: Any, before: dict[int, tuple[str, int, float]]) -> SlowQ
         f"proposed: {slow.index}",
     ]
     return slow
+
+
+@dataclass
+class PoolLeak:
+    application_name: str
+    leaked: int
+    by_path: dict[str, dict[str, int]]
+    evidence: list[str] = field(default_factory=list)
+
+
+SESSIONS_SQL = text("""
+    SELECT coalesce(application_name, '') AS path, coalesce(state, '') AS state,
+           count(*) AS sessions
+      FROM pg_stat_activity
+     WHERE datname = current_database() AND pid <> pg_backend_pid()
+     GROUP BY 1, 2
+""")
+LEAKED_STATES = ("idle in transaction", "idle in transaction (aborted)")
+MIN_LEAKED = 3
+
+
+def connection_leak(sources: Any) -> PoolLeak | None:
+    """Stage 6: the code path whose connections pile up idle in transaction (checked out and
+    never given back), with every path's sessions counted by state; None when none leaks."""
+    engine = create_engine(sources.database_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(SESSIONS_SQL).all()
+    finally:
+        engine.dispose()
+    by_path: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        by_path[row.path][row.state] = int(row.sessions)
+    leaked = {path: sum(states.get(s, 0) for s in LEAKED_STATES)
+              for path, states in by_path.items()}
+    suspects = [path for path, count in leaked.items() if count >= MIN_LEAKED]
+    if not suspects:
+        return None
+    path = max(suspects, key=lambda name: leaked[name])
+    return PoolLeak(path, leaked[path], dict(by_path), [
+        f"{path}: {leaked[path]} sessions idle in transaction "
+        f"(checked out, never returned); its sessions by state: {by_path[path]}",
+        "every path: " + "; ".join(f"{name or '(no name)'} {states}"
+                                   for name, states in sorted(by_path.items()))])

@@ -1,9 +1,11 @@
 """The incident lab breaks the shop a different way in each run (DOJO_INCIDENT_RUN). One run of
 the lab's meta-tests sees one run number; this module (here, not in tests/labs, which the
-meta-tests of other content roots run too) checks the reference solution's
-slow-query stage under three fixed run numbers, so CI sees each of its breakages (the index
-a migration loses: orders.user_id or payments.order_id) at least once in every run and the
-stage at least three times, whatever the random run of the other meta-tests drew.
+meta-tests of other content roots run too) checks the reference solution's slow-query and
+pools stages under three fixed run numbers each, so CI sees each of their breakages at least
+once in every run (the index a migration loses: orders.user_id or payments.order_id; the path
+that leaks connections: each of the shop's three, the others playing the warm pool and the
+busy path) and each stage at least three times, whatever the random run of the other
+meta-tests drew.
 """
 
 from __future__ import annotations
@@ -28,3 +30,20 @@ def test_incident_slow_stage_of_each_run(run: int, monkeypatch: pytest.MonkeyPat
     broken = [r for r in summary.results if r.status != "pass"]
     assert not broken, (f"in run {run} (DOJO_INCIDENT_RUN={run}) the reference solution "
                         f"must pass every slow-query check; these did not:\n{describe(broken)}")
+
+
+# run % 3 picks the leaking path: 0 -> orders-api/place-order, 1 -> orders-api/list-orders,
+# 2 -> payments/refund (and, in turn, which path is the warm pool and which the busy one)
+POOL_RUNS = (3, 4, 5)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("run", POOL_RUNS)
+def test_incident_pools_stage_of_each_run(run: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab = load_lab(content_root() / "labs" / "incident", content_root())
+    monkeypatch.setenv("DOJO_INCIDENT_RUN", str(run))
+    summary = run_checks(lab, lab.solution_dir, RunOptions(stages=("pools",)))
+    assert summary.results, f"no check of stage 'pools' ran in run {run}"
+    broken = [r for r in summary.results if r.status != "pass"]
+    assert not broken, (f"in run {run} (DOJO_INCIDENT_RUN={run}) the reference solution "
+                        f"must pass every pools check; these did not:\n{describe(broken)}")

@@ -22,6 +22,7 @@ CHANGE = "where-to-look-first#step-2-what-changed"
 REQUEST = "where-to-look-first#step-4-one-failing-request"
 LOCKS = "where-to-look-first#step-6-its-dependencies"
 SLOW = "where-to-look-first#step-6-its-dependencies"
+POOLS = "where-to-look-first#step-5-the-services-own-health"
 PROVE = "where-to-look-first#step-7-prove-it-fix-it-learn-from-it"
 
 

@@ -120,3 +120,20 @@ def slow_query(sources: Any, before: Any) -> SlowQuery | None:
     # TODO: each period's calls and mean from the two snapshots; EXPLAIN (GENERIC_PLAN)
     raise NotImplementedError("slow_query: find the statement the change made slow "
                               "(README, stage 5)")
+
+
+@dataclass
+class PoolLeak:
+    application_name: str             # the leaking code path, as pg_stat_activity names it
+    leaked: int                       # its sessions idle in transaction
+    by_path: dict[str, dict[str, int]]  # sessions per application_name, then per state
+    evidence: list[str] = field(default_factory=list)
+
+
+def connection_leak(sources: Any) -> PoolLeak | None:
+    """Stage 6: the code path whose connections are checked out and never returned, with
+    every path's sessions counted by state; None when no path leaks."""
+    # TODO: count pg_stat_activity per application_name and state (this database only,
+    #       not your own session); a path leaks when 3 or more are idle in transaction
+    raise NotImplementedError("connection_leak: find the path that leaks connections "
+                              "(README, stage 6)")

@@ -329,3 +329,35 @@ def slow_query(sources: Any, before: list[tuple[int, str, int, float]]) -> SlowQ
         f"statement {queryid} is {factor:.1f} times slower per call since the change",
         f"{mean0:.3f} ms x {calls0} before, {mean1:.3f} ms x {calls1} after",
         plan.splitlines()[0] if plan else "no plan"])
+
+
+# -- stage 6: pools (psycopg; every session read raw, counted in Python) ---------------------
+
+class PoolLeak(NamedTuple):
+    application_name: str
+    leaked: int
+    by_path: dict[str, dict[str, int]]
+    evidence: list[str]
+
+
+def connection_leak(sources: Any) -> PoolLeak | None:
+    with _slow_conn(sources) as conn:
+        me = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        rows = conn.execute(
+            "SELECT pid, application_name, state FROM pg_stat_activity "
+            "WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+    by_path: dict[str, dict[str, int]] = {}
+    for pid, name, state in rows:
+        if pid == me:
+            continue
+        states = by_path.setdefault(name or "", {})
+        states[state or ""] = states.get(state or "", 0) + 1
+    leaks = sorted(((sum(n for s, n in states.items() if s.startswith("idle in transaction")),
+                     name) for name, states in by_path.items()), reverse=True)
+    if not leaks or leaks[0][0] < 3:
+        return None
+    leaked, name = leaks[0]
+    return PoolLeak(name, leaked, by_path, [
+        f"path {name!r} holds {leaked} connections idle in transaction: {by_path[name]}",
+        f"{len(rows) - 1} other sessions in this database"])

@@ -277,3 +277,39 @@ def slow_query(sources: Any, before: dict[int, dict[str, Any]]) -> Any:
         mean_ms_before=mean_before, mean_ms_after=mean_after, plan="\n".join(lines),
         index=index, evidence=[f"queryid {queryid}: x{factor:.0f} per call after the change",
                                *lines[:2]])
+
+
+# -- stage 6: pools (aggregated in SQL: one row per path, its states as JSON) ---------------
+
+class PoolLeak:
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+PATHS_SQL = """
+SELECT path, jsonb_object_agg(state, n) AS states,
+       coalesce(sum(n) FILTER (WHERE state LIKE 'idle in transaction%%'), 0) AS leaked
+  FROM (SELECT coalesce(a.application_name, '') AS path, coalesce(a.state, '') AS state,
+               count(*) AS n
+          FROM pg_stat_activity AS a JOIN pg_database AS d ON d.oid = a.datid
+         WHERE d.datname = current_database() AND a.pid <> pg_backend_pid()
+         GROUP BY 1, 2) AS per_state
+ GROUP BY path
+ ORDER BY leaked DESC, path
+"""
+
+
+def connection_leak(sources: Any) -> Any:
+    engine = create_engine(sources.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(PATHS_SQL).all()
+    finally:
+        engine.dispose()
+    by_path = {row.path: {state: int(n) for state, n in row.states.items()} for row in rows}
+    if not rows or int(rows[0].leaked) < 3:
+        return None
+    top = rows[0]
+    return PoolLeak(application_name=top.path, leaked=int(top.leaked), by_path=by_path,
+                    evidence=[f"{top.path}: {int(top.leaked)} sessions idle in transaction "
+                              f"of {sum(by_path[top.path].values())}"])

@@ -1,0 +1,154 @@
+"""Stage pools: the code path that leaks connections, from pg_stat_activity.
+
+Every session is real and settled before the learner looks (a barrier on pg_stat_activity):
+one path's connections sit idle in transaction, checked out and never returned; a warm pool
+keeps more connections idle; a busy path runs more statements at once; the shop's role leaks
+even more connections in another database of the server. The healthy run keeps the warm pool,
+the busy path and the other database, plus a job with two sessions idle in transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _pools import ELSEWHERE, LEAKED, LONE_JOB, SMALLER_LEAK, PoolRun, pool_run
+from _support import POOLS, PROVE, field_of
+
+from dojo.checks import CheckFailure, call
+
+pytestmark = pytest.mark.stage("pools")
+
+
+def _leak_of(learner: Any, run: PoolRun) -> Any:
+    return call(learner.module("triage").connection_leak, run.sources)
+
+
+def _why(run: PoolRun, got: Any) -> str | None:
+    """The fix line when the path named identifies the mistake."""
+    if got == run.roles.warm:
+        return (f"{got}'s connections are idle: back in its pool, ready for the next request. "
+                "A warm pool is healthy. Only a connection idle in transaction was checked "
+                "out and never given back.")
+    if got == run.roles.busy:
+        return (f"{got} holds the most connections in use, but its sessions are active: "
+                "running statements that will end. A leak is a connection nobody uses any "
+                "more: count the sessions idle in transaction per path.")
+    if got == ELSEWHERE:
+        return (f"{got} works in another database on the same server: pg_stat_activity lists "
+                "the sessions of every database. Keep only those with datname = "
+                "current_database().")
+    if got == LONE_JOB and run.leak:
+        return (f"{got} leaks too ({run.job} sessions idle in transaction), but "
+                f"{run.roles.leaking} leaks more ({LEAKED}): of several leaking paths, report "
+                "the one with the most sessions idle in transaction.")
+    if got == LONE_JOB:
+        return (f"{got} has two sessions idle in transaction, a job between statements. "
+                "A path leaks when 3 or more of its sessions are idle in transaction: "
+                "connections piling up.")
+    return None
+
+
+def test_the_leaking_path_is_named(learner, database, other_database, seed):
+    # the inventory job leaks a little too (3 sessions); the run's path leaks more (5)
+    with pool_run(database, other_database, seed, leak=True, job=SMALLER_LEAK) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    got = field_of(found, "application_name") if found is not None else None
+    leaked = field_of(found, "leaked") if found is not None else None
+    if got == run.roles.leaking and leaked == LEAKED:
+        return
+    want = f"application_name {run.roles.leaking!r}, leaked {LEAKED}"
+    fix = _why(run, got)
+    if got == run.roles.leaking and leaked == LEAKED - 1:
+        fix = ("One of its connections hit an error and was abandoned on the error path: "
+               "its state is 'idle in transaction (aborted)'. It is checked out and never "
+               "returned all the same: count both states.")
+    raise CheckFailure(
+        "connection_leak() did not name the code path that leaks connections.",
+        expected=want,
+        actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
+        evidence=evidence,
+        lesson=POOLS,
+        fix=fix,
+    )
+
+
+def test_three_forgotten_connections_are_a_leak(learner, database, other_database, seed):
+    # exactly the README's threshold: 3 connections idle in transaction, none aborted
+    with pool_run(database, other_database, seed, leak=True, leaked=3, failed=0) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    got = field_of(found, "application_name") if found is not None else None
+    leaked = field_of(found, "leaked") if found is not None else None
+    if got == run.roles.leaking and leaked == 3:
+        return
+    fix = _why(run, got)
+    if found is None:
+        fix = (f"{run.roles.leaking} has 3 sessions idle in transaction: a path leaks when 3 "
+               "or more of its sessions are (at least 3, not more than 3).")
+    raise CheckFailure(
+        "connection_leak() missed a path with exactly 3 forgotten connections.",
+        expected=f"application_name {run.roles.leaking!r}, leaked 3",
+        actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
+        evidence=evidence,
+        lesson=POOLS,
+        fix=fix,
+    )
+
+
+def test_connections_are_counted_per_path_and_state(learner, database, other_database, seed):
+    with pool_run(database, other_database, seed, leak=True) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    by_path = field_of(found, "by_path") if found is not None else None
+    wrong = []
+    for path, states in sorted(run.expected.items()):
+        have = by_path.get(path) if isinstance(by_path, dict) else None
+        if not isinstance(have, dict) or {s: n for s, n in have.items() if n} != states:
+            wrong.append((path, states, have))
+    if not wrong:
+        return
+    raise CheckFailure(
+        "connection_leak() counted the shop's sessions per path and state wrongly.",
+        expected="by_path: " + "; ".join(f"{path} {states}" for path, states, _ in wrong),
+        actual="by_path: " + ("None" if found is None and by_path is None else "; ".join(
+            f"{path} {have}" for path, _, have in wrong)),
+        evidence=evidence,
+        lesson=POOLS,
+    )
+
+
+def test_a_healthy_pool_raises_nothing(learner, database, other_database, seed):
+    with pool_run(database, other_database, seed, leak=False) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    if found is None:
+        return
+    got = field_of(found, "application_name")
+    raise CheckFailure(
+        "connection_leak() reported a leak although no path of the shop leaks.",
+        expected="None (idle connections are the pools' own; active ones are working; two "
+                 "sessions idle in transaction are not yet a pile)",
+        actual=f"application_name {got!r}, leaked {field_of(found, 'leaked')!r}",
+        evidence=evidence,
+        lesson=POOLS,
+        fix=_why(run, got),
+    )
+
+
+def test_the_leak_finding_carries_its_evidence(learner, database, other_database, seed):
+    with pool_run(database, other_database, seed, leak=True) as run:
+        found = _leak_of(learner, run)
+        evidence = run.evidence()
+    listed = field_of(found, "evidence") if found is not None else None
+    if (isinstance(listed, list) and listed and all(isinstance(e, str) for e in listed)
+            and any(run.roles.leaking in e for e in listed)):
+        return
+    raise CheckFailure(
+        "connection_leak() returned a finding without the evidence that supports it.",
+        expected="evidence: a non-empty list of str, one naming the leaking path",
+        actual=f"evidence {listed!r}"[:200],
+        evidence=evidence,
+        lesson=PROVE,
+    )
