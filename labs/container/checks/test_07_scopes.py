@@ -227,7 +227,9 @@ def test_a_prototype_is_new_every_time_and_never_destroyed(learner, make_app):
 BASKETS = """\
     from __future__ import annotations
 
-    from markers import component, pre_destroy, scope
+    from typing import Annotated
+
+    from markers import Autowired, component, pre_destroy, scope
     import {probe} as probe
 
 
@@ -257,14 +259,23 @@ BASKETS = """\
 
         def current(self):
             return self.basket.itself()
+
+
+    @component
+    class Till:
+        basket: Annotated[Basket, Autowired()]
+
+        def current(self):
+            return self.basket.itself()
     """
 
 
 def _baskets(learner: Any, make_app: Any, lesson: str) -> tuple[Any, Any, Any]:
     app = make_app("shop")
     app.write("baskets.py", BASKETS)
-    ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard), "
-                                   "Checkout(basket: Basket), a singleton", lesson)
+    ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard); "
+                                   "singletons Checkout(basket: Basket) and Till (basket: an "
+                                   "Autowired field)", lesson)
     return app, ctx, learner.module("scopes")
 
 
@@ -305,34 +316,62 @@ def _request_rows(runs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 REQUEST_COLUMNS = ("request", "first get_bean", "second get_bean", "destroyed")
 
 
+class _RequestFailed(Exception):
+    """Raised by the check inside a request, to end that request with an exception."""
+
+
+def _failed_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
+    """A request that ends with an exception after one lookup; destroyed when it ended."""
+    seen: dict[str, Any] = {"destroyed_inside": False}
+    try:
+        with scopes.request():
+            seen["first"] = seen["second"] = ctx.get_bean("basket")
+            raise _RequestFailed("the check ends this request with an exception")
+    except _RequestFailed:
+        pass
+    seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    return seen
+
+
 def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
     app, ctx, scopes = _baskets(learner, make_app, REQUEST)
     made_at_refresh = [w for w in _events(app, "init") if w.startswith("basket")]
     outside = raised(ctx.get_bean, "basket")
     runs = [call(_in_request, scopes, ctx, app, lambda: None) for _ in range(2)]
+    runs.append(call(_failed_request, scopes, ctx, app))
+    closed = raised(ctx.close)
+    after_close = [_events(app, "destroy").count(f"basket {id(r['first'])}") for r in runs]
     problems = []
     if not isinstance(outside, scopes.ScopeNotActiveError):
         problems.append("get_bean('basket') outside a request "
-                        + ("returned a basket" if outside is None
+                        + ("returned instead of raising" if outside is None
                            else f"raised {type(outside).__name__}: {outside}"))
     if made_at_refresh:
         problems.append(f"refresh() made {len(made_at_refresh)} basket(s)")
     problems += _request_problems(runs, "request")
     for index, run in enumerate(runs):
+        how = " (ended by an exception)" if index == 2 else ""
         if run["destroyed_inside"] or run["destroyed_after"] != 1:
-            problems.append(f"request {index}'s basket: destroyed "
+            problems.append(f"request {index}'s basket{how}: destroyed "
                             + ("before its request ended" if run["destroyed_inside"]
                                else f"{run['destroyed_after']} time(s) when it ended"))
+        elif after_close[index] != 1:
+            problems.append(f"request {index}'s basket{how}: destroyed again by close()")
+    if closed is not None:
+        problems.append(f"close() raised {type(closed).__name__}: {closed}")
     if problems:
         raise CheckFailure(
             "A request-scoped bean belongs to the request in progress: made on its first "
             "lookup in the request, the same object for the rest of it, destroyed (its "
-            "@pre_destroy) when the request ends, and not to be had outside a request.",
+            "@pre_destroy) when the request ends, by an exception too, and not to be had "
+            "outside a request; close() destroys singletons only.",
             expected="ScopeNotActiveError outside a request; one basket per request, "
                      "destroyed once when its `with scopes.request()` block ends",
             actual="; ".join(problems),
-            evidence="two requests, one after the other:\n"
-                     + table(_request_rows(runs), REQUEST_COLUMNS)
+            evidence="three requests, one after the other, the last ended by an exception:\n"
+                     + table([(*row, n) for row, n in zip(_request_rows(runs), after_close,
+                                                          strict=True)],
+                             (*REQUEST_COLUMNS, "destroyed, after close()"))
                      + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
             lesson=REQUEST,
         )
@@ -407,26 +446,29 @@ def test_concurrent_requests_in_asyncio_tasks_each_have_their_own_bean(learner, 
 
 def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, make_app):
     app, ctx, scopes = _baskets(learner, make_app, SHORTER_LIVED)
-    checkout = call(ctx.get_bean, "checkout")
+    checkout, till = call(ctx.get_bean, "checkout"), call(ctx.get_bean, "till")
     outside = raised(checkout.current)
     seen = []
     orders = (["tea"], ["bread", "jam"])
     for items in orders:
-        def shop(items: list[str] = items) -> tuple[Any, Any, list[str]]:
+        def shop(items: list[str] = items) -> tuple[Any, Any, Any, list[str]]:
             with scopes.request():
                 for item in items:
                     checkout.add(item)
-                return checkout.current(), ctx.get_bean("basket"), list(
+                return checkout.current(), till.current(), ctx.get_bean("basket"), list(
                     ctx.get_bean("basket").items)
         seen.append(call(shop))
     problems = []
     if not isinstance(outside, scopes.ScopeNotActiveError):
         problems.append("checkout.current() outside a request "
-                        + ("returned a basket" if outside is None
+                        + ("returned instead of raising" if outside is None
                            else f"raised {type(outside).__name__}: {outside}"))
-    for index, ((through, own, items), wanted) in enumerate(zip(seen, orders, strict=True)):
+    for index, ((through, field, own, items), wanted) in enumerate(zip(seen, orders,
+                                                                       strict=True)):
         if through is not own:
             problems.append(f"request {index}: checkout's basket is not the request's own")
+        if field is not own:
+            problems.append(f"request {index}: till's Autowired basket is not the request's own")
         if items != wanted:
             problems.append(f"request {index}: its basket holds {items}, expected {wanted}")
     if problems:
@@ -435,10 +477,13 @@ def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, 
             "proxy: a stand-in that finds the current request's bean on every use, so each "
             "request works on its own basket and a use outside a request is an error.",
             expected="ScopeNotActiveError from checkout.current() outside a request; in each "
-                     "request, checkout's basket is that request's basket",
+                     "request, checkout's basket (a constructor parameter) and till's (an "
+                     "Autowired field) are that request's basket",
             actual="; ".join(problems),
-            evidence=table([(i, id(t), id(o), items) for i, (t, o, items) in enumerate(seen)],
-                           ("request", "checkout.current()", "get_bean('basket')", "items"))
+            evidence=table([(i, id(t), id(f), id(o), items)
+                            for i, (t, f, o, items) in enumerate(seen)],
+                           ("request", "checkout.current()", "till.current()",
+                            "get_bean('basket')", "items"))
             + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
             lesson=SHORTER_LIVED,
         )
