@@ -7,6 +7,9 @@ post-processors, then the singletons (constructor injection, field injection, in
 between the post-processors' before and after hooks), and publishes ContextRefreshed.
 `close()` destroys the singletons in the reverse order of their completion: a bean is
 finished only after everything it depends on, so it is destroyed before any of them.
+Scopes (stage 7): a singleton is made under a lock, so racing threads get one object; a
+request-scoped bean lives in the request of `scopes.request()` and reaches longer-lived beans
+through a `scopes.ScopedProxy`.
 """
 
 from __future__ import annotations
