@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import threading
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import markers
+import scopes
 from scanning import BeanDefinition, scan
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
@@ -131,6 +133,9 @@ class ApplicationContext:
         self._listeners: list[tuple[type, Any]] = []
         self._processors: list[markers.BeanPostProcessor] = []
         self._skip_processing: set[str] = set()
+        # stage 7: one lock for every creation (coarse: the creation path is instance-wide)
+        self._creation_lock = threading.RLock()
+        self._request_raw: dict[str, Any] = {}       # a request bean as made, until handed over
 
     # ---- refresh -------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -318,6 +323,25 @@ class ApplicationContext:
         return chosen[0]
 
     def _obtain(self, name: str) -> Any:
+        if self._registry[name].definition.scope == "request":
+            request = scopes.current_request(name)
+            return request.get(("registry", id(self), name), lambda: self._request_bean(name))
+        with self._creation_lock:
+            return self._obtain_locked(name)
+
+    def _request_bean(self, name: str) -> tuple[Any, Any]:
+        with self._creation_lock:
+            instance = self._obtain_locked(name)
+            raw = self._request_raw.pop(name)
+        return instance, lambda: self._destroy(name, raw)
+
+    def _wire(self, name: str) -> Any:
+        """What an injection point receives: a request bean only through a proxy."""
+        if self._registry[name].definition.scope == "request":
+            return _RequestBeanProxy(self, name)
+        return self._obtain(name)
+
+    def _obtain_locked(self, name: str) -> Any:
         if self._in_creation:
             self._needed_by.setdefault(name, set()).add(next(reversed(self._in_creation)))
         if name in self._objects:
@@ -335,6 +359,8 @@ class ApplicationContext:
         finally:
             del self._in_creation[name]
         instance = self._initialise(name, raw)
+        if entry.definition.scope == "request":
+            self._request_raw[name] = raw
         if entry.definition.scope == "singleton":
             self._objects[name] = instance
             self._raw[name] = raw
@@ -374,7 +400,7 @@ class ApplicationContext:
                     raise
                 values[attribute] = None
                 continue
-            values[attribute] = self._obtain(chosen)
+            values[attribute] = self._wire(chosen)
         return values
 
     def _instantiate(self, name: str, entry: _Registered) -> Any:
@@ -402,8 +428,18 @@ class ApplicationContext:
                 elif parameter.default is inspect.Parameter.empty:
                     raise
                 continue
-            kwargs[parameter.name] = self._obtain(chosen)
+            kwargs[parameter.name] = self._wire(chosen)
         return kwargs
+
+
+class _RequestBeanProxy:
+    """Asks the context for the current request's bean on every attribute access."""
+
+    def __init__(self, context: ApplicationContext, name: str) -> None:
+        vars(self).update(_context=context, _name=name)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(vars(self)["_context"].get_bean(vars(self)["_name"]), attribute)
 
 
 def _parameter_hints(fn: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import threading
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import markers
+import scopes
 from scanning import BeanDefinition, scan
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
@@ -123,6 +125,7 @@ class ApplicationContext:
         self._plain: set[str] = set()                  # post-processors: not post-processed
         self._hooks: list[markers.BeanPostProcessor] = []
         self._disposal: list[tuple[Any, str]] = []     # (object made, destroy method) stack
+        self._lock = threading.RLock()                 # the stack is instance-wide: one maker
 
     def refresh(self) -> None:
         listed: list[str] = []
@@ -190,13 +193,16 @@ class ApplicationContext:
     def close(self) -> None:
         """Pop the disposal stack: the last bean finished is the first destroyed."""
         while self._disposal:
-            raw, extra = self._disposal.pop()
-            for attr in dir(type(raw)):
-                if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
-                    getattr(raw, attr)()
-            if extra:
-                getattr(raw, extra)()
+            self._dispose(*self._disposal.pop())
         self._objects = {k: v for k, v in self._objects.items() if k == "environment"}
+
+    @staticmethod
+    def _dispose(raw: Any, extra: str) -> None:
+        for attr in dir(type(raw)):
+            if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
+                getattr(raw, attr)()
+        if extra:
+            getattr(raw, extra)()
 
     def condition_report(self) -> list[ConditionOutcome]:
         return list(self._outcomes.values())
@@ -227,6 +233,23 @@ class ApplicationContext:
         return matches[0]
 
     def _obtain(self, name: str) -> Any:
+        d = self.definitions.get(name)
+        if d is not None and d.scope == "request":
+            store = scopes.store_for(name)
+            if (self, name) not in store.beans:
+                with self._lock:
+                    store.beans[(self, name)] = self._make(name)
+            return store.beans[(self, name)]
+        with self._lock:
+            return self._make(name)
+
+    def _wired(self, name: str) -> Any:
+        """An injection point's value: for a request bean, a stand-in that looks it up."""
+        if self.definitions[name].scope == "request":
+            return _StandIn(lambda: self._obtain(name))
+        return self._obtain(name)
+
+    def _make(self, name: str) -> Any:
         if name in self._objects:
             return self._objects[name]
         if name in self._stack:
@@ -261,6 +284,8 @@ class ApplicationContext:
         if d.scope == "singleton":
             self._objects[name] = bean
             self._disposal.append((made, extra))
+        elif d.scope == "request":
+            scopes.store_for(name).on_end.append(lambda: self._dispose(made, extra))
         return bean
 
     def _wire_fields(self, name: str, made: Any) -> None:
@@ -284,7 +309,7 @@ class ApplicationContext:
                         raise
                     setattr(made, attr, None)
                     continue
-                setattr(made, attr, self._obtain(chosen))
+                setattr(made, attr, self._wired(chosen))
 
     def _inject(self, name: str, fn: Any) -> dict[str, Any]:
         if fn is object.__init__:
@@ -312,5 +337,17 @@ class ApplicationContext:
                 elif p.default is p.empty:
                     raise
                 continue
-            kwargs[p.name] = self._obtain(chosen)
+            kwargs[p.name] = self._wired(chosen)
         return kwargs
+
+
+class _StandIn:
+    """The scoped proxy: every attribute read is the current request's bean's."""
+
+    __slots__ = ("_find",)
+
+    def __init__(self, find: Any) -> None:
+        object.__setattr__(self, "_find", find)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._find(), attr)
