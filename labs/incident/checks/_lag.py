@@ -14,6 +14,7 @@ replay it with DOJO_INCIDENT_RUN.
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -232,7 +233,8 @@ def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True) -> Iterato
             for offset in range(since.get(p, 0), plan.end[p]):
                 key = _key(seed, p, offset)
                 bad = offset == poison_at and p == roles.stuck
-                headers = {"trace_id": uuid.UUID(int=(seed << 40) + p * 4096 + offset).hex,
+                trace = random.Random(seed * 1_000_003 + p * 4096 + offset).getrandbits(128)
+                headers = {"trace_id": uuid.UUID(int=trace).hex,
                            "event_type": "order-placed",
                            "schema_version": "2" if bad else "1"}
                 value = POISON_VALUE if bad else json.dumps(
