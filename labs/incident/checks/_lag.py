@@ -5,8 +5,9 @@ and commits after every event it handled. Here it is driven step by step (so eve
 learner takes sees a settled state, whatever the machine's load): it really reads each record
 with the group's id and commits the offset after it. In a run with a poison record it meets
 one event it cannot decode on one partition: it never commits past it, while new events keep
-arriving there. Another partition is slow but moving (more waits there than on the stuck one,
-and its committed offset advances between the two looks); the third is caught up. Which
+arriving there (in even runs). Another partition is slow but moving (more waits there than on
+the stuck one, and its committed offset advances between the two looks); the third is caught
+up and idle (its committed offset does not move either, with nothing to read). Which
 partition plays which part, where the poison record lies and its key depend on the run:
 replay it with DOJO_INCIDENT_RUN.
 """
@@ -188,13 +189,14 @@ def _plans(seed: int, roles: Roles, poison: bool, moving: bool) -> tuple[_Plan, 
     at = 3 + seed % 4                       # the poison record's offset on the stuck partition
     first_end, first_committed = {}, {}
     second_end, second_committed = {}, {}
-    # the stuck partition: handled up to the poison record, events keep arriving behind it
-    stuck_end = at + 3 + seed % 3
-    first_end[roles.stuck], second_end[roles.stuck] = stuck_end, stuck_end + 2
+    # the stuck partition: handled up to the poison record; in even runs new events arrive
+    # behind it between the looks, in odd runs none (its lag stays the same: stuck all the same)
+    stuck_end, more = at + 3 + seed % 3, 2 if seed % 2 == 0 else 0
+    first_end[roles.stuck], second_end[roles.stuck] = stuck_end, stuck_end + more
     if poison:
         first_committed[roles.stuck] = second_committed[roles.stuck] = at
     else:
-        first_committed[roles.stuck], second_committed[roles.stuck] = stuck_end, stuck_end + 2
+        first_committed[roles.stuck], second_committed[roles.stuck] = stuck_end, stuck_end + more
     # the slow partition: more waits there than on the stuck one, and the group moves on
     slow_end = 14 + seed % 5
     first_end[roles.moving], second_end[roles.moving] = slow_end, slow_end + 6
@@ -202,9 +204,10 @@ def _plans(seed: int, roles: Roles, poison: bool, moving: bool) -> tuple[_Plan, 
         first_committed[roles.moving], second_committed[roles.moving] = 2, 5
     else:
         first_committed[roles.moving], second_committed[roles.moving] = slow_end, slow_end + 6
-    # the caught-up partition: every event handled at both looks
+    # the caught-up partition: every event handled, and no new one between the looks (its
+    # committed offset stays put, with nothing waiting: idle, not stuck)
     first_end[roles.caught_up] = first_committed[roles.caught_up] = 6
-    second_end[roles.caught_up] = second_committed[roles.caught_up] = 8
+    second_end[roles.caught_up] = second_committed[roles.caught_up] = 6
     return (_Plan(first_end, first_committed), _Plan(second_end, second_committed),
             at if poison else -1)
 

@@ -32,6 +32,15 @@ def _moving_fix(run: LagRun, got: Any) -> str | None:
             "partition is stuck when its committed offset stays the same while records wait.")
 
 
+def _idle_fix(run: LagRun, got: Any) -> str | None:
+    """The fix line when the partition named has nothing waiting."""
+    if not isinstance(got, int) or run.second.lag().get(got) != 0:
+        return None
+    return (f"partition {got} has nothing waiting (lag 0): its committed offset stays put "
+            "because there is nothing to read. Idle is not stuck: a partition is stuck when "
+            "records wait (lag above 0) and its committed offset does not move.")
+
+
 def test_the_stuck_partition_is_named(learner, kafka, seed):
     with lag_run(kafka, seed, poison=True) as run:
         found = two_looks(learner, run)
@@ -64,9 +73,20 @@ def test_lag_is_counted_per_partition(learner, kafka, seed):
     with lag_run(kafka, seed, poison=True) as run:
         found = two_looks(learner, run)
     lag = field_of(found, "lag") if found is not None else None
+    moving = field_of(found, "moving") if found is not None else None
     want = run.second.lag()
-    if isinstance(lag, dict) and lag == want:
+    moving_ok = isinstance(moving, list | tuple | set) and set(moving) == {run.roles.moving}
+    if isinstance(lag, dict) and lag == want and moving_ok:
         return
+    if isinstance(lag, dict) and lag == want:
+        raise CheckFailure(
+            "consumer_lag() counted the lag right but did not list the slow partition that "
+            "moves.",
+            expected=f"moving [{run.roles.moving}] (lag above 0, committed offset advanced)",
+            actual=f"moving {moving!r}",
+            evidence=run.evidence(),
+            lesson=LAG,
+        )
     fix = None
     if isinstance(lag, dict) and set(lag) == set(want) and all(
             isinstance(n, int) and n == want[p] - (1 if want[p] else 0) for p, n in lag.items()):
@@ -104,7 +124,7 @@ def test_slow_but_moving_is_not_stuck(learner, kafka, seed):
         actual=f"partition {got!r}, offset {field_of(found, 'offset')!r}",
         evidence=run.evidence(),
         lesson=LAG,
-        fix=_moving_fix(run, got),
+        fix=_moving_fix(run, got) or _idle_fix(run, got),
     )
 
 
@@ -113,13 +133,14 @@ def test_a_healthy_group_raises_nothing(learner, kafka, seed):
         found = two_looks(learner, run)
     if found is None:
         return
+    got = field_of(found, "partition")
     raise CheckFailure(
         "consumer_lag() reported a stuck partition although the group is caught up.",
         expected="None (no lag on any partition)",
-        actual=f"partition {field_of(found, 'partition')!r}, "
-               f"offset {field_of(found, 'offset')!r}",
+        actual=f"partition {got!r}, offset {field_of(found, 'offset')!r}",
         evidence=run.evidence(),
         lesson=LAG,
+        fix=_idle_fix(run, got),
     )
 
 
