@@ -78,9 +78,13 @@ class LagRun:
     poison_headers: dict[str, str] = field(default_factory=dict)
     keys: dict[tuple[int, int], str] = field(default_factory=dict)
     step: Callable[[], None] = lambda: None     # moves the group on to the second look
+    several: bool = False                       # every partition stuck, partition 1 the most
 
     def describe(self) -> str:
         replay = f"run {self.seed}, replay: DOJO_INCIDENT_RUN={self.seed}"
+        if self.several:
+            return (f"every partition is stuck behind a poison record; partition "
+                    f"{self.roles.stuck} has the most records waiting ({replay})")
         if self.poison:
             return (f"partition {self.roles.stuck} is stuck behind a poison record at offset "
                     f"{self.poison_offset} ({replay})")
@@ -216,16 +220,33 @@ def _key(seed: int, partition: int, offset: int) -> str:
     return f"u-{(seed * 37 + partition * 1000 + offset * 7919) % 90000 + 10000}"
 
 
+def _several(seed: int) -> tuple[_Plan, _Plan, dict[int, int]]:
+    """Every partition stuck behind a poison record of its own; the middle partition (1) has
+    the most records waiting, so neither the first nor the last stuck partition is the
+    answer."""
+    lags = {0: 4 + seed % 3, 1: 10 + seed % 3, 2: 7 + seed % 3}
+    at = {p: 2 + (seed + p) % 3 for p in range(PARTITIONS)}
+    first = _Plan({p: at[p] + lags[p] for p in at}, dict(at))
+    second = _Plan({p: at[p] + lags[p] + 1 for p in at}, dict(at))
+    return first, second, at
+
+
 @contextmanager
-def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True) -> Iterator[LagRun]:
+def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True,
+            several: bool = False) -> Iterator[LagRun]:
     """The notifier group as the run says, settled before each look: yields the run with its
     first look taken; `second()` (the run's `step`) moves it to the second look."""
     from confluent_kafka import Producer
 
-    roles = roles_of(seed)
+    roles = Roles(1, 0, 2) if several else roles_of(seed)
     topic = kafka.topic(PARTITIONS, hint="orders")
     group = kafka.group_id("notifier")
-    first, second, poison_at = _plans(seed, roles, poison, moving)
+    if several:
+        first, second, bad_at = _several(seed)
+    else:
+        first, second, at = _plans(seed, roles, poison, moving)
+        bad_at = {roles.stuck: at} if at >= 0 else {}
+    poison_at = bad_at.get(roles.stuck, -1)
     producer = Producer(kafka.producer_config(**{"linger.ms": 0}))
     notifier = _Notifier(kafka, topic, group)
     keys: dict[tuple[int, int], str] = {}
@@ -235,7 +256,7 @@ def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True) -> Iterato
         for p in range(PARTITIONS):
             for offset in range(since.get(p, 0), plan.end[p]):
                 key = _key(seed, p, offset)
-                bad = offset == poison_at and p == roles.stuck
+                bad = bad_at.get(p) == offset
                 trace = random.Random(seed * 1_000_003 + p * 4096 + offset).getrandbits(128)
                 headers = {"trace_id": uuid.UUID(int=trace).hex,
                            "event_type": "order-placed",
@@ -262,9 +283,9 @@ def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True) -> Iterato
     sources = LagSources("", "", [], datetime.now(UTC),
                          kafka={"bootstrap.servers": kafka.bootstrap}, topic=topic,
                          group=group)
-    run = LagRun(sources, roles, seed, poison, moving, look_1, look_1, poison_at,
-                 keys.get((roles.stuck, poison_at), ""),
-                 headers_of.get((roles.stuck, poison_at), {}), keys)
+    run = LagRun(sources, roles, seed, poison or several, moving and not several, look_1,
+                 look_1, poison_at, keys.get((roles.stuck, poison_at), ""),
+                 headers_of.get((roles.stuck, poison_at), {}), keys, several=several)
 
     def step() -> None:
         write(second, first.end)

@@ -69,6 +69,29 @@ def test_the_stuck_partition_is_named(learner, kafka, seed):
     )
 
 
+def test_of_several_stuck_partitions_the_one_with_most_waiting(learner, kafka, seed):
+    with lag_run(kafka, seed, poison=True, several=True) as run:
+        found = two_looks(learner, run)
+    got = (field_of(found, "partition"), field_of(found, "offset")) if found is not None else None
+    want = (run.roles.stuck, run.poison_offset)
+    if got == want:
+        return
+    lag = run.second.lag()
+    fix = None
+    if got is not None and got[0] in lag and got[0] != want[0]:
+        fix = (f"partition {got[0]} is stuck too, but {lag[got[0]]} records wait there and "
+               f"{lag[want[0]]} on partition {want[0]}: of several stuck partitions, report the "
+               "one with the largest lag.")
+    raise CheckFailure(
+        "consumer_lag() did not name the stuck partition with the most records waiting.",
+        expected=f"partition {want[0]}, offset {want[1]}",
+        actual="None" if got is None else f"partition {got[0]!r}, offset {got[1]!r}",
+        evidence=run.evidence(),
+        lesson=LAG,
+        fix=fix,
+    )
+
+
 def test_lag_is_counted_per_partition(learner, kafka, seed):
     with lag_run(kafka, seed, poison=True) as run:
         found = two_looks(learner, run)
