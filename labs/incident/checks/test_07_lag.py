@@ -80,8 +80,10 @@ def test_of_several_stuck_partitions_the_one_with_most_waiting(learner, kafka, s
     fix = None
     if got is not None and got[0] in lag and got[0] != want[0]:
         fix = (f"partition {got[0]} is stuck too, but {lag[got[0]]} records wait there and "
-               f"{lag[want[0]]} on partition {want[0]}: of several stuck partitions, report the "
-               "one with the largest lag.")
+               f"{lag[want[0]]} on partition {want[0]}, where no new record arrived between "
+               "the looks: a partition is stuck when records wait and its committed offset "
+               "stays put, new records or not; of several stuck partitions, report the one "
+               "with the largest lag.")
     raise CheckFailure(
         "consumer_lag() did not name the stuck partition with the most records waiting.",
         expected=f"partition {want[0]}, offset {want[1]}",
