@@ -362,3 +362,82 @@ def connection_leak(sources: Any) -> PoolLeak | None:
         f"(checked out, never returned); its sessions by state: {by_path[path]}",
         "every path: " + "; ".join(f"{name or '(no name)'} {states}"
                                    for name, states in sorted(by_path.items()))])
+
+
+@dataclass
+class ConsumerLag:
+    topic: str
+    group: str
+    lag: dict[int, int]
+    moving: list[int]
+    partition: int
+    offset: int
+    key: str | None
+    headers: dict[str, str]
+    evidence: list[str] = field(default_factory=list)
+
+
+def _group_consumer(sources: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    # the group's id, to read its committed offsets; never commit for it
+    return Consumer({**sources.kafka, "group.id": sources.group, "enable.auto.commit": False})
+
+
+def lag_snapshot(sources: Any) -> dict[int, tuple[int, int]]:
+    """Stage 7: the group's committed offset and the end offset of every partition of the
+    topic now: {partition: (committed, end)}."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _group_consumer(sources)
+    try:
+        topic = consumer.list_topics(sources.topic, timeout=10).topics[sources.topic]
+        partitions = [TopicPartition(sources.topic, p) for p in sorted(topic.partitions)]
+        found: dict[int, tuple[int, int]] = {}
+        for tp in consumer.committed(partitions, timeout=10):
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            found[tp.partition] = (tp.offset if tp.offset >= 0 else low, high)
+        return found
+    finally:
+        consumer.close()
+
+
+def _record_at(sources: Any, partition: int, offset: int) -> Any:
+    from confluent_kafka import TopicPartition
+
+    consumer = _group_consumer(sources)
+    try:
+        consumer.assign([TopicPartition(sources.topic, partition, offset)])
+        for _ in range(100):
+            message = consumer.poll(0.2)
+            if message is not None and not message.error() and message.offset() == offset:
+                return message
+        return None
+    finally:
+        consumer.close()
+
+
+def consumer_lag(sources: Any, before: dict[int, tuple[int, int]]) -> ConsumerLag | None:
+    """Stage 7: lag per partition from the group's committed offsets; the partition whose
+    committed offset did not move since `before` (a lag_snapshot) while records wait, and
+    the record it is stuck on; None when no partition is stuck."""
+    now = lag_snapshot(sources)
+    lag = {p: end - committed for p, (committed, end) in now.items()}
+    moving = sorted(p for p in now if lag[p] > 0 and p in before and now[p][0] > before[p][0])
+    stuck = [p for p in now if lag[p] > 0 and p in before and now[p][0] == before[p][0]]
+    if not stuck:
+        return None
+    partition = max(stuck, key=lambda p: lag[p])
+    offset = now[partition][0]
+    record = _record_at(sources, partition, offset)
+    key = record.key().decode("utf-8", "replace") if record and record.key() else None
+    headers = {name: (value or b"").decode("utf-8", "replace")
+               for name, value in (record.headers() or [])} if record else {}
+    return ConsumerLag(sources.topic, sources.group, lag, moving, partition, offset, key,
+                       headers, [
+        f"partition {partition}: committed offset {offset} at both looks, end "
+        f"{before[partition][1]} then {now[partition][1]}: {lag[partition]} records wait",
+        f"the record at offset {offset}: key {key!r}, headers {headers}",
+        "lag per partition (end - committed): "
+        + ", ".join(f"p{p} {n}" for p, n in sorted(lag.items()))
+        + (f"; slow but moving: {moving}" if moving else "")])

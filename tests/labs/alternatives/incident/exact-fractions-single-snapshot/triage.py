@@ -391,3 +391,87 @@ def connection_leak(sources: Any) -> Any:
     return PoolLeak(application_name=top.path, leaked=int(top.leaked), by_path=by_path,
                     evidence=[f"{top.path}: {int(top.leaked)} sessions idle in transaction "
                               f"of {sum(by_path[top.path].values())}"])
+
+
+# -- stage 7: consumer lag (the group's offsets through the admin API) -----------------------
+
+class ConsumerLag:
+    """topic, group, lag, moving, partition, offset, key, headers, evidence (README)."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def _group_offsets(sources: Any) -> dict[int, int]:
+    """The group's committed offsets through the admin API (ListConsumerGroupOffsets)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(dict(sources.kafka))
+    request = ConsumerGroupTopicPartitions(sources.group)
+    answer = admin.list_consumer_group_offsets([request], request_timeout=15)
+    groups = answer[sources.group].result(timeout=15)
+    return {tp.partition: tp.offset for tp in groups.topic_partitions
+            if tp.topic == sources.topic}
+
+
+def lag_snapshot(sources: Any) -> list[tuple[int, int, int]]:
+    """Stage 7: [(partition, committed, end)], sorted by partition."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    committed = _group_offsets(sources)
+    reader = Consumer({**sources.kafka, "group.id": f"triage-{uuid.uuid4().hex[:8]}",
+                       "enable.auto.commit": False})
+    try:
+        meta = reader.list_topics(sources.topic, timeout=10).topics[sources.topic]
+        rows = []
+        for partition in sorted(meta.partitions):
+            low, high = reader.get_watermark_offsets(
+                TopicPartition(sources.topic, partition), timeout=10, cached=False)
+            at = committed.get(partition, -1)
+            rows.append((partition, at if at >= 0 else low, high))
+        return rows
+    finally:
+        reader.close()
+
+
+def consumer_lag(sources: Any, before: list[tuple[int, int, int]]) -> ConsumerLag | None:
+    """Stage 7: the partition stuck since `before`, from two looks at the group's offsets."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    then = {partition: committed for partition, committed, _end in before}
+    rows = lag_snapshot(sources)
+    lag = {partition: end - committed for partition, committed, end in rows}
+    moving: list[int] = []
+    stuck: list[int] = []
+    for partition, committed, _end in rows:
+        if lag[partition] <= 0 or partition not in then:
+            continue
+        (stuck if committed == then[partition] else moving).append(partition)
+    if not stuck:
+        return None
+    stuck.sort(key=lambda p: (-lag[p], p))
+    partition = stuck[0]
+    offset = next(committed for p, committed, _end in rows if p == partition)
+    reader = Consumer({**sources.kafka, "group.id": f"triage-{uuid.uuid4().hex[:8]}",
+                       "enable.auto.commit": False})
+    key: str | None = None
+    headers: dict[str, str] = {}
+    try:
+        reader.assign([TopicPartition(sources.topic, partition, offset)])
+        for message in reader.consume(num_messages=1, timeout=15):
+            if message.error() is None and message.offset() == offset:
+                key = None if message.key() is None else message.key().decode()
+                headers = {name: (value or b"").decode()
+                           for name, value in message.headers() or []}
+    finally:
+        reader.close()
+    return ConsumerLag(topic=sources.topic, group=sources.group, lag=lag, moving=sorted(moving),
+                       partition=partition, offset=offset, key=key, headers=headers, evidence=[
+                           f"{sources.group} has not moved on partition {partition} since the "
+                           f"first look: offset {offset}, {lag[partition]} waiting",
+                           f"record key={key} headers={headers}"])
