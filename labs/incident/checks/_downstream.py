@@ -36,7 +36,7 @@ from dojo.checks import table
 DOWNSTREAM = "where-to-look-first#step-6-its-dependencies"
 
 DEPENDENCIES = ("card-provider", "tax-rates", "shipping-quotes")   # the order POST calls them
-FAILING_TIMEOUT_MS = 150   # the failing dependency's timeout: it never answers some calls
+FAILING_TIMEOUT_MS = 250   # the failing dependency's timeout: it never answers some calls
 OTHER_TIMEOUT_MS = 2000    # the others': the slow one's tail stays well within it
 SLOW_TAIL_S = 0.5          # one call in SLOW_EVERY of the slow dependency takes this long
 SLOW_EVERY = 8
@@ -354,14 +354,15 @@ class DownstreamShop:
 
     def drive(self, broken: bool) -> None:
         """Play the window: a burst of timeouts that recovers, then (broken) the dependency
-        failing until its breaker is open and refuses every call of the last minute, or
+        degrading (half its calls time out: the onset, its breaker still closed), then failing
+        until its breaker is open and refuses every call of the last minute, or
         (healthy) a quiet end with a single stray timeout in the last minute."""
         failing = self.deps[self.plan.failing]
         last = HEALTHY_MINUTES - 1
         for m in range(MAX_MINUTES):
-            if m == self.plan.burst:
-                failing.set_phase("burst")
-            elif broken and m >= self.plan.onset:
+            if m == self.plan.burst or (broken and m == self.plan.onset):
+                failing.set_phase("burst")      # half its calls time out, its breaker holds
+            elif broken and m > self.plan.onset:
                 failing.set_phase("failing")
             elif not broken and m == last:
                 failing.set_phase("stray")
@@ -408,6 +409,7 @@ class Expected:
     inbound_rate: dict[str, float] = field(default_factory=dict)
     all_errors: int = 0
     first_timeout: datetime | None = None
+    first_refused: datetime | None = None
 
 
 def _when(text: str) -> datetime:
@@ -452,6 +454,7 @@ def expected(served: dict[str, Any]) -> Expected | None:
     rows = after(by_dep[name])
     calls = sum(r["calls"] for r in rows)
     first = next((r["minute"] for r in by_dep[name] if r["timeouts"]), None)
+    refused = next((r["minute"] for r in rows if r["short_circuited"]), None)
     return Expected(
         dependency=name, since=since,
         timeout_rate=sum(r["timeouts"] for r in rows) / calls if calls else 0.0,
@@ -461,6 +464,7 @@ def expected(served: dict[str, Any]) -> Expected | None:
         by_dependency=stats, mean_ms=means, inbound_rate=inbound_rates,
         all_errors=sum(r["errors"] for r in inbound),
         first_timeout=_when(first) if first else None,
+        first_refused=_when(refused) if refused else None,
     )
 
 
@@ -516,6 +520,7 @@ def play(seed: int, broken: bool) -> DownstreamRun:
     run = DownstreamRun(plan, broken, shop, served, want, shop.sources())
     if broken and (want is None or want.dependency != plan.failing
                    or want.since != plan.start + timedelta(minutes=plan.onset)
+                   or want.first_refused in (None, want.since)
                    or want.by_dependency[plan.slow]["p95_ms"]
                    <= want.by_dependency[plan.failing]["p95_ms"]):
         shop.close()

@@ -90,6 +90,10 @@ def test_the_failing_dependency_is_named(learner, runs):
     elif got == want.dependency and since == want.first_timeout:
         fix = ("That minute was a burst of timeouts that recovered: good minutes followed. "
                "The incident began with the run of bad minutes that lasts to now.")
+    elif got == want.dependency and since == want.first_refused:
+        fix = ("That is the minute its breaker first refused a call. The incident began "
+               "earlier, when its calls started to time out: the first minute of the run of "
+               "bad minutes, whatever made each of them bad.")
     elif got == want.dependency and since == want.since and _close(
             rate, _error_rate_since(run), RATE_TOLERANCE):
         fix = ("That is its error rate: calls answered 503 count there too. The timeout rate "
