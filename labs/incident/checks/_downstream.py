@@ -410,6 +410,7 @@ class Expected:
     all_errors: int = 0
     first_timeout: datetime | None = None
     first_refused: datetime | None = None
+    refused_since: int = 0
 
 
 def _when(text: str) -> datetime:
@@ -465,6 +466,7 @@ def expected(served: dict[str, Any]) -> Expected | None:
         all_errors=sum(r["errors"] for r in inbound),
         first_timeout=_when(first) if first else None,
         first_refused=_when(refused) if refused else None,
+        refused_since=sum(r["short_circuited"] for r in rows),
     )
 
 

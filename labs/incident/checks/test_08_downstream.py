@@ -98,6 +98,11 @@ def test_the_failing_dependency_is_named(learner, runs):
             rate, _error_rate_since(run), RATE_TOLERANCE):
         fix = ("That is its error rate: calls answered 503 count there too. The timeout rate "
                "counts only the calls that timed out, of the calls sent.")
+    elif got == want.dependency and since == want.since and _close(
+            rate, _timeouts_since(run) / (_sent_since(run) + want.refused_since),
+            RATE_TOLERANCE):
+        fix = ("The calls its breaker refused were never sent: they are not calls that timed "
+               "out, nor calls that could have. The timeout rate is timeouts / calls sent.")
     elif got == want.dependency and since == want.since and breaker != want.breaker:
         fix = "Its breaker's state now is in the metrics' dependencies list."
     raise CheckFailure(
@@ -113,14 +118,25 @@ def test_the_failing_dependency_is_named(learner, runs):
     )
 
 
+def _since_onset(run: DownstreamRun) -> list[dict[str, Any]]:
+    """The failing dependency's outbound rows from the onset on."""
+    want = _want(run)
+    return [r for r in run.served["outbound"] if r["dependency"] == want.dependency
+            and datetime.fromisoformat(r["minute"].replace("Z", "+00:00")) >= want.since]
+
+
+def _sent_since(run: DownstreamRun) -> int:
+    return sum(r["calls"] for r in _since_onset(run))
+
+
+def _timeouts_since(run: DownstreamRun) -> int:
+    return sum(r["timeouts"] for r in _since_onset(run))
+
+
 def _error_rate_since(run: DownstreamRun) -> float:
     """The failing dependency's errors (timeouts and 503s) per call sent since the onset."""
-    want = _want(run)
-    onset = want.since
-    rows = [r for r in run.served["outbound"] if r["dependency"] == want.dependency
-            and datetime.fromisoformat(r["minute"].replace("Z", "+00:00")) >= onset]
-    sent = sum(r["calls"] for r in rows)
-    return sum(r["errors"] for r in rows) / sent if sent else 0.0
+    sent = _sent_since(run)
+    return sum(r["errors"] for r in _since_onset(run)) / sent if sent else 0.0
 
 
 def test_outbound_calls_are_measured_per_dependency(learner, runs):
