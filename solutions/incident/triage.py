@@ -441,3 +441,76 @@ def consumer_lag(sources: Any, before: dict[int, tuple[int, int]]) -> ConsumerLa
         "lag per partition (end - committed): "
         + ", ".join(f"p{p} {n}" for p, n in sorted(lag.items()))
         + (f"; slow but moving: {moving}" if moving else "")])
+
+class Downstream:
+    dependency: str
+    since: datetime
+    timeout_rate: float
+    breaker: str
+    caused_errors: int
+    own_errors: int
+    by_dependency: dict[str, dict[str, Any]]
+    evidence: list[str] = field(default_factory=list)
+
+
+TIMEOUT_SHARE = 0.2
+
+
+def _refusing_or_timing_out(row: dict[str, Any]) -> bool:
+    """A bad minute of a dependency: its breaker refused calls, or a fifth of the calls sent
+    timed out. An open breaker sends nothing, so it shows no errors: it is bad all the same."""
+    if row["short_circuited"] > 0:
+        return True
+    return row["calls"] > 0 and row["timeouts"] / row["calls"] >= TIMEOUT_SHARE
+
+
+def downstream(sources: Any) -> Downstream | None:
+    """Stage 8: the dependency whose outbound calls time out (or whose breaker refuses them),
+    since when, with every dependency's outbound error rate, p95 and breaker; and the inbound
+    errors it caused, told from the service's own. None when no dependency fails."""
+    metrics = fetch_json(sources.metrics_url)
+    calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in metrics["outbound"]:
+        calls[row["dependency"]].append(row)
+    breakers = {d["dependency"]: d for d in metrics["dependencies"]}
+    failing: list[tuple[int, str, str]] = []
+    for name, rows in calls.items():
+        rows.sort(key=lambda r: r["minute"])
+        start = len(rows)
+        while start > 0 and _refusing_or_timing_out(rows[start - 1]):
+            start -= 1
+        if start < len(rows):
+            failing.append((sum(r["timeouts"] for r in rows[start:]), name,
+                            rows[start]["minute"]))
+    if not failing:
+        return None
+    timeouts, name, onset = max(failing)
+    since = parse_time(onset)
+    by_dependency: dict[str, dict[str, Any]] = {}
+    for dep, rows in calls.items():
+        sent = sum(r["calls"] for r in rows)
+        by_dependency[dep] = {
+            "error_rate": sum(r["errors"] for r in rows) / sent if sent else 0.0,
+            "p95_ms": p95([d for r in rows for d in r["durations_ms"]]),
+            "breaker": breakers[dep]["breaker"],
+        }
+    recent = [r for r in calls[name] if parse_time(r["minute"]) >= since]
+    sent = sum(r["calls"] for r in recent)
+    refused = sum(r["short_circuited"] for r in recent)
+    inbound = [r for r in metrics["minutes"] if parse_time(r["minute"]) >= since]
+    caused = sum(r["errors_by_cause"].get(name, 0) for r in inbound)
+    own = sum(r["errors_by_cause"].get("own", 0) for r in inbound)
+    breaker = breakers[name]
+    return Downstream(
+        dependency=name, since=since, timeout_rate=timeouts / sent if sent else 0.0,
+        breaker=breaker["breaker"], caused_errors=caused, own_errors=own,
+        by_dependency=by_dependency,
+        evidence=[
+            f"{name}: {timeouts} of {sent} calls sent since {onset[11:16]} timed out (timeout "
+            f"{breaker['timeout_ms']} ms), {refused} refused by its breaker, "
+            f"now {breaker['breaker']} since {breaker['breaker_since'][11:19]}",
+            f"inbound errors since then: {caused} caused by {name}, {own} of the service's own",
+            "outbound per dependency: " + "; ".join(
+                f"{dep} error rate {s['error_rate']:.2f}, p95 {s['p95_ms']:.0f} ms, "
+                f"breaker {s['breaker']}" for dep, s in sorted(by_dependency.items())),
+        ])

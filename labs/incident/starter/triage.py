@@ -167,3 +167,22 @@ def consumer_lag(sources: Any, before: Any) -> ConsumerLag | None:
     # TODO: lag = end - committed; stuck = lag > 0 and the committed offset did not move
     raise NotImplementedError("consumer_lag: find the partition the group is stuck on "
                               "(README, stage 7)")
+
+class Downstream:
+    dependency: str                   # the failing dependency, as the metrics name it
+    since: datetime                   # the first minute of its run of bad minutes
+    timeout_rate: float               # its calls sent since then that timed out, 0..1
+    breaker: str                      # its breaker now: "closed", "open" or "half-open"
+    caused_errors: int                # inbound errors it caused since then
+    own_errors: int                   # inbound errors of the service's own since then
+    by_dependency: dict[str, dict[str, Any]]  # {name: {"error_rate", "p95_ms", "breaker"}}
+    evidence: list[str] = field(default_factory=list)
+
+
+def downstream(sources: Any) -> Downstream | None:
+    """Stage 8: the dependency whose outbound calls time out, since when, with every
+    dependency's outbound error rate, p95 and breaker; None when no dependency fails."""
+    # TODO: fetch_json(sources.metrics_url): "outbound" rows per dependency per minute and
+    #       "dependencies" with each breaker's state; a refusing breaker counts as failing
+    raise NotImplementedError("downstream: find the dependency that times out "
+                              "(README, stage 8)")

@@ -297,6 +297,10 @@ def connection_leak(sources: Any) -> Any:
 class ConsumerLag:
     """topic, group, lag, moving, partition, offset, key, headers, evidence (README)."""
 
+# -- stage 8 (downstream), added with the stage: a forward scan in exact fractions ---------
+class DownstreamFinding:
+    """Any object with the README's attribute names is accepted; this one has an extra one."""
+
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
 
@@ -374,3 +378,77 @@ def consumer_lag(sources: Any, before: list[tuple[int, int, int]]) -> ConsumerLa
                            f"{sources.group} has not moved on partition {partition} since the "
                            f"first look: offset {offset}, {lag[partition]} waiting",
                            f"record key={key} headers={headers}"])
+
+def _downstream_fetch(url: str) -> Any:
+    import json as _json
+    import urllib.request as _request
+
+    with _request.urlopen(url, timeout=10) as answer:
+        return _json.loads(answer.read().decode("utf-8"))
+
+
+def _downstream_p95(durations: list[float]) -> float:
+    from fractions import Fraction as _F
+
+    if not durations:
+        return 0.0
+    rank = -(-_F(95, 100) * len(durations) // 1)          # ceil, exactly
+    return sorted(durations)[int(rank) - 1]
+
+
+def downstream(sources: Any) -> Any:
+    from datetime import datetime as _dt
+    from fractions import Fraction as _F
+
+    served = _downstream_fetch(sources.metrics_url)
+    state = {d["dependency"]: d["breaker"] for d in served["dependencies"]}
+    per_dep: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in served["outbound"]:
+        per_dep.setdefault(row["dependency"], {})[row["minute"]] = row
+
+    def is_bad(row: dict[str, Any]) -> bool:
+        if row["short_circuited"]:
+            return True
+        return bool(row["calls"]) and _F(row["timeouts"], row["calls"]) >= _F(1, 5)
+
+    candidates = []
+    for dep, minutes in per_dep.items():
+        onset = None
+        for minute in sorted(minutes):          # forward: the last good minute resets it
+            if is_bad(minutes[minute]):
+                onset = onset or minute
+            else:
+                onset = None
+        if onset is not None:
+            tail = [minutes[m] for m in minutes if m >= onset]
+            candidates.append((sum(r["timeouts"] for r in tail), dep, onset, tail))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    timeouts, dep, onset, tail = candidates[-1]
+    sent = sum(r["calls"] for r in tail)
+    caused = own = 0
+    for row in served["minutes"]:
+        if row["minute"] >= onset:
+            caused += row["errors_by_cause"].get(dep, 0)
+            own += row["errors_by_cause"].get("own", 0)
+    table = {}
+    for name, minutes in per_dep.items():
+        rows = list(minutes.values())
+        calls = sum(r["calls"] for r in rows)
+        table[name] = {"error_rate": float(_F(sum(r["errors"] for r in rows), calls))
+                       if calls else 0.0,
+                       "p95_ms": _downstream_p95([d for r in rows for d in r["durations_ms"]]),
+                       "breaker": state[name]}
+    return DownstreamFinding(
+        dependency=dep,
+        since=_dt.fromisoformat(onset.replace("Z", "+00:00")),
+        timeout_rate=float(_F(timeouts, sent)) if sent else 0.0,
+        breaker=state[dep],
+        caused_errors=caused,
+        own_errors=own,
+        by_dependency=table,
+        bad_minutes=len(tail),
+        evidence=[f"dependency {dep} failing since {onset}: {timeouts}/{sent} calls timed out, "
+                  f"breaker {state[dep]}", f"inbound errors: {caused} caused, {own} own"],
+    )
