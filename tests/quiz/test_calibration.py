@@ -65,8 +65,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
     "kafka-ordering-spot-executor": "partial 60 < negated 100",
-    "outbox-polling-or-debezium": "held out: partial 54 < negated 71",
-    "outbox-spot-ai-payload": "partial 75 < negated 100",
     "outbox-spot-mark-first": ("held out: strong 20 < negated 100; partial 80 < negated 100; "
                                "strong 20 < partial 80"),
     "outbox-spot-relay-transaction": "partial 50 < negated 67",
