@@ -30,8 +30,15 @@ GRADE_STYLES = {1: ("Again", "$text-error"), 2: ("Hard", "$text-warning"),
                 3: ("Good", "$text-success"), 4: ("Easy", "$text-primary")}
 
 
+def _lab_text(label: str) -> str:
+    return label.replace("soon", "coming") or "—"
+
+
 def lessons_block(overview: Overview, width: int) -> Content:
-    title_width = max(16, width - 36)
+    # the title gives way to the widest lab column ("incident+dlq+money 0/9"), so no row wraps:
+    # number 3, space, read 8, meter 10, percent 4 and two spaces around
+    lab_width = max((len(_lab_text(row.lab_label())) for row in overview.lessons), default=3)
+    title_width = max(16, width - 28 - lab_width)
     parts: list[Content | str | tuple[str, str]] = [
         (f"{'':3}{'lesson':<{title_width}} {'read':<8}{'mastery':<16}lab", "$text-muted"),
         "\n"]
@@ -42,7 +49,7 @@ def lessons_block(overview: Overview, width: int) -> Content:
             parts += [(TRACK_TITLES.get(track, track), "bold $text-primary"), "\n"]
         read_style = {"read": "$text-success", "reading": "$text-accent"}.get(row.read,
                                                                           "$text-muted")
-        lab = row.lab_label().replace("soon", "coming") or "—"
+        lab = _lab_text(row.lab_label())
         parts += [(f"{row.lesson.dir.name[:2]} ", "$text-muted"), fit(row.lesson.title,
                                                                     title_width),
                   " ", (f"{row.read:<8}", read_style), meter(row.mastery, 10),
