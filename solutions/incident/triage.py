@@ -442,6 +442,8 @@ def consumer_lag(sources: Any, before: dict[int, tuple[int, int]]) -> ConsumerLa
         + ", ".join(f"p{p} {n}" for p, n in sorted(lag.items()))
         + (f"; slow but moving: {moving}" if moving else "")])
 
+
+@dataclass
 class Downstream:
     dependency: str
     since: datetime

@@ -168,6 +168,8 @@ def consumer_lag(sources: Any, before: Any) -> ConsumerLag | None:
     raise NotImplementedError("consumer_lag: find the partition the group is stuck on "
                               "(README, stage 7)")
 
+
+@dataclass
 class Downstream:
     dependency: str                   # the failing dependency, as the metrics name it
     since: datetime                   # the first minute of its run of bad minutes

@@ -302,10 +302,6 @@ def connection_leak(sources: Any) -> PoolLeak | None:
 class ConsumerLag:
     """topic, group, lag, moving, partition, offset, key, headers, evidence (README)."""
 
-# -- stage 8 (downstream), added with the stage: a forward scan in exact fractions ---------
-class DownstreamFinding:
-    """Any object with the README's attribute names is accepted; this one has an extra one."""
-
     def __init__(self, **values: Any) -> None:
         self.__dict__.update(values)
 
@@ -383,6 +379,15 @@ def consumer_lag(sources: Any, before: list[tuple[int, int, int]]) -> ConsumerLa
                            f"{sources.group} has not moved on partition {partition} since the "
                            f"first look: offset {offset}, {lag[partition]} waiting",
                            f"record key={key} headers={headers}"])
+
+
+# -- stage 8 (downstream), added with the stage: a forward scan in exact fractions ---------
+class DownstreamFinding:
+    """Any object with the README's attribute names is accepted; this one has an extra one."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
 
 def _downstream_fetch(url: str) -> Any:
     import json as _json
