@@ -320,7 +320,7 @@ class ApplicationContext:
             try:
                 raw = self._create(name, definition, path)
                 instance = self._initialise(name, definition, raw, path)
-            except CONTAINER_ERRORS:
+            except (*CONTAINER_ERRORS, RecursionError):   # the container's, not the bean's
                 raise
             except Exception as error:          # the bean's own code: name the chain to it
                 raise BeanCreationError(path, error) from error
