@@ -10,6 +10,7 @@ by an application_name of its own.
 
 from __future__ import annotations
 
+import textwrap
 import time
 import uuid
 from typing import Any
@@ -22,7 +23,7 @@ from dojo.checks import CheckFailure, call, raised, table
 
 pytestmark = pytest.mark.stage("startup")
 
-STEPS = "spring-context#refresh-step-by-step"
+STEPS = "spring-context#where-the-startup-went"
 EPSILON = 1e-6          # rounding of started + duration against a reading of the same clock
 SLEEP = 0.03            # seconds; only its position is checked, never its length
 
@@ -54,7 +55,8 @@ PHASED_MODULE = """\
 
 PHASED_AUTO = """\
     from {base}.sleepy import nap
-    from markers import bean, conditional_on_property, configuration
+    from markers import (bean, conditional_on_missing_bean, conditional_on_property,
+                         configuration)
 
     nap("auto-configuration")   # while the listed class's module is imported
 
@@ -66,6 +68,7 @@ PHASED_AUTO = """\
     @configuration
     class ClockAutoConfiguration:
         @bean
+        @conditional_on_missing_bean(Clock)
         def clock(self) -> Clock:
             return Clock()
 
@@ -238,6 +241,9 @@ def test_each_phase_is_timed_around_its_own_work(learner, make_app):
         if nap and not (start <= nap[0] + EPSILON and nap[1] <= end + EPSILON):
             problems.append(f"the {name} sleep lies outside the {name} phase")
         previous_end = max(previous_end, end)
+    wall_clock = bool(phases) and all(
+        abs(step.started - time.time()) < 3600 and step.started > after + 1e6
+        for step in phases.values())
     if problems:
         raise CheckFailure(
             "Each phase is measured on the monotonic clock around its own work: its started "
@@ -251,6 +257,8 @@ def test_each_phase_is_timed_around_its_own_work(learner, make_app):
                      + table(rows, ("phase", "started", "ended", "sleep"))
                      + "\n" + PHASED_SHAPE,
             lesson=STEPS,
+            fix="The phases' started values are wall-clock readings (time.time()); read "
+                "time.monotonic() instead." if wall_clock else None,
         )
 
 
@@ -431,20 +439,51 @@ def _causes(error):
     return seen
 
 
+INIT_FAILING = """\
+    from markers import lazy, post_construct, service
+
+
+    @lazy
+    @service
+    class AuditSink:
+        @post_construct
+        def open(self):
+            raise ConnectionError("audit sink unreachable")
+
+
+    @service
+    class Audit:
+        def __init__(self, sink: AuditSink):
+            self.sink = sink
+    """
+INIT_CHAIN = ["audit", "auditSink"]
+
+
+def _chain_problems(error, startup, wanted, case):
+    if error is None:
+        return [f"{case}: refresh() succeeded"]
+    if not isinstance(error, startup.BeanCreationError):
+        return [f"{case}: refresh() raised {type(error).__name__}, not BeanCreationError"]
+    chain = getattr(error, "chain", None)
+    problems = []
+    if list(chain or []) != wanted:
+        problems.append(f"{case}: chain={chain!r}")
+    if " -> ".join(wanted) not in str(error):
+        problems.append(f"{case}: the message does not show " + " -> ".join(wanted))
+    return problems
+
+
 def test_failing_bean_names_its_chain(learner, make_app):
     error, _, startup = _failed_refresh(learner, make_app)
-    chain = getattr(error, "chain", None)
-    typed = isinstance(error, startup.BeanCreationError)
-    problems = []
-    if not typed:
-        problems.append(f"refresh() raised {type(error).__name__}, not BeanCreationError")
-    else:
-        if list(chain or []) != CHAIN:
-            problems.append(f"chain={chain!r}")
-        if " -> ".join(CHAIN) not in str(error):
-            problems.append("the message does not show " + " -> ".join(CHAIN))
+    problems = _chain_problems(error, startup, CHAIN, "constructor")
+    app = make_app("shop")
+    app.write("audit.py", INIT_FAILING)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    init_error = raised(ctx.refresh)
+    problems += _chain_problems(init_error, startup, INIT_CHAIN, "@post_construct")
     if problems:
-        got = list(chain or []) if typed else []
+        got = list(getattr(error, "chain", None) or [])
         fix = None
         if got == CHAIN[::-1]:
             fix = "List the chain from the bean refresh() asked for down to the failing one."
@@ -454,11 +493,16 @@ def test_failing_bean_names_its_chain(learner, make_app):
         raise CheckFailure(
             "A bean that fails during refresh() is reported with the way refresh() got to "
             "it: a BeanCreationError whose chain lists the beans being created, each needing "
-            "the next, the failing one last, and no bean that was already finished.",
-            expected=f"BeanCreationError with chain={CHAIN!r} and "
-                     f"{' -> '.join(CHAIN)!r} in its message",
+            "the next, the failing one last, and no bean that was already finished. A bean "
+            "is being created until it is finished: its init callbacks fail inside it too.",
+            expected=f"constructor: chain={CHAIN!r}, {' -> '.join(CHAIN)!r} in the message; "
+                     f"@post_construct: chain={INIT_CHAIN!r}, "
+                     f"{' -> '.join(INIT_CHAIN)!r} in the message",
             actual="; ".join(problems),
-            evidence=f"raised: {type(error).__name__}: {error}\n{FAILING_SHAPE}",
+            evidence=f"constructor case raised: {type(error).__name__}: {error}\n"
+                     f"{FAILING_SHAPE}\n@post_construct case raised: "
+                     f"{type(init_error).__name__}: {init_error}\nAudit(sink: AuditSink), "
+                     "AuditSink is @lazy and its @post_construct raises ConnectionError",
             lesson=STEPS,
             fix=fix,
         )
@@ -487,13 +531,19 @@ def test_failure_keeps_its_cause(learner, make_app):
 
 
 RELEASED = """\
+    from typing import Annotated
+
     from sqlalchemy import Engine, create_engine, text
 
-    from markers import bean, configuration, pre_destroy, repository, service
+    from markers import Autowired, bean, configuration, pre_destroy, repository, service
     import {probe} as probe
 
 
     class BillingDown(Exception):
+        pass
+
+
+    class PaymentGateway:
         pass
 
 
@@ -518,11 +568,25 @@ RELEASED = """\
             probe.events.append(("destroy", "orderStore"))
 
 
+    {billing}
+    """
+
+BILLINGS = {
+    "BillingDown from Billing's constructor": """\
     @service
     class Billing:
         def __init__(self, store: OrderStore):
             raise BillingDown("the billing gateway refused the connection")
-    """
+    """,
+    "NoSuchBeanError for Billing's Autowired field": """\
+    @service
+    class Billing:
+        gateway: Annotated[PaymentGateway, Autowired()]
+
+        def __init__(self, store: OrderStore):
+            self.store = store
+    """,
+}
 
 
 def _sessions_named(engine, name):
@@ -533,60 +597,73 @@ def _sessions_named(engine, name):
 
 
 def test_failed_refresh_releases_what_it_made(learner, make_app, database):
-    name = f"dojo_ctx_{uuid.uuid4().hex[:8]}"
-    url = make_url(database.url).update_query_dict({"application_name": name})
-    app = make_app("shop")
-    app.write("billing.py", RELEASED.replace("{url!r}", repr(
-        url.render_as_string(hide_password=False))))
-    shape = (f"StoreConfig with @bean(destroy_method='dispose') engine (application_name="
-             f"{name}); OrderStore(engine) runs SELECT 1 and has a @pre_destroy; "
-             "Billing(store: OrderStore) raises BillingDown")
     context = learner.module("context")
-    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
-    engines = []
+    cases = []
+    for failure, billing in BILLINGS.items():
+        name = f"dojo_ctx_{uuid.uuid4().hex[:8]}"
+        url = make_url(database.url).update_query_dict({"application_name": name})
+        app = make_app("shop")
+        app.write("billing.py", RELEASED.replace("{url!r}", repr(
+            url.render_as_string(hide_password=False))).replace(
+            "{billing}", textwrap.indent(textwrap.dedent(billing), "    ").strip()))
+        cases.append((failure, name, app,
+                       call(context.ApplicationContext, app.base, app.root, {}, [])))
+    rows, problems, fixable = [], [], False
     try:
-        error = raised(ctx.refresh)
-        engines = [event[1] for event in app.probe.events if event[0] == "engine"]
+        errors = [raised(ctx.refresh) for _, _, _, ctx in cases]
         # a backend leaves pg_stat_activity a moment after its client hung up
         deadline = time.monotonic() + 5
-        left = _sessions_named(database.engine, name)
-        while left and time.monotonic() < deadline:
+        left = [_sessions_named(database.engine, name) for _, name, _, _ in cases]
+        while any(left) and time.monotonic() < deadline:
             time.sleep(0.05)
-            left = _sessions_named(database.engine, name)
-        destroyed_by_refresh = [e[1] for e in app.probe.events if e[0] == "destroy"]
-        again = raised(ctx.close)
-        destroyed = [e[1] for e in app.probe.events if e[0] == "destroy"]
+            left = [_sessions_named(database.engine, name) for _, name, _, _ in cases]
+        for (failure, _, app, ctx), error, sessions in zip(cases, errors, left, strict=True):
+            events = app.probe.events
+            destroyed_by_refresh = [e[1] for e in events if e[0] == "destroy"]
+            again = raised(ctx.close)
+            destroyed = [e[1] for e in events if e[0] == "destroy"]
+            made = "orderStore" in [e[1] for e in events if e[0] == "init"]
+            rows.append((failure, f"{type(error).__name__}" if error else "nothing",
+                         len(sessions), len(destroyed_by_refresh),
+                         f"raised {type(again).__name__}" if again else "returned"))
+            wrong = []
+            if error is None:
+                wrong.append("refresh() succeeded")
+            if not made:
+                wrong.append("OrderStore was never made")
+            if sessions:
+                wrong.append(f"{len(sessions)} session(s) of the Engine still open 5 s after "
+                             "refresh() failed")
+            if made and destroyed_by_refresh != ["orderStore"]:
+                wrong.append(f"orderStore destroyed {len(destroyed_by_refresh)} time(s) by "
+                             "the failed refresh()")
+            if destroyed.count("orderStore") > 1:
+                wrong.append("close() after the failed refresh() destroyed orderStore again")
+            fixable = fixable or bool(sessions and not destroyed_by_refresh)
+            problems += [f"{failure}: {w}" for w in wrong]
     finally:
-        for engine in engines:
-            engine.dispose()
-    made = "orderStore" in [e[1] for e in app.probe.events if e[0] == "init"]
-    problems = []
-    if error is None:
-        problems.append("refresh() succeeded")
-    if not made:
-        problems.append("OrderStore was never made")
-    if left:
-        problems.append(f"{len(left)} session(s) of {name} still open 5 s after refresh() "
-                        "failed")
-    if made and destroyed_by_refresh != ["orderStore"]:
-        problems.append(f"orderStore destroyed {len(destroyed_by_refresh)} time(s) by the "
-                        "failed refresh()")
-    if destroyed.count("orderStore") > 1:
-        problems.append("close() after the failed refresh() destroyed orderStore again")
+        for _, _, app, _ in cases:
+            for event in app.probe.events:
+                if event[0] == "engine":
+                    event[1].dispose()
     if problems:
         raise CheckFailure(
             "A failed refresh() does not leave half an application running: before the "
-            "error reaches the caller it destroys the singletons it had made, as Spring "
-            "does, so the Engine's pool is disposed and no session of its application_name "
-            "stays open; a later close() destroys nothing twice.",
-            expected=f"refresh() raises; orderStore destroyed once; no session of {name}",
+            "error reaches the caller (a bean's own exception or a container error alike) it "
+            "destroys the singletons it had made, as Spring does, so the Engine's pool is "
+            "disposed and no session of its application_name stays open; a later close() "
+            "destroys nothing twice.",
+            expected="for each failure: refresh() raises; orderStore destroyed once; no "
+                     "session of the Engine's application_name left",
             actual="; ".join(problems),
-            evidence=f"raised: {type(error).__name__ if error else 'nothing'}: {error}\n"
-                     f"close() afterwards: {'raised ' + repr(again) if again else 'returned'}"
-                     "\nsessions left:\n" + table(left, ("pid", "state", "backend_start"))
-                     + "\n" + shape,
+            evidence=table(rows, ("failure", "refresh() raised", "sessions left",
+                                  "destroyed by refresh()", "close() afterwards"))
+                     + "\nStoreConfig declares @bean(destroy_method='dispose') engine with an "
+                       "application_name of its own; OrderStore(engine) runs SELECT 1 and has "
+                       "a @pre_destroy; Billing(store: OrderStore) either raises BillingDown "
+                       "or has a field gateway: Annotated[PaymentGateway, Autowired()] that no "
+                       "bean provides",
             lesson=STEPS,
             fix="In refresh(), on any exception, destroy the singletons made so far (what "
-                "close() does), then re-raise." if left and not destroyed_by_refresh
-            else None,
+                "close() does), then re-raise." if fixable else None,
         )
