@@ -262,6 +262,47 @@ def test_each_phase_is_timed_around_its_own_work(learner, make_app):
         )
 
 
+CREATED_IN = (("tuner", "definition-post-processors"), ("tracer", "bean-post-processors"),
+              ("warehouse", "singletons"))
+
+
+def test_post_processors_are_beans_of_their_phases(learner, make_app):
+    app, imports = _phased_app(make_app)
+    ctx, before, _ = _refresh_timed(learner, app, imports, PHASED_SHAPE)
+    steps = _steps(ctx)
+    phases = {step.name: step for step in steps if step.name in PHASE_NAMES}
+    problems, rows = [], []
+    for bean, phase_name in CREATED_IN:
+        found = [s for s in steps if s.name == "bean"
+                 and dict(getattr(s, "tags", None) or {}).get("bean") == bean]
+        phase = phases.get(phase_name)
+        if len(found) != 1:
+            problems.append(f"{len(found)} steps for bean {bean}")
+            continue
+        step = found[0]
+        rows.append((bean, phase_name, _ms(step.started, before),
+                     _ms(step.started + step.duration, before),
+                     f"{_ms(phase.started, before)} to "
+                     f"{_ms(phase.started + phase.duration, before)}" if phase else "-"))
+        if phase is None:
+            problems.append(f"no {phase_name} phase")
+        elif not (phase.started - EPSILON <= step.started and step.started + step.duration
+                  <= phase.started + phase.duration + EPSILON):
+            problems.append(f"{bean}'s step lies outside the {phase_name} phase")
+    if problems:
+        raise CheckFailure(
+            "Every bean refresh() creates has its step, the post-processors included: a "
+            "definition post-processor is a bean made in its phase, a bean post-processor in "
+            "its own, and each step lies inside the phase that made it.",
+            expected="; ".join(f"one step for {b}, inside the {p} phase" for b, p in CREATED_IN),
+            actual="; ".join(problems),
+            evidence="milliseconds since refresh() was called:\n"
+                     + table(rows, ("bean", "phase", "started", "ended", "phase ran"))
+                     + "\n" + PHASED_SHAPE,
+            lesson=STEPS,
+        )
+
+
 TIMED_BEANS = """\
     from markers import lazy, service
     from {base}.sleepy import nap
