@@ -600,12 +600,17 @@ RELEASED = """\
     @repository
     class OrderStore:
         def __init__(self, engine: Engine):
+            self.engine = engine
             with engine.connect() as conn:          # back to the pool: an idle session
                 conn.execute(text("SELECT 1"))
             probe.events.append(("init", "orderStore"))
 
         @pre_destroy
         def stop(self):
+            # a last write on the way out: an Engine disposed before it would open a new
+            # session, and nothing would dispose that one
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
             probe.events.append(("destroy", "orderStore"))
 
 
@@ -691,17 +696,18 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
         raise CheckFailure(
             "A failed refresh() does not leave half an application running: before the "
             "error reaches the caller (a bean's own exception or a container error alike) it "
-            "destroys the singletons it had made, as Spring does, so the Engine's pool is "
-            "disposed and no session of its application_name stays open; a later close() "
-            "destroys nothing twice.",
+            "destroys the singletons it had made, dependants first, as Spring does, so the "
+            "Engine's pool is disposed and no session of its application_name stays open; a "
+            "later close() destroys nothing twice.",
             expected="for each failure: refresh() raises; orderStore destroyed once; no "
                      "session of the Engine's application_name left",
             actual="; ".join(problems),
             evidence=table(rows, ("failure", "refresh() raised", "sessions left",
                                   "destroyed by refresh()", "close() afterwards"))
                      + "\nStoreConfig declares @bean(destroy_method='dispose') engine with an "
-                       "application_name of its own; OrderStore(engine) runs SELECT 1 and has "
-                       "a @pre_destroy; Billing(store: OrderStore) either raises BillingDown "
+                       "application_name of its own; OrderStore(engine) runs SELECT 1 when made "
+                       "and again in its @pre_destroy (so it must be destroyed before the "
+                       "Engine); Billing(store: OrderStore) either raises BillingDown "
                        "or has a field gateway: Annotated[PaymentGateway, Autowired()] that no "
                        "bean provides",
             lesson=STEPS,
