@@ -7,9 +7,12 @@ post-processors, then the singletons (constructor injection, field injection, in
 between the post-processors' before and after hooks), and publishes ContextRefreshed.
 `close()` destroys the singletons in the reverse order of their completion: a bean is
 finished only after everything it depends on, so it is destroyed before any of them.
-refresh() records its phases and every bean it creates (startup.py); a bean whose own code
-fails stops it with a BeanCreationError naming the chain of beans, after the singletons made
-so far are destroyed.
+Scopes (stage 7): a singleton is made under a lock, so racing threads get one object; a
+request-scoped bean lives in the request of `scopes.request()` and reaches longer-lived beans
+through a `scopes.ScopedProxy`.
+Startup (stage 8): refresh() records its phases and every bean it creates (startup.py); a
+bean whose own code fails stops it with a BeanCreationError naming the chain of beans, after
+the singletons made so far are destroyed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import threading
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import markers
+import scopes
 from scanning import BeanDefinition, scan
 from startup import BeanCreationError, StartupRecorder, StartupStep
 
@@ -124,6 +129,7 @@ class ApplicationContext:
         self._raw: dict[str, Any] = {}             # singletons as made, before after_init
         self._finished: list[str] = []             # singletons in the order they were finished
         self._destroy_methods: dict[str, str] = {}
+        self._singleton_lock = threading.RLock()   # one maker per singleton, whatever the thread
         self._startup = StartupRecorder()
 
     # ---- refresh -------------------------------------------------------------------------
@@ -199,17 +205,20 @@ class ApplicationContext:
             name = self._finished.pop()
             raw = self._raw.pop(name)
             self._singletons.pop(name, None)
-            callbacks = [getattr(raw, attr) for attr, member in _members(type(raw))
-                         if getattr(member, "__pre_destroy__", False)]
-            if self._destroy_methods.get(name):
-                callbacks.append(getattr(raw, self._destroy_methods[name]))
-            for callback in callbacks:
+            for callback in self._destroy_callbacks(name, raw):
                 try:
                     callback()
                 except Exception as error:  # one bean's failure must not keep the rest alive
                     errors.append(error)
         if errors:
             raise errors[0]
+
+    def _destroy_callbacks(self, name: str, raw: Any) -> list[Any]:
+        callbacks = [getattr(raw, attr) for attr, member in _members(type(raw))
+                     if getattr(member, "__pre_destroy__", False)]
+        if self._destroy_methods.get(name):
+            callbacks.append(getattr(raw, self._destroy_methods[name]))
+        return callbacks
 
     def _load_type(self, definition: BeanDefinition) -> type:
         if not definition.factory:
@@ -312,6 +321,42 @@ class ApplicationContext:
     def _get(self, name: str, creating: list[str]) -> Any:
         if name in self._singletons:
             return self._singletons[name]
+        definition = self.definitions[name]
+        if definition.scope == "request":
+            return scopes.current_request(name).get(
+                (id(self), name), lambda: self._make_request_bean(name, creating))
+        if definition.scope != "singleton":
+            return self._make(name, creating)
+        with self._singleton_lock:          # a thread that lost the race finds it made
+            if name in self._singletons:
+                return self._singletons[name]
+            return self._make(name, creating)
+
+    def _make_request_bean(self, name: str, creating: list[str]) -> tuple[Any, Any]:
+        raw, instance = self._build(name, creating)
+
+        def destroy() -> None:
+            for callback in self._destroy_callbacks(name, raw):
+                callback()
+        return instance, destroy
+
+    def _inject(self, name: str, creating: list[str]) -> Any:
+        """What a parameter or field receives: a request bean only through a scoped proxy."""
+        if self.definitions[name].scope == "request":
+            return scopes.ScopedProxy(name, lambda: self._get(name, []))
+        return self._get(name, creating)
+
+    def _make(self, name: str, creating: list[str]) -> Any:
+        definition = self.definitions[name]
+        raw, instance = self._build(name, creating)
+        if definition.scope == "singleton":
+            self._singletons[name] = instance
+            self._raw[name] = raw
+            self._finished.append(name)
+        return instance
+
+    def _build(self, name: str, creating: list[str]) -> tuple[Any, Any]:
+        """(the object as made, the bean to keep) of a new instance of `name`."""
         if name in creating:
             raise CircularDependencyError([*creating[creating.index(name):], name])
         definition = self.definitions[name]
@@ -319,16 +364,11 @@ class ApplicationContext:
         with self._startup.bean(name):
             try:
                 raw = self._create(name, definition, path)
-                instance = self._initialise(name, definition, raw, path)
+                return raw, self._initialise(name, definition, raw, path)
             except (*CONTAINER_ERRORS, RecursionError):   # the container's, not the bean's
                 raise
             except Exception as error:          # the bean's own code: name the chain to it
                 raise BeanCreationError(path, error) from error
-        if definition.scope == "singleton":
-            self._singletons[name] = instance
-            self._raw[name] = raw
-            self._finished.append(name)
-        return instance
 
     def _initialise(self, name: str, definition: BeanDefinition, raw: Any,
                     creating: list[str]) -> Any:
@@ -370,7 +410,7 @@ class ApplicationContext:
                     values[field_name] = None
                     continue
                 raise
-            values[field_name] = self._get(chosen, creating)
+            values[field_name] = self._inject(chosen, creating)
         return values
 
     def _create(self, name: str, definition: BeanDefinition, creating: list[str]) -> Any:
@@ -405,7 +445,7 @@ class ApplicationContext:
                 if parameter.default is not inspect.Parameter.empty:
                     continue
                 raise
-            arguments[parameter.name] = self._get(chosen, creating)
+            arguments[parameter.name] = self._inject(chosen, creating)
         return arguments
 
 

@@ -91,7 +91,7 @@ def lazy(target: T) -> T:
 
 
 def scope(name: str) -> Callable[[T], T]:
-    """Give a bean a scope: "singleton" (the default) or "prototype"."""
+    """Give a bean a scope: "singleton" (the default), "prototype" or "request" (stage 7)."""
     def mark(target: T) -> T:
         target.__scope__ = name  # type: ignore[attr-defined]
         return target

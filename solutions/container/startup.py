@@ -7,6 +7,7 @@ previous one ends and times every bean on the monotonic clock, without its depen
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -58,7 +59,7 @@ class StartupRecorder:
     def __init__(self) -> None:
         self.steps: list[StartupStep] = []
         self._phase: StartupStep | None = None
-        self._inner: list[float] = []      # per bean being created: time spent in nested beans
+        self._local = threading.local()    # each thread's stack of beans being created (stage 7)
 
     def phase(self, name: str, **tags: str) -> None:
         self.end()
@@ -74,18 +75,27 @@ class StartupRecorder:
             self._phase.duration = time.monotonic() - self._phase.started
             self._phase = None
 
+    @property
+    def _inner(self) -> list[float]:
+        """Per bean this thread is creating: the time spent in the beans nested in it."""
+        inner: list[float] | None = getattr(self._local, "inner", None)
+        if inner is None:
+            inner = self._local.inner = []
+        return inner
+
     @contextmanager
     def bean(self, name: str) -> Iterator[None]:
         step = StartupStep("bean", time.monotonic(), tags={"bean": name})
         self.steps.append(step)
-        self._inner.append(0.0)
+        inner = self._inner
+        inner.append(0.0)
         try:
             yield
         finally:
             span = time.monotonic() - step.started
-            step.duration = span - self._inner.pop()
-            if self._inner:
-                self._inner[-1] += span
+            step.duration = span - inner.pop()
+            if inner:
+                inner[-1] += span
 
 
 __all__ = ["PHASES", "BeanCreationError", "StartupRecorder", "StartupStep"]

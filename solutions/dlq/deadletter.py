@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -96,13 +97,32 @@ def create_topics(admin: Any, source_topic: str, *, replication_factor: int = 1
         missing.append(NewTopic(name, num_partitions=wanted,
                                 replication_factor=replication_factor))
     if missing:
-        for future in admin.create_topics(missing, operation_timeout=15).values():
+        for name, future in admin.create_topics(missing, operation_timeout=15).items():
             try:
                 future.result(timeout=20)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
+                # created by someone else since the metadata above: too small is still wrong
+                have = _partition_count(admin, name)
+                if have < wanted:
+                    raise ValueError(f"{name} has {have} partitions, fewer than the "
+                                     f"{wanted} of {source_topic}") from exc
     return names
+
+
+def _partition_count(admin: Any, topic: str, wait_seconds: float = 10.0) -> int:
+    """The partitions of a topic the broker says exists; a metadata answer may miss a topic
+    created a moment ago, so ask again until it shows (at most `wait_seconds`)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() > deadline:
+            raise ValueError(f"{topic} exists, says the broker, but its metadata never shows "
+                             "its partitions")
+        time.sleep(0.2)
 
 
 def fqcn(error: BaseException) -> str:

@@ -362,3 +362,155 @@ def connection_leak(sources: Any) -> PoolLeak | None:
         f"(checked out, never returned); its sessions by state: {by_path[path]}",
         "every path: " + "; ".join(f"{name or '(no name)'} {states}"
                                    for name, states in sorted(by_path.items()))])
+
+
+@dataclass
+class ConsumerLag:
+    topic: str
+    group: str
+    lag: dict[int, int]
+    moving: list[int]
+    partition: int
+    offset: int
+    key: str | None
+    headers: dict[str, str]
+    evidence: list[str] = field(default_factory=list)
+
+
+def _group_consumer(sources: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    # the group's id, to read its committed offsets; never commit for it
+    return Consumer({**sources.kafka, "group.id": sources.group, "enable.auto.commit": False})
+
+
+def lag_snapshot(sources: Any) -> dict[int, tuple[int, int]]:
+    """Stage 7: the group's committed offset and the end offset of every partition of the
+    topic now: {partition: (committed, end)}."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _group_consumer(sources)
+    try:
+        topic = consumer.list_topics(sources.topic, timeout=10).topics[sources.topic]
+        partitions = [TopicPartition(sources.topic, p) for p in sorted(topic.partitions)]
+        found: dict[int, tuple[int, int]] = {}
+        for tp in consumer.committed(partitions, timeout=10):
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            found[tp.partition] = (tp.offset if tp.offset >= 0 else low, high)
+        return found
+    finally:
+        consumer.close()
+
+
+def _record_at(sources: Any, partition: int, offset: int) -> Any:
+    from confluent_kafka import TopicPartition
+
+    consumer = _group_consumer(sources)
+    try:
+        consumer.assign([TopicPartition(sources.topic, partition, offset)])
+        for _ in range(100):
+            message = consumer.poll(0.2)
+            if message is not None and not message.error() and message.offset() == offset:
+                return message
+        return None
+    finally:
+        consumer.close()
+
+
+def consumer_lag(sources: Any, before: dict[int, tuple[int, int]]) -> ConsumerLag | None:
+    """Stage 7: lag per partition from the group's committed offsets; the partition whose
+    committed offset did not move since `before` (a lag_snapshot) while records wait, and
+    the record it is stuck on; None when no partition is stuck."""
+    now = lag_snapshot(sources)
+    lag = {p: end - committed for p, (committed, end) in now.items()}
+    moving = sorted(p for p in now if lag[p] > 0 and p in before and now[p][0] > before[p][0])
+    stuck = [p for p in now if lag[p] > 0 and p in before and now[p][0] == before[p][0]]
+    if not stuck:
+        return None
+    partition = max(stuck, key=lambda p: lag[p])
+    offset = now[partition][0]
+    record = _record_at(sources, partition, offset)
+    key = record.key().decode("utf-8", "replace") if record and record.key() else None
+    headers = {name: (value or b"").decode("utf-8", "replace")
+               for name, value in (record.headers() or [])} if record else {}
+    return ConsumerLag(sources.topic, sources.group, lag, moving, partition, offset, key,
+                       headers, [
+        f"partition {partition}: committed offset {offset} at both looks, end "
+        f"{before[partition][1]} then {now[partition][1]}: {lag[partition]} records wait",
+        f"the record at offset {offset}: key {key!r}, headers {headers}",
+        "lag per partition (end - committed): "
+        + ", ".join(f"p{p} {n}" for p, n in sorted(lag.items()))
+        + (f"; slow but moving: {moving}" if moving else "")])
+
+class Downstream:
+    dependency: str
+    since: datetime
+    timeout_rate: float
+    breaker: str
+    caused_errors: int
+    own_errors: int
+    by_dependency: dict[str, dict[str, Any]]
+    evidence: list[str] = field(default_factory=list)
+
+
+TIMEOUT_SHARE = 0.2
+
+
+def _refusing_or_timing_out(row: dict[str, Any]) -> bool:
+    """A bad minute of a dependency: its breaker refused calls, or a fifth of the calls sent
+    timed out. An open breaker sends nothing, so it shows no errors: it is bad all the same."""
+    if row["short_circuited"] > 0:
+        return True
+    return row["calls"] > 0 and row["timeouts"] / row["calls"] >= TIMEOUT_SHARE
+
+
+def downstream(sources: Any) -> Downstream | None:
+    """Stage 8: the dependency whose outbound calls time out (or whose breaker refuses them),
+    since when, with every dependency's outbound error rate, p95 and breaker; and the inbound
+    errors it caused, told from the service's own. None when no dependency fails."""
+    metrics = fetch_json(sources.metrics_url)
+    calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in metrics["outbound"]:
+        calls[row["dependency"]].append(row)
+    breakers = {d["dependency"]: d for d in metrics["dependencies"]}
+    failing: list[tuple[int, str, str]] = []
+    for name, rows in calls.items():
+        rows.sort(key=lambda r: r["minute"])
+        start = len(rows)
+        while start > 0 and _refusing_or_timing_out(rows[start - 1]):
+            start -= 1
+        if start < len(rows):
+            failing.append((sum(r["timeouts"] for r in rows[start:]), name,
+                            rows[start]["minute"]))
+    if not failing:
+        return None
+    timeouts, name, onset = max(failing)
+    since = parse_time(onset)
+    by_dependency: dict[str, dict[str, Any]] = {}
+    for dep, rows in calls.items():
+        sent = sum(r["calls"] for r in rows)
+        by_dependency[dep] = {
+            "error_rate": sum(r["errors"] for r in rows) / sent if sent else 0.0,
+            "p95_ms": p95([d for r in rows for d in r["durations_ms"]]),
+            "breaker": breakers[dep]["breaker"],
+        }
+    recent = [r for r in calls[name] if parse_time(r["minute"]) >= since]
+    sent = sum(r["calls"] for r in recent)
+    refused = sum(r["short_circuited"] for r in recent)
+    inbound = [r for r in metrics["minutes"] if parse_time(r["minute"]) >= since]
+    caused = sum(r["errors_by_cause"].get(name, 0) for r in inbound)
+    own = sum(r["errors_by_cause"].get("own", 0) for r in inbound)
+    breaker = breakers[name]
+    return Downstream(
+        dependency=name, since=since, timeout_rate=timeouts / sent if sent else 0.0,
+        breaker=breaker["breaker"], caused_errors=caused, own_errors=own,
+        by_dependency=by_dependency,
+        evidence=[
+            f"{name}: {timeouts} of {sent} calls sent since {onset[11:16]} timed out (timeout "
+            f"{breaker['timeout_ms']} ms), {refused} refused by its breaker, "
+            f"now {breaker['breaker']} since {breaker['breaker_since'][11:19]}",
+            f"inbound errors since then: {caused} caused by {name}, {own} of the service's own",
+            "outbound per dependency: " + "; ".join(
+                f"{dep} error rate {s['error_rate']:.2f}, p95 {s['p95_ms']:.0f} ms, "
+                f"breaker {s['breaker']}" for dep, s in sorted(by_dependency.items())),
+        ])

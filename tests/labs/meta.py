@@ -3,12 +3,14 @@
 Every `labs/<slug>/` becomes parametrised cases, marked `kafka` when its lab.yaml lists the
 kafka service (CI reruns exactly those on Apache Kafka) and `postgres` when it lists postgres;
 a mutant whose check never requests Kafka (the kit's `kafka`/`services` fixtures, at any
-depth) is not marked `kafka`.
+depth) is not marked `kafka`. In that rerun (CI sets DOJO_META_KAFKA_ONLY=1) the solution and
+the alternative designs run only their lab's checks that reach the broker, for the same reason.
 A lab.yaml that does not load still becomes a case, one that fails with the loader's message.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,22 @@ from dojo.runner.results import CheckResult
 
 # "lab/stage/check: why" for every needs-backend result; printed by conftest at the end
 NOT_VERIFIED: list[str] = []
+
+# set by .ci/run for its second run (-m kafka on Apache Kafka): see broker_checks()
+KAFKA_ONLY = "DOJO_META_KAFKA_ONLY"
+
+
+def broker_checks(lab: Lab) -> tuple[str, ...]:
+    """The checks a whole-lab meta-test runs: () for every check; in CI's rerun on Apache Kafka
+    (DOJO_META_KAFKA_ONLY=1) only those that request the kit's `kafka` or `services` fixture.
+    A check that never reaches the broker gets the same PostgreSQL and the same code on both
+    runs, so the first run's verdict stands; rerunning it cost minutes per design."""
+    if os.environ.get(KAFKA_ONLY) != "1":
+        return ()
+    chosen = tuple(c.id for c in scan_checks(lab.checks_dir).checks if c.uses_kafka)
+    if not chosen:
+        pytest.skip(f"{KAFKA_ONLY}=1 and no check of lab {lab.id!r} reaches Kafka")
+    return chosen
 
 
 @dataclass(frozen=True)

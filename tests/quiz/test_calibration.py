@@ -37,7 +37,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
     "dlq-kafka-spring": "partial 25 < negated 70",
-    "dlq-rabbit-sqs": "held out: partial 60 < negated 80",
     "dlq-spot-outage": "partial 40 < negated 85",
     "dlq-what": "strong 45 < negated 65; partial 20 < negated 65",
     "component-scan-component-vs-bean": "strong 70 < negated 90; partial 40 < negated 90",
@@ -47,8 +46,6 @@ KNOWN_MISORDERED: dict[str, str] = {
                                       "partial 50 < negated 88"),
     "distributed-logging-spot-own-id": "partial 40 < negated 100",
     "distributed-logging-trace-id": "partial 67 < negated 92",
-    "distributed-logging-traceparent": "partial 67 < negated 83",
-    "money-service-lock-order": "partial 60 < negated 100",
     "money-service-spot-call-in-transaction": "held out: partial 33 < negated 88",
     "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
     "reflection-what": "partial 54 < negated 100",
@@ -68,8 +65,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
     "kafka-ordering-spot-executor": "partial 60 < negated 100",
-    "outbox-polling-or-debezium": "held out: partial 54 < negated 71",
-    "outbox-spot-ai-payload": "partial 75 < negated 100",
     "outbox-spot-mark-first": ("held out: strong 20 < negated 100; partial 80 < negated 100; "
                                "strong 20 < partial 80"),
     "outbox-spot-relay-transaction": "partial 50 < negated 67",

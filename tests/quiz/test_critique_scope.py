@@ -131,3 +131,21 @@ def test_a_denial_before_otherwise_is_said_the_other_way_round() -> None:
     made = ("The @Bean method should be static, otherwise the configuration class is created "
             "too early and loses its processing.")
     assert score_answer(card, made).result("p").verdict is Verdict.MADE
+
+
+def test_a_misconception_supposed_in_an_if_clause_is_no_claim() -> None:
+    says = "lock* > in > request order | order of * request"
+    # Naming the wrong way inside "if …" to say what it causes claims nothing.
+    assert verdict(says, "If you lock them in the order of the request, opposite transfers "
+                         "deadlock.") is Verdict.MISSED
+    assert verdict(says, "Unless you lock them in request order, nothing deadlocks here.") \
+        is Verdict.MISSED
+    # Stated as what we do, it is the claim.
+    assert verdict(says, "We lock them in the order of the request, source then target.") \
+        is Verdict.CONTRADICTED
+    # A match that runs on out of the "if" clause into the main clause is still a claim.
+    assert verdict("dependency + down > keep consum*",
+                   "If the dependency is down, we keep consuming.") is Verdict.CONTRADICTED
+    # "when" as often describes what a team does: still a claim.
+    assert verdict(says, "When we lock them in the order of the request, it works.") \
+        is Verdict.CONTRADICTED

@@ -46,3 +46,27 @@ def test_edit_from_solution_ignores_a_stale_overlay(content: Path, tmp_path: Pat
                      "--from-solution", root=content)
     assert fresh.returncode == 0
     assert (tmp_path / "b/tally.py").read_bytes() == solution.read_bytes()
+
+
+def test_a_new_mutant_under_a_taken_name_is_refused(content: Path, tmp_path: Path) -> None:
+    """--check/--mistake say "new mutant": an existing one's overlays are not replaced."""
+    work = tmp_path / "work"
+    assert run_dojo("dev", "mutant", "edit", "tally", "split-on-space", str(work),
+                    root=content).returncode == 0
+    code = work / "tally.py"
+    code.write_text(code.read_text().replace("text.split()", "text.split(' ')"))
+    args = ("dev", "mutant", "save", "tally", "split-on-space", "--from", str(work))
+    new = ("--check", "counts_each_word", "--mistake", "splits on one space only")
+    assert run_dojo(*args, *new, root=content).returncode == 0
+    patch = content / "labs/tally/mutants/split-on-space/tally.py.patch"
+    kept = patch.read_bytes()
+    other = tmp_path / "other"
+    assert run_dojo("dev", "mutant", "edit", "tally", "x", str(other),
+                    root=content).returncode == 0
+    (other / "tally.py").write_text((other / "tally.py").read_text() + "\n# another mistake\n")
+    again = run_dojo("dev", "mutant", "save", "tally", "split-on-space", "--from", str(other),
+                     *new, root=content)
+    assert again.returncode == 2 and "exists already" in again.stderr
+    assert patch.read_bytes() == kept
+    replace = run_dojo(*args, root=content)  # without --check/--mistake: an edit, allowed
+    assert replace.returncode == 0, replace.stderr

@@ -35,3 +35,13 @@ class _Report:
 ])
 def test_the_reason_is_read_without_the_exception_class(text: str) -> None:
     assert _skip_reason(_Report(text)) == f"{NEEDS_BACKEND} needs pg_stat_statements"  # type: ignore[arg-type]
+
+
+def test_the_result_itself_knows_what_it_waits_for() -> None:
+    """The TUI's check log reads the label from the result, as the CLI does: a missing
+    pg_stat_statements is not reported as a missing Kafka broker."""
+    pg = CheckResult("slow", "c", "needs-backend", needs=("pg_stat_statements",))
+    mixed = CheckResult("s", "c", "needs-backend", needs=("pg_stat_statements", "transactions"))
+    assert pg.needs_postgres_setting and pg.needs_label == POSTGRES_LABEL
+    assert not mixed.needs_postgres_setting and mixed.needs_label == "needs Apache Kafka"
+    assert not CheckResult("s", "c", "fail", needs=("pg_stat_statements",)).needs_postgres_setting

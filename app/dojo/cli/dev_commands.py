@@ -101,6 +101,12 @@ def _mutant_save(args: argparse.Namespace) -> int:
                            "file (`dojo dev mutant edit` writes them)")
     folder = lab.mutants_dir / args.name
     manifest = folder / "mutant.yaml"
+    if manifest.is_file() and (args.check or args.mistake):
+        # --check/--mistake announce a new mutant: a name already taken would lose the old
+        # mistake's overlays without a word
+        raise UsageProblem(f"mutant {args.name} exists already ({manifest}); pick another "
+                           "name for a new mutant, or leave out --check and --mistake to "
+                           "replace its overlays with DIR's changes")
     if not manifest.is_file():
         if not (args.check and args.mistake):
             raise UsageProblem(f"{args.name} is a new mutant: give --check and --mistake")

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from dojo.content.labs import Lab
 from dojo.runner.results import (
+    POSTGRES_LABEL,
     CheckResult,
     CheckStarted,
     RunEvent,
@@ -29,19 +30,10 @@ COLOURS = {"pass": "32", "fail": "31", "error": "31", "needs-backend": "33", "no
            "infra": "33"}
 LABELS = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "needs-backend": "needs Apache Kafka",
           "not-run": "not run", "infra": "SERVICE DOWN"}
-# what a needs-backend check lacks when it is not Kafka semantics: a PostgreSQL setting
-POSTGRES_NEEDS = frozenset({"pg_stat_statements"})
-POSTGRES_LABEL = "needs a PostgreSQL setting"
-
-
-def _on_postgres(result: CheckResult) -> bool:
-    return bool(result.needs) and set(result.needs) <= POSTGRES_NEEDS
 
 
 def _label(result: CheckResult) -> str:
-    if result.status == "needs-backend" and _on_postgres(result):
-        return POSTGRES_LABEL
-    return LABELS[result.status]
+    return result.needs_label if result.status == "needs-backend" else LABELS[result.status]
 
 
 SERVICE_NAMES = {"postgres": "PostgreSQL", "kafka": "Kafka"}
@@ -188,7 +180,7 @@ class Printer:
             status = stage.status
             checks = f"{stage.count('pass')}/{len(stage.results)} checks" if stage.ran else ""
             label = LABELS[status]
-            if status == "needs-backend" and all(_on_postgres(r) for r in stage.results
+            if status == "needs-backend" and all(r.needs_postgres_setting for r in stage.results
                                                  if r.status == status):
                 label = POSTGRES_LABEL
             if status == "not-run" and stopped_early:
@@ -198,8 +190,7 @@ class Printer:
                   file=self.out)
         passed = sum(1 for stage in stages if stage.passed)
         print(f"\n{passed} of {len(stages)} stages passed.", file=self.out)
-        setting = sum(1 for r in summary.results if r.status == "needs-backend"
-                      and _on_postgres(r))
+        setting = sum(1 for r in summary.results if r.needs_postgres_setting)
         waiting = summary.count("needs-backend") - setting
         if setting:
             print(f"{setting} {'check needs' if setting == 1 else 'checks need'} a PostgreSQL "

@@ -284,9 +284,27 @@ def _judge(point: KeyPoint, answer: _Answer, polarity: int | None = 0) -> PointR
 
 def _claims(tokens: Sequence[Token], match: CueMatch) -> bool:
     """Whether `match` is claimed: not criticised, not asked (a question, or an echo of the
-    card's question)."""
+    card's question), not supposed (wholly inside an "if" clause)."""
     return not criticised(tokens, match) and not tokens[match.first].asks \
-        and not tokens[match.last].asks
+        and not tokens[match.last].asks and not _supposed(tokens, match)
+
+
+_SUPPOSING = frozenset("if unless whether suppose".split())
+
+
+def _supposed(tokens: Sequence[Token], match: CueMatch) -> bool:
+    """Whether `match` lies wholly in one clause opened by a supposing word: "if you lock
+    them in the order of the request, opposite transfers deadlock" names the wrong way to
+    show what it causes. A match that runs on into the main clause ("if a dependency is
+    down, keep consuming") is still a claim, and so is one under "when", which as often
+    describes what a team does ("when a message fails we retry it forever")."""
+    first, last = match.first, match.last
+    if tokens[first].clause != tokens[last].clause:
+        return False
+    start = first
+    while start > 0 and tokens[start - 1].clause == tokens[first].clause:
+        start -= 1
+    return tokens[start].word in _SUPPOSING
 
 
 CLAIM_CLAUSES = 4  # clause breaks a misconception's match may span

@@ -33,6 +33,11 @@ PROTOCOL_VERSION = 2
 
 Status = Literal["pass", "fail", "error", "needs-backend", "infra"]
 STATUSES: tuple[Status, ...] = get_args(Status)
+# what a needs-backend check lacks when it is not Kafka semantics: a PostgreSQL setting
+POSTGRES_NEEDS = frozenset({"pg_stat_statements"})
+POSTGRES_LABEL = "needs a PostgreSQL setting"
+KAFKA_LABEL = "needs Apache Kafka"
+
 StageStatus = Literal["pass", "fail", "error", "needs-backend", "infra", "not-run"]
 
 
@@ -55,6 +60,18 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    @property
+    def needs_postgres_setting(self) -> bool:
+        """A needs-backend result whose missing capability is a PostgreSQL server setting
+        (an extension to preload), not Kafka semantics the broker lacks."""
+        return (self.status == "needs-backend" and bool(self.needs)
+                and set(self.needs) <= POSTGRES_NEEDS)
+
+    @property
+    def needs_label(self) -> str:
+        """What a needs-backend result waits for, in the words both front ends show."""
+        return POSTGRES_LABEL if self.needs_postgres_setting else KAFKA_LABEL
 
     @property
     def check_id(self) -> str:

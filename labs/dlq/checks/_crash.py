@@ -67,7 +67,8 @@ def consumer_life(spec: dict[str, Any]) -> dict[str, Any]:
     calls = {"n": 0}
 
     def on_call(call: Any) -> None:
-        log({"ev": call.what, "event": call.event_id, "outcome": call.outcome})
+        log({"ev": call.what, "event": call.event_id, "outcome": call.outcome, "at": call.at,
+             "skipped": clock.skipped})
         if mode == "in-gateway" and call.what == "authorize":
             calls["n"] += 1
             if calls["n"] >= n:

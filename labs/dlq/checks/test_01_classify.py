@@ -4,6 +4,10 @@ dead-lettered."""
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
 import pytest
 from _support import (
     READ,
@@ -27,7 +31,9 @@ from _tools import (
     with_label,
 )
 
-from dojo.checks import CheckFailure, table
+from dojo.checks import CheckFailure, NotWritten, table
+from dojo.checks.faults import run_in_subprocess
+from dojo.checks.observers import read_jsonl
 
 pytestmark = pytest.mark.stage("classify")
 SEE = READ["classify"]
@@ -197,6 +203,78 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
                 actual="wait / nominal, first life: " + ", ".join(f"{x:.3f}" for x in earlier)
                        + "; second life: " + ", ".join(f"{x:.3f}" for x in later),
                 lesson=READ["retry"])
+
+
+CHECKS_DIR = Path(__file__).resolve().parent
+
+
+def test_each_process_draws_its_own_jitter(lab, ledger_database):
+    """Two lives of the consumer, each in a Python process of its own (a restart, or two
+    instances of the group on two machines), retry one payment each: their jitter factors
+    must differ. A generator created at import with a fixed seed gives every process the
+    same sequence; one created without an argument (seeded by the system) does not, even at
+    module level, since each process imports the module afresh."""
+    topics = lab.topics()
+    settings = lab.settings(topics, attempts=5, initial=4.3, multiplier=2.3, cap=15.7,
+                            jitter=0.25)
+    script = ["timeout", "unavailable", "timeout", "unavailable"]  # the fifth attempt works
+    base_consumer = lab.kafka.consumer_config(settings.group_id)
+    lives = []
+    with tempfile.TemporaryDirectory(prefix="dojo-dlq-jitter-") as tmp:
+        for number in (1, 2):
+            item = healthy(f"acc-{80 + number}", 4_700 + number, label="transient")
+            lab.produce(topics.source, [item])
+            spec = {"db_url": ledger_database.url, "consumer_base": base_consumer,
+                    "producer_base": lab.kafka.producer_config(),
+                    "partitions": topics.partitions, "settings": {**asdict(settings)},
+                    "scripts": {item.event_id: script}, "ends": lab.ends[topics.source],
+                    "kill": {"mode": "none"}, "log": str(Path(tmp) / f"life{number}.jsonl"),
+                    "timeout": 20.0, "life_seconds": 40.0}
+            # a fresh interpreter per life: nothing of the first process reaches the second
+            result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", [spec],
+                                       path=[lab.learner.dir, CHECKS_DIR], timeout=90)
+            outcome = (result.value or [{}])[0]
+            if outcome.get("stub"):
+                raise NotWritten(*outcome["stub"])
+            calls = [(e["at"], e["skipped"]) for e in read_jsonl(spec["log"])
+                     if e.get("ev") == "authorize" and e.get("event") == item.event_id]
+            # a wait between two calls: clock seconds, and the real seconds in them (what
+            # clock.sleep did not skip: the process's own time, longer on a loaded machine)
+            gaps = [(b[0] - a[0], (b[0] - a[0]) - (b[1] - a[1]))
+                    for a, b in zip(calls, calls[1:], strict=False)]
+            if len(gaps) != len(script):
+                raise CheckFailure(
+                    f"In a process of its own (life {number}), the consumer did not retry a "
+                    "payment that failed four times and would succeed on the fifth attempt.",
+                    expected="5 authorize() calls, four waits between them",
+                    actual=f"{len(calls)} authorize() calls",
+                    evidence=((outcome.get("error") or result.error or result.stderr or "")
+                              .strip()[-1500:] or "the life ended without an error"),
+                    lesson=READ["retry"])
+            lives.append(gaps)
+    nominal = nominal_backoffs(settings, len(script))
+    first, second = ([gap / n for (gap, _), n in zip(life, nominal, strict=True)]
+                     for life in lives)
+    # The same draws, up to what real time added to either wait.
+    if all(abs(a[0] - b[0]) <= a[1] + b[1] + 0.002
+           for a, b in zip(lives[0], lives[1], strict=True)):
+        raise CheckFailure(
+            "Two processes running your consumer, one after the other on the same group, "
+            "waited the same jitter factors retry by retry: the generator starts from the "
+            "same value in every process. Every restart and every instance of the group then "
+            "retries in step, which is what jitter is there to prevent.",
+            expected="the second process's wait / nominal factors differ from the first's",
+            actual=f"the same factor at each of the {len(first)} retries in both processes",
+            evidence="wait / nominal, first process: " + ", ".join(f"{x:.3f}" for x in first)
+                     + "\nwait / nominal, second process: "
+                     + ", ".join(f"{x:.3f}" for x in second)
+                     + "\neach process imported consumer.py afresh and retried one payment "
+                     "(timeout, 503, timeout, 503, then ok); nominal waits "
+                     + ", ".join(f"{n:.2f}" for n in nominal) + " s",
+            fix="create the generator without a seed (random.Random(), or use random.uniform "
+                "directly): a seed written in the code, or one every process derives alike "
+                "(the group id), is the same in every process",
+            lesson=READ["retry"])
 
 
 def _spread(values):

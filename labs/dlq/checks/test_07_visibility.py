@@ -183,7 +183,7 @@ def test_depth_and_oldest_age_come_from_the_broker(lab):
 @pytest.mark.needs_kafka("delete_records")
 def test_depth_and_age_start_at_the_low_watermark(lab):
     """Retention (or DeleteRecords) moves a partition's first offset up: a group that has
-    committed nothing waits only from there."""
+    committed nothing, or committed an offset below it, waits only from there."""
     from confluent_kafka import TopicPartition
 
     metrics_module = lab.module("metrics")
@@ -196,6 +196,9 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
                       for n in range(len(ages))],
         timestamps=[now_ms - int(ago * 1000) for ago in ages])
     gone = crafted[:2]  # retention deleted the two oldest
+    # The replay job had handled the first record when retention deleted the second as well.
+    behind = lab.kafka.group_id("dlt-behind")
+    commit_group(lab, behind, topics.dead_letter, {1: crafted[0].offset + 1})
     admin = lab.kafka.admin()  # kept alive: a client collected mid-request never answers
     futures = admin.delete_records([TopicPartition(topics.dead_letter, 1, gone[-1].offset + 1)])
     for future in futures.values():
@@ -220,6 +223,29 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
             actual=f"depth {depth!r}, age "
                    + (f"{age:.1f} s" if isinstance(age, int | float) else repr(age)),
             evidence=records, lesson=SEE)
+    now = time.time()
+    behind_depth = call(metrics_module.dead_letter_depth, config, topics.dead_letter, behind)
+    behind_age = call(metrics_module.oldest_dead_letter_age_seconds, config, topics.dead_letter,
+                      behind, now=now)
+    expected_age = now - crafted[2].timestamp_ms / 1000
+    if not (behind_depth == 2 and isinstance(behind_age, int | float)
+            and abs(behind_age - expected_age) <= 0.5):
+        raise CheckFailure(
+            f"The replay group had committed offset {crafted[0].offset + 1} on p1 when "
+            f"retention moved the low watermark up to {gone[-1].offset + 1}. Where the "
+            "committed offset lies below the low watermark, what waits starts at the low "
+            "watermark: the record between them no longer exists, it waits for no one.",
+            expected=f"depth 2 and an age of about {expected_age:.1f} s (p1@"
+                     f"{crafted[2].offset}, the first record still there)",
+            actual=f"depth {behind_depth!r}, age "
+                   + (f"{behind_age:.1f} s" if isinstance(behind_age, int | float)
+                      else repr(behind_age)),
+            evidence=records + f"\nthe replay group's committed offset on p1: "
+                     f"{crafted[0].offset + 1}; low watermark {gone[-1].offset + 1}; end "
+                     f"offset {crafted[-1].offset + 1}",
+            fix="start each partition at max(committed offset, low watermark), not at the "
+                "committed offset alone" if behind_depth == 3 else None,
+            lesson=SEE)
 
 
 def test_alert_fires_on_any_dead_letter(lab):

@@ -137,3 +137,52 @@ def connection_leak(sources: Any) -> PoolLeak | None:
     #       not your own session); a path leaks when 3 or more are idle in transaction
     raise NotImplementedError("connection_leak: find the path that leaks connections "
                               "(README, stage 6)")
+
+
+@dataclass
+class ConsumerLag:
+    topic: str
+    group: str
+    lag: dict[int, int]               # partition -> end offset - the group's committed offset
+    moving: list[int]                 # lagging partitions whose committed offset advanced
+    partition: int                    # the stuck partition
+    offset: int                       # its committed offset: the next record the group reads
+    key: str | None                   # that record's key, decoded as UTF-8
+    headers: dict[str, str]           # its headers, values decoded as UTF-8
+    evidence: list[str] = field(default_factory=list)
+
+
+def lag_snapshot(sources: Any) -> Any:
+    """Stage 7: one look at the group: its committed offset and the end offset of every
+    partition of sources.topic now, in any shape consumer_lag() can read back."""
+    # TODO: confluent_kafka.Consumer({**sources.kafka, "group.id": sources.group,
+    #       "enable.auto.commit": False}); committed(...) and get_watermark_offsets(...)
+    raise NotImplementedError("lag_snapshot: read the group's committed and end offsets "
+                              "(README, stage 7)")
+
+
+def consumer_lag(sources: Any, before: Any) -> ConsumerLag | None:
+    """Stage 7: the lag per partition now, the partition stuck since `before` (a
+    lag_snapshot) and the record it is stuck on; None when no partition is stuck."""
+    # TODO: lag = end - committed; stuck = lag > 0 and the committed offset did not move
+    raise NotImplementedError("consumer_lag: find the partition the group is stuck on "
+                              "(README, stage 7)")
+
+class Downstream:
+    dependency: str                   # the failing dependency, as the metrics name it
+    since: datetime                   # the first minute of its run of bad minutes
+    timeout_rate: float               # its calls sent since then that timed out, 0..1
+    breaker: str                      # its breaker now: "closed", "open" or "half-open"
+    caused_errors: int                # inbound errors it caused since then
+    own_errors: int                   # inbound errors of the service's own since then
+    by_dependency: dict[str, dict[str, Any]]  # {name: {"error_rate", "p95_ms", "breaker"}}
+    evidence: list[str] = field(default_factory=list)
+
+
+def downstream(sources: Any) -> Downstream | None:
+    """Stage 8: the dependency whose outbound calls time out, since when, with every
+    dependency's outbound error rate, p95 and breaker; None when no dependency fails."""
+    # TODO: fetch_json(sources.metrics_url): "outbound" rows per dependency per minute and
+    #       "dependencies" with each breaker's state; a refusing breaker counts as failing
+    raise NotImplementedError("downstream: find the dependency that times out "
+                              "(README, stage 8)")

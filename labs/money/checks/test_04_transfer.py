@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from decimal import Decimal
 from types import ModuleType
 from typing import Any
@@ -18,11 +19,22 @@ from _support import (
     failures,
     ledger_table,
 )
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, call, first_line, fmt, raised, rows, scalar, sqlstate
+from dojo.checks import (
+    CheckFailure,
+    call,
+    first_line,
+    fmt,
+    in_thread,
+    raised,
+    rows,
+    scalar,
+    sqlstate,
+    table,
+)
 from dojo.checks.faults import run_concurrently, slow_sql
-from dojo.checks.observers import record_sql
+from dojo.checks.observers import ensure_pgrowlocks, record_sql, row_locks
 
 pytestmark = pytest.mark.stage("transfer")
 
@@ -171,6 +183,109 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
                 "Opposite transfers changed the total.", expected="2000.00",
                 actual=fmt(total), evidence=ledger_table(bank, a), lesson=READ["transfer"])
     assert_ledger_agrees(bank, "after opposite transfers")
+
+
+# How long the check waits to see the transfer queue behind the row it holds (under load).
+QUEUE_WAIT = 30.0
+
+
+def test_transfer_locks_the_lower_id_first(accounts: ModuleType, bank: Engine, funded: Any,
+                                           database: Any) -> None:
+    """A transfer from the lower id to the higher must not hold the higher row while it
+    waits for the lower one. The heap is laid out so that a scan meets the higher id first
+    (a deposit moves the lower account's row to the end of the page); the check then holds
+    the lower row itself and reads, from pgrowlocks, what the queued transfer already locked.
+    A statement that locks rows as it scans them (one UPDATE ... WHERE id IN (a, b)) shows
+    up here every run, without waiting for two transfers to meet in the wrong order."""
+    first, second = funded("100.00"), funded("100.00")
+    low, high = min(first, second), max(first, second)
+    observer = database.make_admin_engine()
+    if not ensure_pgrowlocks(observer):
+        raise RuntimeError("the check needs the pgrowlocks extension to read row locks")
+    layout = _place_after(accounts, bank, observer, low, high)
+    # The statistics autovacuum would gather on a live table: the planner then knows account
+    # is one page, where a sequential scan (rows met by place) is the cheapest plan. A table
+    # never analyzed is assumed to be ten pages and read through its index (ids in order).
+    with observer.begin() as conn:
+        conn.execute(text("ANALYZE account"))
+    holder = observer.connect()
+    try:
+        holder.execute(text("SELECT 1 FROM account WHERE id = :id FOR NO KEY UPDATE"),
+                       {"id": low})
+        holder_pid = int(holder.execute(text("SELECT pg_backend_pid()")).scalar_one())
+        running = in_thread(accounts.transfer, bank, low, high, Decimal("1.00"))
+        seen = _queued_behind(observer, holder_pid, running)
+    finally:
+        holder.rollback()
+        holder.close()
+    running.result(QUEUE_WAIT)
+    if seen is None:  # it never queued behind the held row: no lock order to judge
+        return
+    waiter, query, locks, advisory = seen
+    taken = [r for r in locks if r["row_id"] == high and str(waiter) in str(r["pids"]).split(", ")
+             and r["modes"] != "For Key Share"]
+    if taken and not advisory:
+        raise CheckFailure(
+            f"transfer({low} -> {high}) locked account {high}, the higher id, and then waited "
+            f"for account {low}: it takes the rows in an order it does not control.",
+            expected="no row lock on the higher account while the transfer waits for the "
+                     "lower one (the lower id is locked first, whatever the direction)",
+            actual=f"the transfer (pid {waiter}) holds account {high} ({taken[0]['modes']}) "
+                   f"and waits for the row of account {low} the check holds",
+            evidence=f"row order in the table (ctid, what a sequential scan meets first): "
+                     f"{layout}\nthe check holds account {low} (FOR NO KEY UPDATE, pid "
+                     f"{holder_pid}); row locks on account then (pgrowlocks):\n"
+                     + table(locks, ("row_id", "modes", "pids"))
+                     + f"\nthe statement it waits in: {query}\n"
+                     "two opposite transfers that each lock as they scan can each hold one "
+                     "row and wait for the other: a deadlock whenever the rows' places differ "
+                     "between their snapshots",
+            fix=("one statement that locks rows as it finds them (UPDATE ... WHERE id IN "
+                 "(:a, :b)) locks them in scan order, which every update of a row changes, not "
+                 "in id order. " if re.search(r"(?is)\bin\s*\(|=\s*any\s*\(", query) else "")
+                + "Lock both rows first with SELECT ... WHERE id IN (:a, :b) ORDER BY id FOR "
+                "UPDATE, or update them one at a time, lower id first",
+            lesson=(READ["transfer"], READ["deadlock"]))
+
+
+def _place_after(accounts: ModuleType, bank: Engine, observer: Engine, low: int,
+                 high: int) -> str:
+    """Deposit into `low` until its live row sits after `high`'s in the heap (an update
+    writes a new row version; a scan meets rows by place, not by id). Returns the layout."""
+    for _ in range(4):
+        places = {r["id"]: r["ctid"] for r in rows(
+            observer, "SELECT id, ctid::text AS ctid FROM account WHERE id IN (:a, :b)",
+            a=low, b=high)}
+        if _ctid(places[low]) > _ctid(places[high]):
+            return f"account {high} at {places[high]}, account {low} at {places[low]}"
+        call(accounts.deposit, bank, low, Decimal("1.00"))
+    raise RuntimeError(f"four deposits into account {low} left its row before account "
+                       f"{high}'s in the table ({places}); the check cannot lay the rows out")
+
+
+def _ctid(value: str) -> tuple[int, int]:
+    block, item = value.strip("()").split(",")
+    return int(block), int(item)
+
+
+def _queued_behind(observer: Engine, holder_pid: int, running: Any
+                   ) -> tuple[int, str, list[dict[str, Any]], bool] | None:
+    """Poll until a session waits for `holder_pid`; then what it has locked: (its pid, the
+    statement it waits in, the row locks on account, whether it holds an advisory lock).
+    None when the transfer ended, or never queued, within QUEUE_WAIT."""
+    deadline = time.monotonic() + QUEUE_WAIT
+    while time.monotonic() < deadline and running.alive:
+        waiting = rows(observer, "SELECT pid, left(regexp_replace(query, '\\s+', ' ', 'g'), "
+                                 "160) AS query FROM pg_stat_activity "
+                                 "WHERE :h = ANY(pg_blocking_pids(pid)) ORDER BY pid",
+                       h=holder_pid)
+        if waiting:
+            pid = int(waiting[0]["pid"])
+            advisory = bool(scalar(observer, "SELECT count(*) FROM pg_locks WHERE pid = :p "
+                                             "AND locktype = 'advisory' AND granted", p=pid))
+            return pid, str(waiting[0]["query"]), row_locks(observer, "account"), advisory
+        time.sleep(0.02)
+    return None
 
 
 def _oid(engine: Engine) -> int:

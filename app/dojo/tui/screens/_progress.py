@@ -61,7 +61,8 @@ def labs_block(overview: Overview) -> Content:
         total = len(lab.stage_ids)
         parts += [f"{lab.lab_id:<{width}} ", meter(lab.passed / total if total else 0, 12),
                   f" {lab.passed}/{total}  ", stage_marks(lab.stage_ids, lab.statuses), "\n"]
-    parts.append(("✓ passed ✗ failed ! error ~ needs Apache Kafka · not checked", "$text-muted"))
+    parts.append(("✓ passed ✗ failed ! error · not checked\n"
+                  "~ needs Apache Kafka or a PostgreSQL setting", "$text-muted"))
     return Content.assemble(*parts)
 
 

@@ -184,7 +184,9 @@ class CheckLog(VerticalScroll, can_focus=True):
         line = Content.assemble(stage_mark(event.status), " ", event.check,
                                 (f"  {took}", "$text-muted"))
         if not event.passed:
-            line = Content.assemble(line, (f"  {STATUS_WORDS.get(event.status, event.status)}",
+            word = (event.needs_label if event.status == "needs-backend"
+                    else STATUS_WORDS.get(event.status, event.status))
+            line = Content.assemble(line, (f"  {word}",
                                            "$text-error" if event.status != "needs-backend"
                                            else "$text-warning"))
         running = self._in_flight.pop(event.nodeid, None) if event.nodeid else None

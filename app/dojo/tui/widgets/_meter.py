@@ -16,7 +16,8 @@ STAGE_MARKS = {
     "": ("·", "$text-muted"),
 }
 STATUS_WORDS = {"pass": "passed", "fail": "failed", "error": "error",
-                "needs-backend": "needs Apache Kafka", "running": "running", "": "not checked"}
+                "needs-backend": "needs Apache Kafka or a PostgreSQL setting",
+                "running": "running", "": "not checked"}
 
 
 def meter(fraction: float, width: int = 10, style: str = "$text-success") -> Content:

@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import threading
 import time
 import types
 import typing
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import markers
+import scopes
 from scanning import BeanDefinition, scan
 from startup import BeanCreationError, StartupStep
 
@@ -144,6 +146,9 @@ class ApplicationContext:
         self._listeners: list[tuple[type, Any]] = []
         self._processors: list[markers.BeanPostProcessor] = []
         self._skip_processing: set[str] = set()
+        # stage 7: one lock for every creation (coarse: the creation path is instance-wide)
+        self._creation_lock = threading.RLock()
+        self._request_raw: dict[str, Any] = {}       # a request bean as made, until handed over
         # stage 8: raw marks, turned into steps by startup_steps()
         self._marks: list[tuple[str, float]] = []    # (phase, when it began)
         self._refresh_end = 0.0
@@ -374,6 +379,25 @@ class ApplicationContext:
         return chosen[0]
 
     def _obtain(self, name: str) -> Any:
+        if self._registry[name].definition.scope == "request":
+            request = scopes.current_request(name)
+            return request.get(("registry", id(self), name), lambda: self._request_bean(name))
+        with self._creation_lock:
+            return self._obtain_locked(name)
+
+    def _request_bean(self, name: str) -> tuple[Any, Any]:
+        with self._creation_lock:
+            instance = self._obtain_locked(name)
+            raw = self._request_raw.pop(name)
+        return instance, lambda: self._destroy(name, raw)
+
+    def _wire(self, name: str) -> Any:
+        """What an injection point receives: a request bean only through a proxy."""
+        if self._registry[name].definition.scope == "request":
+            return _RequestBeanProxy(self, name)
+        return self._obtain(name)
+
+    def _obtain_locked(self, name: str) -> Any:
         if self._in_creation:
             self._needed_by.setdefault(name, set()).add(next(reversed(self._in_creation)))
         if name in self._objects:
@@ -396,6 +420,8 @@ class ApplicationContext:
         finally:
             span.end = time.monotonic()
             self._open.pop()
+        if entry.definition.scope == "request":
+            self._request_raw[name] = raw
         if entry.definition.scope == "singleton":
             self._objects[name] = instance
             self._raw[name] = raw
@@ -446,7 +472,7 @@ class ApplicationContext:
                     raise
                 values[attribute] = None
                 continue
-            values[attribute] = self._obtain(chosen)
+            values[attribute] = self._wire(chosen)
         return values
 
     def _instantiate(self, name: str, entry: _Registered) -> Any:
@@ -474,8 +500,18 @@ class ApplicationContext:
                 elif parameter.default is inspect.Parameter.empty:
                     raise
                 continue
-            kwargs[parameter.name] = self._obtain(chosen)
+            kwargs[parameter.name] = self._wire(chosen)
         return kwargs
+
+
+class _RequestBeanProxy:
+    """Asks the context for the current request's bean on every attribute access."""
+
+    def __init__(self, context: ApplicationContext, name: str) -> None:
+        vars(self).update(_context=context, _name=name)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(vars(self)["_context"].get_bean(vars(self)["_name"]), attribute)
 
 
 def _parameter_hints(fn: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import threading
 import time
 import typing
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import markers
+import scopes
 from scanning import BeanDefinition, scan
 from startup import BeanCreationError, StartupStep
 
@@ -125,6 +127,7 @@ class ApplicationContext:
         self._plain: set[str] = set()                  # post-processors: not post-processed
         self._hooks: list[markers.BeanPostProcessor] = []
         self._disposal: list[tuple[Any, str]] = []     # (object made, destroy method) stack
+        self._lock = threading.RLock()                 # the stack is instance-wide: one maker
         self._report: list[StartupStep] = []
         self._nested_ns: list[int] = []                # per bean in creation: its children's ns
 
@@ -227,13 +230,16 @@ class ApplicationContext:
     def close(self) -> None:
         """Pop the disposal stack: the last bean finished is the first destroyed."""
         while self._disposal:
-            raw, extra = self._disposal.pop()
-            for attr in dir(type(raw)):
-                if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
-                    getattr(raw, attr)()
-            if extra:
-                getattr(raw, extra)()
+            self._dispose(*self._disposal.pop())
         self._objects = {k: v for k, v in self._objects.items() if k == "environment"}
+
+    @staticmethod
+    def _dispose(raw: Any, extra: str) -> None:
+        for attr in dir(type(raw)):
+            if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
+                getattr(raw, attr)()
+        if extra:
+            getattr(raw, extra)()
 
     def condition_report(self) -> list[ConditionOutcome]:
         return list(self._outcomes.values())
@@ -264,6 +270,24 @@ class ApplicationContext:
         return matches[0]
 
     def _obtain(self, name: str) -> Any:
+        d = self.definitions.get(name)
+        if d is not None and d.scope == "request":
+            store = scopes.store_for(name)
+            if (self, name) not in store.beans:
+                with self._lock:
+                    store.beans[(self, name)] = self._timed(name)
+            return store.beans[(self, name)]
+        with self._lock:
+            return self._timed(name)
+
+    def _wired(self, name: str) -> Any:
+        """An injection point's value: for a request bean, a stand-in that looks it up."""
+        if self.definitions[name].scope == "request":
+            return _StandIn(lambda: self._obtain(name))
+        return self._obtain(name)
+
+    def _timed(self, name: str) -> Any:
+        """The cached bean, or a new one timed as a step and named in a BeanCreationError."""
         if name in self._objects:
             return self._objects[name]
         if name in self._stack:
@@ -315,6 +339,8 @@ class ApplicationContext:
         if d.scope == "singleton":
             self._objects[name] = bean
             self._disposal.append((made, extra))
+        elif d.scope == "request":
+            scopes.store_for(name).on_end.append(lambda: self._dispose(made, extra))
         return bean
 
     def _wire_fields(self, name: str, made: Any) -> None:
@@ -338,7 +364,7 @@ class ApplicationContext:
                         raise
                     setattr(made, attr, None)
                     continue
-                setattr(made, attr, self._obtain(chosen))
+                setattr(made, attr, self._wired(chosen))
 
     def _inject(self, name: str, fn: Any) -> dict[str, Any]:
         if fn is object.__init__:
@@ -366,5 +392,17 @@ class ApplicationContext:
                 elif p.default is p.empty:
                     raise
                 continue
-            kwargs[p.name] = self._obtain(chosen)
+            kwargs[p.name] = self._wired(chosen)
         return kwargs
+
+
+class _StandIn:
+    """The scoped proxy: every attribute read is the current request's bean's."""
+
+    __slots__ = ("_find",)
+
+    def __init__(self, find: Any) -> None:
+        object.__setattr__(self, "_find", find)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._find(), attr)

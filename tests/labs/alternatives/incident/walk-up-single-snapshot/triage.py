@@ -313,3 +313,165 @@ def connection_leak(sources: Any) -> Any:
     return PoolLeak(application_name=top.path, leaked=int(top.leaked), by_path=by_path,
                     evidence=[f"{top.path}: {int(top.leaked)} sessions idle in transaction "
                               f"of {sum(by_path[top.path].values())}"])
+
+
+# -- stage 7: consumer lag (the group's offsets through the admin API) -----------------------
+
+class ConsumerLag:
+    """topic, group, lag, moving, partition, offset, key, headers, evidence (README)."""
+
+# -- stage 8 (downstream), added with the stage: a forward scan in exact fractions ---------
+class DownstreamFinding:
+    """Any object with the README's attribute names is accepted; this one has an extra one."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+def _group_offsets(sources: Any) -> dict[int, int]:
+    """The group's committed offsets through the admin API (ListConsumerGroupOffsets)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(dict(sources.kafka))
+    request = ConsumerGroupTopicPartitions(sources.group)
+    answer = admin.list_consumer_group_offsets([request], request_timeout=15)
+    groups = answer[sources.group].result(timeout=15)
+    return {tp.partition: tp.offset for tp in groups.topic_partitions
+            if tp.topic == sources.topic}
+
+
+def lag_snapshot(sources: Any) -> list[tuple[int, int, int]]:
+    """Stage 7: [(partition, committed, end)], sorted by partition."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    committed = _group_offsets(sources)
+    reader = Consumer({**sources.kafka, "group.id": f"triage-{uuid.uuid4().hex[:8]}",
+                       "enable.auto.commit": False})
+    try:
+        meta = reader.list_topics(sources.topic, timeout=10).topics[sources.topic]
+        rows = []
+        for partition in sorted(meta.partitions):
+            low, high = reader.get_watermark_offsets(
+                TopicPartition(sources.topic, partition), timeout=10, cached=False)
+            at = committed.get(partition, -1)
+            rows.append((partition, at if at >= 0 else low, high))
+        return rows
+    finally:
+        reader.close()
+
+
+def consumer_lag(sources: Any, before: list[tuple[int, int, int]]) -> ConsumerLag | None:
+    """Stage 7: the partition stuck since `before`, from two looks at the group's offsets."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    then = {partition: committed for partition, committed, _end in before}
+    rows = lag_snapshot(sources)
+    lag = {partition: end - committed for partition, committed, end in rows}
+    moving: list[int] = []
+    stuck: list[int] = []
+    for partition, committed, _end in rows:
+        if lag[partition] <= 0 or partition not in then:
+            continue
+        (stuck if committed == then[partition] else moving).append(partition)
+    if not stuck:
+        return None
+    stuck.sort(key=lambda p: (-lag[p], p))
+    partition = stuck[0]
+    offset = next(committed for p, committed, _end in rows if p == partition)
+    reader = Consumer({**sources.kafka, "group.id": f"triage-{uuid.uuid4().hex[:8]}",
+                       "enable.auto.commit": False})
+    key: str | None = None
+    headers: dict[str, str] = {}
+    try:
+        reader.assign([TopicPartition(sources.topic, partition, offset)])
+        for message in reader.consume(num_messages=1, timeout=15):
+            if message.error() is None and message.offset() == offset:
+                key = None if message.key() is None else message.key().decode()
+                headers = {name: (value or b"").decode()
+                           for name, value in message.headers() or []}
+    finally:
+        reader.close()
+    return ConsumerLag(topic=sources.topic, group=sources.group, lag=lag, moving=sorted(moving),
+                       partition=partition, offset=offset, key=key, headers=headers, evidence=[
+                           f"{sources.group} has not moved on partition {partition} since the "
+                           f"first look: offset {offset}, {lag[partition]} waiting",
+                           f"record key={key} headers={headers}"])
+
+def _downstream_fetch(url: str) -> Any:
+    import json as _json
+    import urllib.request as _request
+
+    with _request.urlopen(url, timeout=10) as answer:
+        return _json.loads(answer.read().decode("utf-8"))
+
+
+def _downstream_p95(durations: list[float]) -> float:
+    from fractions import Fraction as _F
+
+    if not durations:
+        return 0.0
+    rank = -(-_F(95, 100) * len(durations) // 1)          # ceil, exactly
+    return sorted(durations)[int(rank) - 1]
+
+
+def downstream(sources: Any) -> Any:
+    from datetime import datetime as _dt
+    from fractions import Fraction as _F
+
+    served = _downstream_fetch(sources.metrics_url)
+    state = {d["dependency"]: d["breaker"] for d in served["dependencies"]}
+    per_dep: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in served["outbound"]:
+        per_dep.setdefault(row["dependency"], {})[row["minute"]] = row
+
+    def is_bad(row: dict[str, Any]) -> bool:
+        if row["short_circuited"]:
+            return True
+        return bool(row["calls"]) and _F(row["timeouts"], row["calls"]) >= _F(1, 5)
+
+    candidates = []
+    for dep, minutes in per_dep.items():
+        onset = None
+        for minute in sorted(minutes):          # forward: the last good minute resets it
+            if is_bad(minutes[minute]):
+                onset = onset or minute
+            else:
+                onset = None
+        if onset is not None:
+            tail = [minutes[m] for m in minutes if m >= onset]
+            candidates.append((sum(r["timeouts"] for r in tail), dep, onset, tail))
+    if not candidates:
+        return None
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    timeouts, dep, onset, tail = candidates[-1]
+    sent = sum(r["calls"] for r in tail)
+    caused = own = 0
+    for row in served["minutes"]:
+        if row["minute"] >= onset:
+            caused += row["errors_by_cause"].get(dep, 0)
+            own += row["errors_by_cause"].get("own", 0)
+    table = {}
+    for name, minutes in per_dep.items():
+        rows = list(minutes.values())
+        calls = sum(r["calls"] for r in rows)
+        table[name] = {"error_rate": float(_F(sum(r["errors"] for r in rows), calls))
+                       if calls else 0.0,
+                       "p95_ms": _downstream_p95([d for r in rows for d in r["durations_ms"]]),
+                       "breaker": state[name]}
+    return DownstreamFinding(
+        dependency=dep,
+        since=_dt.fromisoformat(onset.replace("Z", "+00:00")),
+        timeout_rate=float(_F(timeouts, sent)) if sent else 0.0,
+        breaker=state[dep],
+        caused_errors=caused,
+        own_errors=own,
+        by_dependency=table,
+        bad_minutes=len(tail),
+        evidence=[f"dependency {dep} failing since {onset}: {timeouts}/{sent} calls timed out, "
+                  f"breaker {state[dep]}", f"inbound errors: {caused} caused, {own} own"],
+    )

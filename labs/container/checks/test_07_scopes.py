@@ -1,0 +1,641 @@
+"""Stage scopes: singleton, prototype and request scope, and the scoped proxy.
+
+The applications record what happens to their beans in the probe module's `events`:
+("init", what) when a constructor runs and ("destroy", what) when a destroy callback does.
+Races are widened without sleeps that "usually" suffice: the threads meet at barriers, and the
+first constructor of a raced singleton stays inside until a second one starts (the mistake)
+or every racer has called get_bean and two more seconds have passed. The request-scoped unit
+of work is proven on PostgreSQL: its connection's backend pid, in pg_stat_activity under an
+application_name of the check's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from dojo.checks import CheckFailure, call, in_thread, raised, table
+
+pytestmark = pytest.mark.stage("scopes")
+
+SINGLETON_THREADS = "bean-scopes#a-singleton-is-shared-by-every-request-thread"
+PROTOTYPE = "bean-scopes#prototype-a-new-object-then-the-container-lets-go"
+REQUEST = "bean-scopes#web-scopes-request-session-application"
+SHORTER_LIVED = "bean-scopes#shorter-lived-into-longer-lived-the-injection-trap"
+
+RACERS = 4
+WINDOW = 2.0            # seconds the first constructor waits for a second one, once all called
+
+
+def _refreshed(learner: Any, app: Any, shape: str, lesson: str) -> Any:
+    """A refreshed context (no auto-configuration), or a failure naming the application."""
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application that the README's rules can build.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence=shape,
+            lesson=lesson,
+        )
+    return ctx
+
+
+def _events(app: Any, kind: str) -> list[str]:
+    return [what for k, what in app.probe.events if k == kind]
+
+
+def _outcomes(jobs: list[Any]) -> list[Any]:
+    """Each job's value; a stub's NotWritten or a learner's error is raised as it is."""
+    values = []
+    for job in jobs:
+        values.append(job.result(60))
+    return values
+
+
+# ---- singleton -----------------------------------------------------------------------------
+
+RACED = """\
+    from markers import component, lazy
+    import {probe} as probe
+
+
+    @lazy
+    @component
+    class RateTable:
+        def __init__(self):
+            probe.events.append(("init", "rateTable"))
+            if sum(1 for e in probe.events if e == ("init", "rateTable")) > 1:
+                probe.second.set()          # another constructor started: the race is lost
+                return
+            probe.all_called.wait(30)       # every racer has called get_bean ...
+            probe.second.wait(probe.WINDOW)  # ... and had time to start a second constructor
+
+
+    @component
+    class Ledger:
+        def __init__(self):
+            probe.events.append(("init", "ledger"))
+    """
+
+
+def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
+    app = make_app("shop")
+    app.write("rates.py", RACED)
+    probe = app.probe
+    probe.second, probe.all_called, probe.WINDOW = threading.Event(), threading.Event(), WINDOW
+    ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger", SINGLETON_THREADS)
+    barrier = threading.Barrier(RACERS, timeout=30)
+    called: list[int] = []
+    guard = threading.Lock()
+
+    def racer(index: int) -> tuple[Any, Any]:
+        barrier.wait()
+        with guard:
+            called.append(index)
+            if len(called) == RACERS:
+                probe.all_called.set()
+        return ctx.get_bean("rateTable"), ctx.get_bean("ledger")
+
+    jobs = [in_thread(racer, i) for i in range(RACERS)]
+    got = _outcomes(jobs)
+    made = _events(app, "init")
+    tables = {id(t) for t, _ in got}
+    ledgers = {id(ledger) for _, ledger in got}
+    problems = []
+    for bean, objects in (("rateTable", tables), ("ledger", ledgers)):
+        if made.count(bean) > 1:
+            problems.append(f"{bean}'s constructor ran more than once")
+        elif made.count(bean) == 0:
+            problems.append(f"{bean}'s constructor never ran")
+        if len(objects) > 1:
+            problems.append(f"the threads got different {bean} objects")
+    if problems:
+        raise CheckFailure(
+            f"A singleton is one object per context, whatever the thread: {RACERS} threads "
+            "racing the first get_bean of a lazy singleton must get the one object, made once. "
+            "Checking the cache and then creating is a check-then-act race unless one thread "
+            "makes the bean while the others wait.",
+            expected=f"rateTable made once, one object for {RACERS} threads; ledger the same",
+            actual="; ".join(problems),
+            evidence=f"the first RateTable constructor waited until all {RACERS} threads had "
+                     f"called get_bean, then up to {WINDOW} s for a second one\n"
+                     f"constructor runs: rateTable {made.count('rateTable')}, "
+                     f"ledger {made.count('ledger')}\n"
+                     + table([(i, type(t).__name__, id(t)) for i, (t, _) in enumerate(got)],
+                             ("thread", "rateTable", "id")),
+            lesson=SINGLETON_THREADS,
+            fix="Make the singleton under a lock, and look in the cache again once you hold "
+                "it (double-checked): the threads that lost the race find the bean made."
+            if made.count("rateTable") > 1 else None,
+        )
+
+
+# ---- prototype -----------------------------------------------------------------------------
+
+PROTOTYPES = """\
+    from __future__ import annotations
+
+    from markers import component, pre_destroy, scope
+    import {probe} as probe
+
+
+    @scope("prototype")
+    @component
+    class Ticket:
+        def __init__(self):
+            probe.events.append(("init", "ticket"))
+
+        @pre_destroy
+        def release(self):
+            probe.events.append(("destroy", "ticket"))
+
+
+    @component
+    class Booth:
+        def __init__(self, ticket: Ticket):
+            self.ticket = ticket
+
+        @pre_destroy
+        def shut(self):
+            probe.events.append(("destroy", "booth"))
+
+
+    @component
+    class Gate:
+        def __init__(self, ticket: Ticket):
+            self.ticket = ticket
+
+        @pre_destroy
+        def shut(self):
+            probe.events.append(("destroy", "gate"))
+    """
+
+
+def test_a_prototype_is_new_every_time_and_never_destroyed(learner, make_app):
+    app = make_app("shop")
+    app.write("tickets.py", PROTOTYPES)
+    ctx = _refreshed(learner, app, "Ticket (@scope('prototype'), @pre_destroy release), "
+                                   "Booth(ticket: Ticket), Gate(ticket: Ticket)", PROTOTYPE)
+    booth, gate = call(ctx.get_bean, "booth"), call(ctx.get_bean, "gate")
+    looked_up = [call(ctx.get_bean, "ticket"), call(ctx.get_bean, "ticket")]
+    tickets = {"booth.ticket": booth.ticket, "gate.ticket": gate.ticket,
+               "get_bean #1": looked_up[0], "get_bean #2": looked_up[1]}
+    distinct = len({id(t) for t in tickets.values()})
+    made = _events(app, "init").count("ticket")
+    error = raised(ctx.close)
+    destroyed = _events(app, "destroy")
+    evidence = (table([(k, id(v)) for k, v in tickets.items()], ("where", "id"))
+                + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")))
+    if distinct != 4 or made != 4:
+        raise CheckFailure(
+            "A prototype is made anew for every injection point and every get_bean: two "
+            "singletons that both take a Ticket get one each, and each lookup makes another.",
+            expected="4 Ticket objects: one per singleton, one per get_bean",
+            actual=f"{distinct} distinct object(s), constructor ran {made} time(s)",
+            evidence=evidence,
+            lesson=PROTOTYPE,
+        )
+    if error is not None or "ticket" in destroyed or {"booth", "gate"} - set(destroyed):
+        actual = (f"close() raised {type(error).__name__}: {error}" if error is not None
+                  else f"destroy callbacks that ran: {', '.join(destroyed) or 'none'}")
+        raise CheckFailure(
+            "The container hands a prototype out and lets go of it: close() destroys the "
+            "singletons it made, and never calls a prototype's destroy callbacks (the code "
+            "that asked for it owns it).",
+            expected="close() calls booth's and gate's @pre_destroy, never ticket's",
+            actual=actual,
+            evidence=evidence,
+            lesson=PROTOTYPE,
+            fix="Keep only singletons in the list that close() destroys."
+            if error is None and "ticket" in destroyed else None,
+        )
+
+
+# ---- request scope -------------------------------------------------------------------------
+
+BASKETS = """\
+    from __future__ import annotations
+
+    from typing import Annotated
+
+    from markers import Autowired, component, pre_destroy, scope
+    import {probe} as probe
+
+
+    @scope("request")
+    @component
+    class Basket:
+        def __init__(self):
+            self.items = []
+            probe.events.append(("init", f"basket {id(self)}"))
+
+        def itself(self):
+            return self
+
+        @pre_destroy
+        def discard(self):
+            probe.events.append(("destroy", f"basket {id(self)}"))
+
+
+    @component
+    class Checkout:
+        def __init__(self, basket: Basket):
+            self.basket = basket
+            probe.events.append(("init", "checkout"))
+
+        def add(self, item):
+            self.basket.items.append(item)
+
+        def current(self):
+            return self.basket.itself()
+
+
+    @component
+    class Till:
+        basket: Annotated[Basket, Autowired()]
+
+        def current(self):
+            return self.basket.itself()
+    """
+
+
+def _baskets(learner: Any, make_app: Any, lesson: str) -> tuple[Any, Any, Any]:
+    app = make_app("shop")
+    app.write("baskets.py", BASKETS)
+    ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard); "
+                                   "singletons Checkout(basket: Basket) and Till (basket: an "
+                                   "Autowired field)", lesson)
+    return app, ctx, learner.module("scopes")
+
+
+def _in_request(scopes: Any, ctx: Any, app: Any, meet: Callable[[], Any]) -> dict[str, Any]:
+    """In one request: get_bean('basket'), meet(), again, meet(); destroyed when it ended.
+
+    Run concurrently with meet() a barrier, every second lookup happens while all the
+    requests are open and none starts or ends.
+    """
+    seen: dict[str, Any] = {}
+    with scopes.request():
+        seen["first"] = ctx.get_bean("basket")
+        meet()
+        seen["second"] = ctx.get_bean("basket")
+        meet()
+        seen["destroyed_inside"] = f"basket {id(seen['first'])}" in _events(app, "destroy")
+    seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    return seen
+
+
+def _request_problems(runs: list[dict[str, Any]], who: str) -> list[str]:
+    """What went wrong, the most telling first (one line, whatever the interleaving)."""
+    for when in ("second", "first"):
+        distinct = len({id(run[when]) for run in runs})
+        if distinct != len(runs):
+            return [f"the {when} lookups in {len(runs)} {who}s, each in its own request, "
+                    f"gave {distinct} distinct basket(s)"]
+    if any(run["first"] is not run["second"] for run in runs):
+        return [f"in a {who}, two get_bean('basket') in one request gave two objects"]
+    return []
+
+
+def _request_rows(runs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(i, id(r["first"]), id(r["second"]), r["destroyed_after"])
+            for i, r in enumerate(runs)]
+
+
+REQUEST_COLUMNS = ("request", "first get_bean", "second get_bean", "destroyed")
+
+
+class _RequestFailed(Exception):
+    """Raised by the check inside a request, to end that request with an exception."""
+
+
+def _failed_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
+    """A request that ends with an exception after one lookup; destroyed when it ended."""
+    seen: dict[str, Any] = {"destroyed_inside": False}
+    try:
+        with scopes.request():
+            seen["first"] = seen["second"] = ctx.get_bean("basket")
+            raise _RequestFailed("the check ends this request with an exception")
+    except _RequestFailed:
+        pass
+    seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    return seen
+
+
+def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
+    app, ctx, scopes = _baskets(learner, make_app, REQUEST)
+    made_at_refresh = [w for w in _events(app, "init") if w.startswith("basket")]
+    outside = raised(ctx.get_bean, "basket")
+    runs = [call(_in_request, scopes, ctx, app, lambda: None) for _ in range(2)]
+    runs.append(call(_failed_request, scopes, ctx, app))
+    closed = raised(ctx.close)
+    after_close = [_events(app, "destroy").count(f"basket {id(r['first'])}") for r in runs]
+    problems = []
+    if not isinstance(outside, scopes.ScopeNotActiveError):
+        problems.append("get_bean('basket') outside a request "
+                        + ("returned instead of raising" if outside is None
+                           else f"raised {type(outside).__name__}: {outside}"))
+    if made_at_refresh:
+        problems.append(f"refresh() made {len(made_at_refresh)} basket(s)")
+    problems += _request_problems(runs, "request")
+    for index, run in enumerate(runs):
+        how = " (ended by an exception)" if index == 2 else ""
+        if run["destroyed_inside"] or run["destroyed_after"] != 1:
+            problems.append(f"request {index}'s basket{how}: destroyed "
+                            + ("before its request ended" if run["destroyed_inside"]
+                               else f"{run['destroyed_after']} time(s) when it ended"))
+        elif after_close[index] != 1:
+            problems.append(f"request {index}'s basket{how}: destroyed again by close()")
+    if closed is not None:
+        problems.append(f"close() raised {type(closed).__name__}: {closed}")
+    if problems:
+        raise CheckFailure(
+            "A request-scoped bean belongs to the request in progress: made on its first "
+            "lookup in the request, the same object for the rest of it, destroyed (its "
+            "@pre_destroy) when the request ends, by an exception too, and not to be had "
+            "outside a request; close() destroys singletons only.",
+            expected="ScopeNotActiveError outside a request; one basket per request, "
+                     "destroyed once when its `with scopes.request()` block ends",
+            actual="; ".join(problems),
+            evidence="three requests, one after the other, the last ended by an exception:\n"
+                     + table([(*row, n) for row, n in zip(_request_rows(runs), after_close,
+                                                          strict=True)],
+                             (*REQUEST_COLUMNS, "destroyed, after close()"))
+                     + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
+            lesson=REQUEST,
+        )
+
+
+def test_concurrent_requests_in_threads_each_have_their_own_bean(learner, make_app):
+    app, ctx, scopes = _baskets(learner, make_app, REQUEST)
+    barrier = threading.Barrier(3, timeout=30)
+
+    def one_request() -> dict[str, Any]:
+        try:
+            return _in_request(scopes, ctx, app, barrier.wait)
+        except BaseException:
+            barrier.abort()                 # the other threads stop waiting for this one
+            raise
+
+    runs = _outcomes([in_thread(one_request) for _ in range(3)])
+    problems = _request_problems(runs, "thread")
+    if problems:
+        raise CheckFailure(
+            "Three threads, each in its own request at the same time, must each get their "
+            "own basket, and keep it: the request in progress is per thread, not one "
+            "module-wide value that the last request to start overwrites.",
+            expected="3 distinct baskets, each the same for both lookups in its thread",
+            actual="; ".join(problems),
+            evidence="the threads met at a barrier before and after their second lookup:\n"
+                     + table(_request_rows(runs), REQUEST_COLUMNS),
+            lesson=REQUEST,
+            fix="Keep the request in progress in a contextvars.ContextVar, set when the "
+                "request starts and reset with its token when it ends."
+            if len({id(r["second"]) for r in runs}) == 1 else None,
+        )
+
+
+def test_concurrent_requests_in_asyncio_tasks_each_have_their_own_bean(learner, make_app):
+    app, ctx, scopes = _baskets(learner, make_app, REQUEST)
+
+    async def main() -> list[Any]:
+        barrier = asyncio.Barrier(3)
+
+        async def one_request() -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            with scopes.request():
+                seen["first"] = ctx.get_bean("basket")
+                await asyncio.wait_for(barrier.wait(), 30)
+                seen["second"] = ctx.get_bean("basket")
+                await asyncio.wait_for(barrier.wait(), 30)
+                seen["destroyed_inside"] = False
+            seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+            return seen
+
+        return list(await asyncio.gather(*(one_request() for _ in range(3))))
+
+    runs = call(asyncio.run, main())
+    problems = _request_problems(runs, "task")
+    if problems:
+        raise CheckFailure(
+            "Three asyncio tasks on one thread, each in its own request at the same time, "
+            "must each get their own basket: a task runs in its own copy of the contextvars "
+            "context, which a threading.local or a module-wide value does not follow (the "
+            "tasks share the thread).",
+            expected="3 distinct baskets, each the same for both lookups in its task",
+            actual="; ".join(problems),
+            evidence="the tasks met at an asyncio.Barrier before and after their second lookup:\n"
+                     + table(_request_rows(runs), REQUEST_COLUMNS),
+            lesson=REQUEST,
+            fix="Keep the request in progress in a contextvars.ContextVar: each task sees "
+                "its own value, a threading.local is one per thread."
+            if len({id(r["second"]) for r in runs}) == 1 else None,
+        )
+
+
+def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, make_app):
+    app, ctx, scopes = _baskets(learner, make_app, SHORTER_LIVED)
+    checkout, till = call(ctx.get_bean, "checkout"), call(ctx.get_bean, "till")
+    outside = raised(checkout.current)
+    seen = []
+    orders = (["tea"], ["bread", "jam"])
+    for items in orders:
+        def shop(items: list[str] = items) -> tuple[Any, Any, Any, list[str]]:
+            with scopes.request():
+                for item in items:
+                    checkout.add(item)
+                return checkout.current(), till.current(), ctx.get_bean("basket"), list(
+                    ctx.get_bean("basket").items)
+        seen.append(call(shop))
+    problems = []
+    if not isinstance(outside, scopes.ScopeNotActiveError):
+        problems.append("checkout.current() outside a request "
+                        + ("returned instead of raising" if outside is None
+                           else f"raised {type(outside).__name__}: {outside}"))
+    for index, ((through, field, own, items), wanted) in enumerate(zip(seen, orders,
+                                                                       strict=True)):
+        if through is not own:
+            problems.append(f"request {index}: checkout's basket is not the request's own")
+        if field is not own:
+            problems.append(f"request {index}: till's Autowired basket is not the request's own")
+        if items != wanted:
+            problems.append(f"request {index}: its basket holds {items}, expected {wanted}")
+    if problems:
+        raise CheckFailure(
+            "A singleton is built once, but a request-scoped bean it takes must be a scoped "
+            "proxy: a stand-in that finds the current request's bean on every use, so each "
+            "request works on its own basket and a use outside a request is an error.",
+            expected="ScopeNotActiveError from checkout.current() outside a request; in each "
+                     "request, checkout's basket (a constructor parameter) and till's (an "
+                     "Autowired field) are that request's basket",
+            actual="; ".join(problems),
+            evidence=table([(i, id(t), id(f), id(o), items)
+                            for i, (t, f, o, items) in enumerate(seen)],
+                           ("request", "checkout.current()", "till.current()",
+                            "get_bean('basket')", "items"))
+            + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
+            lesson=SHORTER_LIVED,
+        )
+
+
+# ---- a request-scoped unit of work on PostgreSQL -------------------------------------------
+
+UNIT_OF_WORK = """\
+    from __future__ import annotations
+
+    from sqlalchemy import Engine, create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    from markers import bean, component, configuration, pre_destroy, scope
+    import {probe} as probe
+
+
+    @configuration
+    class DataConfig:
+        @bean(destroy_method="dispose")
+        def engine(self) -> Engine:
+            return create_engine(probe.URL, poolclass=NullPool)
+
+
+    @scope("request")
+    @component
+    class UnitOfWork:
+        def __init__(self, engine: Engine):
+            self.connection = engine.connect()
+            self.pid = self.connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            probe.events.append(("init", f"unitOfWork on backend {self.pid}"))
+
+        def backend(self):
+            return self.pid
+
+        @pre_destroy
+        def end(self):
+            self.connection.close()
+            probe.events.append(("destroy", f"unitOfWork on backend {self.pid}"))
+
+
+    @component
+    class ReportService:
+        def __init__(self, work: UnitOfWork):
+            self.work = work
+
+        def backend(self):
+            return self.work.backend()
+    """
+
+
+def _sessions_named(engine: Any, name: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT pid, state, backend_start::text FROM pg_stat_activity "
+            "WHERE application_name = :name ORDER BY pid"), {"name": name})]
+
+
+def test_each_request_has_its_own_unit_of_work_on_postgresql(learner, make_app, database):
+    app = make_app("shop")
+    app.write("work.py", UNIT_OF_WORK)
+    name = f"dojo_uow_{uuid.uuid4().hex[:8]}"
+    app.probe.URL = make_url(database.url).update_query_dict(
+        {"application_name": name}).render_as_string(hide_password=False)
+    ctx = _refreshed(learner, app, "UnitOfWork (@scope('request'): its own connection, closed "
+                                   "by @pre_destroy), ReportService(work: UnitOfWork)",
+                     SHORTER_LIVED)
+    scopes = learner.module("scopes")
+    service = call(ctx.get_bean, "reportService")
+    requests = 3
+    held = threading.Barrier(requests + 1, timeout=30)
+    released = threading.Barrier(requests + 1, timeout=30)
+
+    def one_request() -> tuple[int, int, int]:
+        try:
+            with scopes.request():
+                through_proxy = service.backend()
+                own = ctx.get_bean("unitOfWork").backend()
+                held.wait()                 # the check reads pg_stat_activity now
+                released.wait()
+                again = service.backend()
+            return through_proxy, own, again
+        except BaseException:
+            held.abort()
+            released.abort()
+            raise
+
+    jobs = [in_thread(one_request) for _ in range(requests)]
+    during: list[tuple[Any, ...]] = []
+    try:
+        held.wait()
+        during = _sessions_named(database.engine, name)
+        released.wait()
+    except threading.BrokenBarrierError:
+        pass                                # a request failed: its error is raised below
+    try:
+        got = _outcomes(jobs)
+        deadline = time.monotonic() + 10    # a backend leaves a moment after its client
+        left = _sessions_named(database.engine, name)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = _sessions_named(database.engine, name)
+    finally:
+        raised(ctx.close)
+    rows = [(i, proxy, own, again) for i, (proxy, own, again) in enumerate(got)]
+    evidence = ("backend pids seen by each request:\n"
+                + table(rows, ("request", "reportService.backend()", "its unitOfWork",
+                               "after the pause"))
+                + f"\npg_stat_activity ({name}) while all {requests} requests were open:\n"
+                + table(during, ("pid", "state", "backend_start")))
+    owns = [own for _, own, _ in got]
+    if len(set(owns)) != requests:
+        raise CheckFailure(
+            f"{requests} concurrent requests must each get their own request-scoped unit of "
+            "work, holding its own PostgreSQL connection.",
+            expected=f"{requests} distinct backend pids",
+            actual=f"{len(set(owns))} distinct backend pid(s)",
+            evidence=evidence,
+            lesson=REQUEST,
+        )
+    wrong = [i for i, (proxy, own, again) in enumerate(got) if not proxy == own == again]
+    if wrong:
+        raise CheckFailure(
+            "The singleton ReportService must reach the current request's unit of work "
+            "through its scoped proxy on every call; a proxy that keeps the first bean it "
+            "found hands one request's connection to every other request.",
+            expected="in each request, reportService.backend() is that request's own backend",
+            actual=f"{len(wrong)} of {requests} requests got another request's backend "
+                   "through the scoped proxy",
+            evidence=evidence,
+            lesson=SHORTER_LIVED,
+            fix="Resolve the target in the proxy on every attribute access; never store it.",
+        )
+    seen = {row[0] for row in during}
+    if seen != set(owns):
+        raise CheckFailure(
+            "While the requests are open, their connections are the application's sessions "
+            "in pg_stat_activity: one backend per request.",
+            expected=f"the backends {sorted(owns)}",
+            actual=f"pg_stat_activity showed {sorted(seen)}",
+            evidence=evidence,
+            lesson=REQUEST,
+        )
+    if left:
+        raise CheckFailure(
+            "A request-scoped bean is destroyed when its request ends: the unit of work's "
+            "@pre_destroy closes its connection, so no session of the application is left "
+            "once every request is over.",
+            expected=f"no session with application_name {name} after the requests ended",
+            actual=f"{len(left)} session(s) still open 10 s later",
+            evidence=evidence + "\nleft after the requests:\n"
+            + table(left, ("pid", "state", "backend_start")),
+            lesson=REQUEST,
+        )
+

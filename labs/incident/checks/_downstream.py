@@ -1,0 +1,535 @@
+"""Stage downstream: the live shop calling its dependencies, one of them timing out.
+
+orders-api answers POST /orders by calling three dependencies over HTTP, each a real server on
+127.0.0.1, through an outbound client with a timeout per dependency and a circuit breaker per
+dependency; GET /orders calls none. Both endpoints have a bug of their own that fails a few
+requests (the service's own errors). The shop counts every request it answers and every call
+it makes, per minute of its own clock, and serves them at /metrics.
+
+The check drives the traffic minute by minute: the shop's clock is set before each request, so
+a window of minutes plays in seconds, while every call is a real one (a real socket timeout
+when the dependency never answers, a real slow answer, a real refusal by an open breaker).
+Which dependency fails, which one is slow (a tail of slow answers, always within its
+timeout) and which is fast depends on the run, as do the minutes of a burst of timeouts that
+recovered and of the onset: replay with DOJO_INCIDENT_RUN.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from _live import _Server, post
+from _support import Sources
+
+from dojo.checks import table
+
+DOWNSTREAM = "where-to-look-first#step-6-its-dependencies"
+
+DEPENDENCIES = ("card-provider", "tax-rates", "shipping-quotes")   # the order POST calls them
+FAILING_TIMEOUT_MS = 250   # the failing dependency's timeout: it never answers some calls
+OTHER_TIMEOUT_MS = 2000    # the others': the slow one's tail stays well within it
+SLOW_TAIL_S = 0.5          # one call in SLOW_EVERY of the slow dependency takes this long
+SLOW_EVERY = 8
+PER_MINUTE = 8             # POST /orders requests per minute (every second one: a GET too)
+OPEN_FOR_S = 150           # the breaker refuses calls this long (shop clock) before a probe
+BREAKER_WINDOW = 8         # it opens when BREAKER_FAILURES of the last BREAKER_WINDOW calls
+BREAKER_FAILURES = 5       # failed (timed out or answered 5xx)
+BAD_TIMEOUT_RATE = 0.2     # README: a minute is bad from this share of timed-out calls on
+MIN_MINUTES_AFTER = 4      # the incident lasts at least this many minutes
+MAX_MINUTES = 24
+HEALTHY_MINUTES = 10
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which dependency plays which part, and when things happen, in this run."""
+    seed: int
+    failing: str
+    slow: str
+    fast: str
+    burst: int          # the minute of a burst of timeouts that recovered
+    onset: int          # the first minute of the incident
+    start: datetime     # the window's first minute
+
+
+def plan_of(seed: int) -> Plan:
+    n = seed % len(DEPENDENCIES)
+    rng = random.Random(seed * 7919 + 8)
+    burst = rng.choice((2, 3))
+    start = datetime(2026, 3, 14, 9, 0, tzinfo=UTC) + timedelta(minutes=rng.randrange(0, 600))
+    return Plan(seed, DEPENDENCIES[n], DEPENDENCIES[(n + 1) % 3], DEPENDENCIES[(n + 2) % 3],
+                burst, burst + rng.choice((3, 4)), start)
+
+
+class ShopClock:
+    """The shop's clock: the driver sets it before each request."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+
+class DependencyError(Exception):
+    def __init__(self, dependency: str, reason: str) -> None:
+        super().__init__(f"{dependency}: {reason}")
+        self.dependency = dependency
+
+
+class Breaker:
+    """A count-based circuit breaker on the shop's clock: opens when BREAKER_FAILURES of the
+    last BREAKER_WINDOW calls failed, refuses calls for OPEN_FOR_S, then lets one probe
+    through (half-open): a success closes it, a failure opens it again."""
+
+    def __init__(self, clock: ShopClock) -> None:
+        self.clock = clock
+        self.state = "closed"
+        self.since = clock.now
+        self.recent: deque[bool] = deque(maxlen=BREAKER_WINDOW)
+
+    def _enter(self, state: str) -> None:
+        self.state, self.since = state, self.clock.now
+        if state == "closed":
+            self.recent.clear()
+
+    def allow(self) -> bool:
+        if self.state == "open":
+            if self.clock.now - self.since < timedelta(seconds=OPEN_FOR_S):
+                return False
+            self._enter("half-open")
+        return True
+
+    def record(self, ok: bool) -> None:
+        if self.state == "half-open":
+            self._enter("closed" if ok else "open")
+            return
+        self.recent.append(ok)
+        if sum(not x for x in self.recent) >= BREAKER_FAILURES:
+            self._enter("open")
+
+
+class Dependency:
+    """One dependency's server. `phase` (set by the driver) says how it answers: "ok";
+    "slow-tail" (every SLOW_EVERY-th call slow); "burst" (every second call never
+    answered); "failing" (of every four calls: one answered, one 503, two never answered);
+    "stray" (the first call of the phase never answered, the rest answered)."""
+
+    def __init__(self, name: str, phase: str) -> None:
+        self.name = name
+        self.phase = phase
+        self.count = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                action = outer._next()
+                if action == "hang":
+                    outer.release.wait(60)     # never answers while the caller waits
+                    status = 504
+                elif action == "error":
+                    status = 503
+                else:
+                    if action == "slow":
+                        time.sleep(SLOW_TAIL_S)
+                    status = 200
+                body = json.dumps({"ok": status == 200}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass                        # the caller gave up (its timeout)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def set_phase(self, phase: str) -> None:
+        with self.lock:
+            if phase != self.phase:
+                self.phase, self.count = phase, 0
+
+    def _next(self) -> str:
+        with self.lock:
+            k, self.count = self.count, self.count + 1
+            phase = self.phase
+        if phase == "slow-tail":
+            return "slow" if k % SLOW_EVERY == SLOW_EVERY - 1 else "ok"
+        if phase == "burst":
+            return "hang" if k % 2 == 1 else "ok"
+        if phase == "failing":
+            return ("ok", "error", "hang", "hang")[k % 4]
+        if phase == "stray":
+            return "hang" if k == 0 else "ok"
+        return "ok"
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Metrics:
+    """The shop's counters per minute of its clock: inbound per endpoint, outbound per
+    dependency."""
+
+    def __init__(self, clock: ShopClock, start: datetime) -> None:
+        self.clock = clock
+        self.start = start
+        self.lock = threading.Lock()
+        self.inbound: dict[tuple[int, str], dict[str, Any]] = {}
+        self.outbound: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def _minute(self) -> int:
+        return int((self.clock.now - self.start) / timedelta(minutes=1))
+
+    def request(self, endpoint: str, ms: float, cause: str | None, user: str) -> None:
+        with self.lock:
+            row = self.inbound.setdefault((self._minute(), endpoint), _inbound_row())
+            row["requests"] += 1
+            row["durations_ms"].append(round(ms, 3))
+            if cause is not None:
+                row["errors"] += 1
+                row["failed_users"].append(user)
+                row["errors_by_cause"][cause] = row["errors_by_cause"].get(cause, 0) + 1
+
+    def call(self, dependency: str, outcome: str, ms: float = 0.0) -> None:
+        with self.lock:
+            row = self.outbound.setdefault((self._minute(), dependency), _outbound_row())
+            if outcome == "short-circuited":
+                row["short_circuited"] += 1
+                return
+            row["calls"] += 1
+            row["durations_ms"].append(round(ms, 3))
+            if outcome != "ok":
+                row["errors"] += 1
+            if outcome == "timeout":
+                row["timeouts"] += 1
+
+    def minutes(self) -> int:
+        with self.lock:
+            return max((m for m, _ in [*self.inbound, *self.outbound]), default=-1) + 1
+
+
+def _inbound_row() -> dict[str, Any]:
+    return {"requests": 0, "errors": 0, "durations_ms": [], "failed_users": [],
+            "errors_by_cause": {}}
+
+
+def _outbound_row() -> dict[str, Any]:
+    return {"calls": 0, "errors": 0, "timeouts": 0, "short_circuited": 0, "durations_ms": []}
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class DownstreamShop:
+    """orders-api with its outbound client, its breakers and its metrics endpoint."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.clock = ShopClock(plan.start)
+        self.metrics = Metrics(self.clock, plan.start)
+        self.deps = {name: Dependency(name, "slow-tail" if name == plan.slow else "ok")
+                     for name in DEPENDENCIES}
+        self.timeout_ms = {name: FAILING_TIMEOUT_MS if name == plan.failing else OTHER_TIMEOUT_MS
+                           for name in DEPENDENCIES}
+        self.breakers = {name: Breaker(self.clock) for name in DEPENDENCIES}
+        self.posts = 0
+        self.gets = 0
+        self.end = plan.start
+        self.api = _Server(self._handle)
+
+    def close(self) -> None:
+        self.api.close()
+        for dep in self.deps.values():
+            dep.close()
+
+    # -- the outbound client --------------------------------------------------------------
+    def _call(self, name: str) -> None:
+        breaker = self.breakers[name]
+        if not breaker.allow():
+            self.metrics.call(name, "short-circuited")
+            raise DependencyError(name, "circuit open, call not sent")
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", self.deps[name].port,
+                                          timeout=self.timeout_ms[name] / 1000)
+        outcome = "ok"
+        try:
+            conn.request("GET", "/quote")
+            status = conn.getresponse().status
+            conn.close()
+            if status >= 500:
+                outcome = "error"
+        except TimeoutError:
+            outcome = "timeout"
+        except OSError:
+            outcome = "error"
+        finally:
+            conn.close()
+        self.metrics.call(name, outcome, (time.monotonic() - started) * 1000)
+        breaker.record(outcome == "ok")
+        if outcome != "ok":
+            raise DependencyError(name, "timed out" if outcome == "timeout" else "answered 503")
+
+    # -- orders-api ---------------------------------------------------------------------
+    def _handle(self, method: str, path: str, body: dict[str, Any], headers: dict[str, str]
+                ) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if method == "GET" and path == "/metrics":
+            return 200, self.served(), {}
+        endpoint = f"{method} {path}"
+        user = str(body.get("user", "u-100"))
+        started = time.monotonic()
+        cause: str | None = None
+        try:
+            if endpoint == "POST /orders":
+                self.posts += 1
+                if self.posts % 12 == 5:
+                    raise ValueError("order without a delivery address")   # its own bug
+                for name in DEPENDENCIES:
+                    self._call(name)
+            elif endpoint == "GET /orders":
+                self.gets += 1
+                if self.gets % 6 == 3:
+                    raise KeyError("discount")                           # its own bug
+            else:
+                return 404, {}, {}
+        except DependencyError as exc:
+            cause = exc.dependency
+        except Exception:  # noqa: BLE001 (the service's own failure: it answers 500)
+            cause = "own"
+        self.metrics.request(endpoint, (time.monotonic() - started) * 1000, cause, user)
+        if cause is None:
+            return 200, {"ok": True}, {}
+        return (502 if cause != "own" else 500), {"error": cause}, {}
+
+    # -- the metrics endpoint ---------------------------------------------------------------
+    def served(self) -> dict[str, Any]:
+        with self.metrics.lock:
+            count = int((self.end - self.plan.start) / timedelta(minutes=1))
+            minutes, outbound = [], []
+            for m in range(count):
+                at = iso(self.plan.start + timedelta(minutes=m))
+                for endpoint in ("POST /orders", "GET /orders"):
+                    row = self.metrics.inbound.get((m, endpoint)) or _inbound_row()
+                    minutes.append({"minute": at, "endpoint": endpoint,
+                                    **json.loads(json.dumps(row))})
+                for name in DEPENDENCIES:
+                    row = self.metrics.outbound.get((m, name)) or _outbound_row()
+                    outbound.append({"minute": at, "dependency": name,
+                                     **json.loads(json.dumps(row))})
+        return {"service": "shop", "minutes": minutes, "outbound": outbound,
+                "dependencies": [{"dependency": name, "timeout_ms": self.timeout_ms[name],
+                                  "breaker": self.breakers[name].state,
+                                  "breaker_since": iso(self.breakers[name].since)}
+                                 for name in DEPENDENCIES]}
+
+    # -- traffic, as the check drives it ------------------------------------------------------
+    def _minute(self, m: int) -> None:
+        step = timedelta(minutes=1) / PER_MINUTE
+        for i in range(PER_MINUTE):
+            self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
+            user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
+            post(self.api.url + "/orders", {"user": user})
+            if i % 2 == 0:
+                post(self.api.url + "/orders", {"user": user}, method="GET")
+        self.end = self.plan.start + timedelta(minutes=m + 1)
+        self.clock.now = self.end
+
+    def drive(self, broken: bool) -> None:
+        """Play the window: a burst of timeouts that recovers, then (broken) the dependency
+        degrading (half its calls time out: the onset, its breaker still closed), then failing
+        until its breaker is open and refuses every call of the last minute, or
+        (healthy) a quiet end with a single stray timeout in the last minute."""
+        failing = self.deps[self.plan.failing]
+        last = HEALTHY_MINUTES - 1
+        for m in range(MAX_MINUTES):
+            if m == self.plan.burst or (broken and m == self.plan.onset):
+                failing.set_phase("burst")      # half its calls time out, its breaker holds
+            elif broken and m > self.plan.onset:
+                failing.set_phase("failing")
+            elif not broken and m == last:
+                failing.set_phase("stray")
+            else:
+                failing.set_phase("ok")
+            self._minute(m)
+            if not broken and m == last:
+                return
+            if broken and m >= self.plan.onset + MIN_MINUTES_AFTER and self._refused_all(m):
+                return
+        raise RuntimeError(f"run {self.plan.seed}: the breaker of {self.plan.failing} never "
+                           "refused a whole minute; the scenario cannot be set up")
+
+    def _refused_all(self, m: int) -> bool:
+        row = self.metrics.outbound.get((m, self.plan.failing)) or _outbound_row()
+        return (self.breakers[self.plan.failing].state == "open" and row["calls"] == 0
+                and row["short_circuited"] > 0)
+
+    def sources(self) -> Sources:
+        return Sources(self.api.url + "/metrics", "", [], self.end)
+
+
+# -- the README's arithmetic, on what the shop served -------------------------------------------
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
+
+
+def bad(row: dict[str, Any]) -> bool:
+    return row["short_circuited"] > 0 or (
+        row["calls"] > 0 and row["timeouts"] / row["calls"] >= BAD_TIMEOUT_RATE)
+
+
+@dataclass
+class Expected:
+    dependency: str
+    since: datetime
+    timeout_rate: float
+    breaker: str
+    caused_errors: int
+    own_errors: int
+    by_dependency: dict[str, dict[str, Any]]
+    mean_ms: dict[str, float] = field(default_factory=dict)
+    inbound_rate: dict[str, float] = field(default_factory=dict)
+    all_errors: int = 0
+    first_timeout: datetime | None = None
+    first_refused: datetime | None = None
+    refused_since: int = 0
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def expected(served: dict[str, Any]) -> Expected | None:
+    """The README's answer for the metrics the shop served (None: no dependency fails)."""
+    by_dep: dict[str, list[dict[str, Any]]] = {}
+    for row in served["outbound"]:
+        by_dep.setdefault(row["dependency"], []).append(row)
+    breakers = {d["dependency"]: d["breaker"] for d in served["dependencies"]}
+    found = []
+    for name, rows in by_dep.items():
+        rows.sort(key=lambda r: r["minute"])
+        start = len(rows)
+        while start > 0 and bad(rows[start - 1]):
+            start -= 1
+        if start < len(rows):
+            found.append((sum(r["timeouts"] for r in rows[start:]), name, rows[start]["minute"]))
+    if not found:
+        return None
+    _, name, onset = max(found)
+    since = _when(onset)
+
+    def after(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in rows if r["minute"] >= onset]
+
+    stats, means, inbound_rates = {}, {}, {}
+    inbound = after(served["minutes"])
+    window = served["minutes"]
+    posts = sum(r["requests"] for r in window if r["endpoint"] == "POST /orders")
+    for dep, rows in by_dep.items():
+        sent = rows                     # the whole window, as a dashboard shows it
+        calls = sum(r["calls"] for r in sent)
+        durations = [d for r in sent for d in r["durations_ms"]]
+        stats[dep] = {"error_rate": sum(r["errors"] for r in sent) / calls if calls else 0.0,
+                      "p95_ms": p95(durations), "breaker": breakers[dep]}
+        means[dep] = sum(durations) / len(durations) if durations else 0.0
+        inbound_rates[dep] = (sum(r["errors_by_cause"].get(dep, 0) for r in window) / posts
+                              if posts else 0.0)
+    rows = after(by_dep[name])
+    calls = sum(r["calls"] for r in rows)
+    first = next((r["minute"] for r in by_dep[name] if r["timeouts"]), None)
+    refused = next((r["minute"] for r in rows if r["short_circuited"]), None)
+    return Expected(
+        dependency=name, since=since,
+        timeout_rate=sum(r["timeouts"] for r in rows) / calls if calls else 0.0,
+        breaker=breakers[name],
+        caused_errors=sum(r["errors_by_cause"].get(name, 0) for r in inbound),
+        own_errors=sum(r["errors_by_cause"].get("own", 0) for r in inbound),
+        by_dependency=stats, mean_ms=means, inbound_rate=inbound_rates,
+        all_errors=sum(r["errors"] for r in inbound),
+        first_timeout=_when(first) if first else None,
+        first_refused=_when(refused) if refused else None,
+        refused_since=sum(r["short_circuited"] for r in rows),
+    )
+
+
+def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES) -> str:
+    """The outbound calls per minute of the dependencies `names`."""
+    rows = [(r["minute"][11:16], r["dependency"], r["calls"], r["errors"], r["timeouts"],
+             r["short_circuited"], p95(r["durations_ms"]))
+            for r in served["outbound"] if r["dependency"] in names]
+    return table(rows, ("minute", "dependency", "calls", "errors", "timeouts",
+                        "short-circuited", "p95 ms"), limit=80)
+
+
+def breakers_table(served: dict[str, Any]) -> str:
+    return table([(d["dependency"], d["timeout_ms"], d["breaker"], d["breaker_since"][11:19])
+                  for d in served["dependencies"]],
+                 ("dependency", "timeout ms", "breaker", "since"))
+
+
+@dataclass
+class DownstreamRun:
+    plan: Plan
+    broken: bool
+    shop: DownstreamShop
+    served: dict[str, Any]
+    want: Expected | None
+    sources: Sources
+
+    def describe(self) -> str:
+        if self.broken:
+            return (f"{self.plan.failing} times out (run {self.plan.seed}, replay: "
+                    f"DOJO_INCIDENT_RUN={self.plan.seed})")
+        return f"no dependency fails (run {self.plan.seed})"
+
+    def evidence(self, names: tuple[str, ...] = DEPENDENCIES) -> str:
+        return "\n".join([self.describe(), "the shop's dependencies now:",
+                          breakers_table(self.served),
+                          "its outbound calls per minute (from /metrics):",
+                          outbound_table(self.served, names)])
+
+
+def play(seed: int, broken: bool) -> DownstreamRun:
+    """Start the shop, drive its traffic, and check that the run shows what it must (else the
+    scenario could not be set up: an error of the checker, never the learner's)."""
+    plan = plan_of(seed)
+    shop = DownstreamShop(plan)
+    try:
+        shop.drive(broken)
+        served = shop.served()
+        want = expected(served)
+    except BaseException:
+        shop.close()
+        raise
+    run = DownstreamRun(plan, broken, shop, served, want, shop.sources())
+    if broken and (want is None or want.dependency != plan.failing
+                   or want.since != plan.start + timedelta(minutes=plan.onset)
+                   or want.first_refused in (None, want.since)
+                   or want.by_dependency[plan.slow]["p95_ms"]
+                   <= want.by_dependency[plan.failing]["p95_ms"]):
+        shop.close()
+        raise RuntimeError(f"run {seed}: the shop's metrics do not show the scenario "
+                           f"(the machine may be too loaded):\n{run.evidence()}")
+    if not broken and want is not None:
+        shop.close()
+        raise RuntimeError(f"run {seed}: the healthy shop's metrics show a failing "
+                           f"dependency (the machine may be too loaded):\n{run.evidence()}")
+    return run

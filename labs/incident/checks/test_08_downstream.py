@@ -1,0 +1,247 @@
+"""Stage downstream: the dependency that times out, from the shop's outbound-call metrics.
+
+The live shop calls three dependencies through a client with a timeout and a circuit breaker
+per dependency (_downstream.py). In the broken run one of them stops answering: its calls time
+out, its breaker opens and then refuses every call (short-circuited calls are not sent, so
+they show no errors), while another dependency is slower (a tail of slow answers, within its
+timeout) and a burst of timeouts earlier in the window recovered. The shop's own bugs fail a
+few requests all along. The healthy run has the same slow dependency, the same burst and one
+stray timeout in its last minute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from _downstream import DOWNSTREAM, DownstreamRun, Expected, play
+from _support import PROVE, field_of, hm
+
+from dojo.checks import CheckFailure, call
+
+pytestmark = pytest.mark.stage("downstream")
+
+RATE_TOLERANCE = 0.01
+P95_TOLERANCE = 0.15       # of the check's own p95, plus P95_SLACK_MS
+P95_SLACK_MS = 1.0
+
+
+@pytest.fixture(scope="module")
+def runs(seed: int) -> Iterator[Callable[[bool], DownstreamRun]]:
+    """runs(broken) → the shop played once per module (a window takes seconds to play); its
+    servers stay up, so the breakers the learner reads are the live ones."""
+    played: dict[bool, DownstreamRun] = {}
+
+    def get(broken: bool) -> DownstreamRun:
+        if broken not in played:
+            played[broken] = play(seed, broken)
+        return played[broken]
+
+    yield get
+    for run in played.values():
+        run.shop.close()
+
+
+def _want(run: DownstreamRun) -> Expected:
+    """The broken run's answer (play() refused to hand out a run without one)."""
+    if run.want is None:
+        raise RuntimeError(f"run {run.plan.seed}: the broken shop shows no failing dependency")
+    return run.want
+
+
+def _finding(learner: Any, run: DownstreamRun) -> Any:
+    return call(learner.module("triage").downstream, run.sources)
+
+
+def _minute(at: Any) -> datetime | None:
+    if isinstance(at, datetime) and at.tzinfo is not None:
+        return at.astimezone(UTC).replace(second=0, microsecond=0)
+    return None
+
+
+def _close(got: Any, want: float, tolerance: float) -> bool:
+    return (isinstance(got, (int, float)) and not isinstance(got, bool)
+            and math.isfinite(got) and abs(got - want) <= tolerance)
+
+
+def test_the_failing_dependency_is_named(learner, runs):
+    run = runs(True)
+    want = _want(run)
+    found = _finding(learner, run)
+    got = field_of(found, "dependency") if found is not None else None
+    since = _minute(field_of(found, "since")) if found is not None else None
+    rate = field_of(found, "timeout_rate") if found is not None else None
+    breaker = field_of(found, "breaker") if found is not None else None
+    if (got == want.dependency and since == want.since
+            and _close(rate, want.timeout_rate, RATE_TOLERANCE) and breaker == want.breaker):
+        return
+    fix = None
+    plan = run.plan
+    if found is None:
+        fix = ("The failing dependency's breaker is open: it refuses every call, and a call "
+               "that is not sent shows no error and no timeout. A minute in which the breaker "
+               "refused calls (short_circuited) is bad: read the breaker, not only the errors.")
+    elif got == plan.slow:
+        fix = ("That is the slowest dependency, but its calls end within its timeout and none "
+               "failed. Name the one whose calls time out or whose breaker refuses them.")
+    elif got == want.dependency and since == want.first_timeout:
+        fix = ("That minute was a burst of timeouts that recovered: good minutes followed. "
+               "The incident began with the run of bad minutes that lasts to now.")
+    elif got == want.dependency and since == want.first_refused:
+        fix = ("That is the minute its breaker first refused a call. The incident began "
+               "earlier, when its calls started to time out: the first minute of the run of "
+               "bad minutes, whatever made each of them bad.")
+    elif got == want.dependency and since == want.since and _close(
+            rate, _error_rate_since(run), RATE_TOLERANCE):
+        fix = ("That is its error rate: calls answered 503 count there too. The timeout rate "
+               "counts only the calls that timed out, of the calls sent.")
+    elif got == want.dependency and since == want.since and _close(
+            rate, _timeouts_since(run) / (_sent_since(run) + want.refused_since),
+            RATE_TOLERANCE):
+        fix = ("The calls its breaker refused were never sent: they are not calls that timed "
+               "out, nor calls that could have. The timeout rate is timeouts / calls sent.")
+    elif got == want.dependency and since == want.since and breaker != want.breaker:
+        fix = "Its breaker's state now is in the metrics' dependencies list."
+    raise CheckFailure(
+        "downstream() did not name the dependency that times out, since when and how badly.",
+        expected=(f"dependency {want.dependency!r}, since {hm(want.since)}, timeout rate "
+                  f"{want.timeout_rate:.3f} (±{RATE_TOLERANCE}), breaker {want.breaker!r}"),
+        actual="None" if found is None else (
+            f"dependency {got!r}, since {hm(field_of(found, 'since'))}, timeout rate "
+            f"{rate!r}, breaker {breaker!r}"),
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
+    )
+
+
+def _since_onset(run: DownstreamRun) -> list[dict[str, Any]]:
+    """The failing dependency's outbound rows from the onset on."""
+    want = _want(run)
+    return [r for r in run.served["outbound"] if r["dependency"] == want.dependency
+            and datetime.fromisoformat(r["minute"].replace("Z", "+00:00")) >= want.since]
+
+
+def _sent_since(run: DownstreamRun) -> int:
+    return sum(r["calls"] for r in _since_onset(run))
+
+
+def _timeouts_since(run: DownstreamRun) -> int:
+    return sum(r["timeouts"] for r in _since_onset(run))
+
+
+def _error_rate_since(run: DownstreamRun) -> float:
+    """The failing dependency's errors (timeouts and 503s) per call sent since the onset."""
+    sent = _sent_since(run)
+    return sum(r["errors"] for r in _since_onset(run)) / sent if sent else 0.0
+
+
+def test_outbound_calls_are_measured_per_dependency(learner, runs):
+    run = runs(True)
+    want = _want(run)
+    found = _finding(learner, run)
+    stats = field_of(found, "by_dependency") if found is not None else None
+    wrong = []
+    for dep, expect in sorted(want.by_dependency.items()):
+        have = stats.get(dep) if isinstance(stats, dict) else None
+        have = have if isinstance(have, dict) else {}
+        rate, p95_ms, breaker = (have.get("error_rate"), have.get("p95_ms"),
+                                 have.get("breaker"))
+        if not (_close(rate, expect["error_rate"], RATE_TOLERANCE)
+                and _close(p95_ms, expect["p95_ms"],
+                           P95_TOLERANCE * expect["p95_ms"] + P95_SLACK_MS)
+                and breaker == expect["breaker"]):
+            wrong.append((dep, expect, have))
+    if not wrong:
+        return
+    fix = None
+    means = [dep for dep, _e, have in wrong
+             if _close(have.get("p95_ms"), want.mean_ms[dep], 0.05 * want.mean_ms[dep] + 0.5)]
+    inbound = [dep for dep, expect, have in wrong if want.inbound_rate[dep] != expect[
+        "error_rate"] and _close(have.get("error_rate"), want.inbound_rate[dep], RATE_TOLERANCE)]
+    if means:
+        fix = ("That p95 is the mean of the calls' durations: a few slow calls hide in an "
+               "average. p95 is the ceil(0.95 × n)-th smallest duration.")
+    elif inbound:
+        fix = ("That error rate was read from the inbound requests (the shop's errors the "
+               "dependency caused, per POST /orders). Read the outbound calls: errors / calls "
+               "sent to that dependency.")
+    raise CheckFailure(
+        "downstream() measured the outbound calls of a dependency wrongly.",
+        expected="; ".join(f"{dep} error rate {e['error_rate']:.3f}, p95 {e['p95_ms']:.1f} ms, "
+                           f"breaker {e['breaker']}" for dep, e, _h in wrong),
+        actual="by_dependency None" if found is None or stats is None else "; ".join(
+            f"{dep} error rate {h.get('error_rate')!r}, p95 {h.get('p95_ms')!r}, breaker "
+            f"{h.get('breaker')!r}" for dep, _e, h in wrong),
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
+    )
+
+
+def test_errors_it_caused_are_told_from_the_services_own(learner, runs):
+    run = runs(True)
+    want = _want(run)
+    found = _finding(learner, run)
+    caused = field_of(found, "caused_errors") if found is not None else None
+    own = field_of(found, "own_errors") if found is not None else None
+    if caused == want.caused_errors and own == want.own_errors:
+        return
+    fix = None
+    if caused == want.all_errors or caused == want.caused_errors + want.own_errors:
+        fix = ("Some of those errors are the service's own (errors_by_cause 'own'): the "
+               "dependency did not cause them. Count only the errors labelled with its name.")
+    raise CheckFailure(
+        "downstream() did not tell the inbound errors the dependency caused from the "
+        "service's own.",
+        expected=f"caused_errors {want.caused_errors}, own_errors {want.own_errors} (inbound, "
+                 f"since {hm(want.since)})",
+        actual="None" if found is None else f"caused_errors {caused!r}, own_errors {own!r}",
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
+    )
+
+
+def test_a_healthy_run_raises_nothing(learner, runs):
+    run = runs(False)
+    found = _finding(learner, run)
+    if found is None:
+        return
+    got = field_of(found, "dependency")
+    fix = None
+    if got == run.plan.slow:
+        fix = ("That dependency is slow now and then, but its calls end within its timeout: "
+               "slow is not failing.")
+    elif got == run.plan.failing:
+        fix = ("That dependency's last minute has one timeout of its calls, under a fifth, "
+               "and its earlier burst recovered. A minute is bad when a fifth of its calls "
+               "timed out, or when its breaker refused calls.")
+    raise CheckFailure(
+        "downstream() reported a failing dependency although none fails.",
+        expected="None (a slow tail within the timeout, a burst that recovered and a stray "
+                 "timeout are not an incident)",
+        actual=f"dependency {got!r}, since {hm(field_of(found, 'since'))}",
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
+    )
+
+
+def test_the_downstream_finding_carries_its_evidence(learner, runs):
+    run = runs(True)
+    found = _finding(learner, run)
+    listed = field_of(found, "evidence") if found is not None else None
+    if (isinstance(listed, list) and listed and all(isinstance(e, str) for e in listed)
+            and any(run.plan.failing in e for e in listed)):
+        return
+    raise CheckFailure(
+        "downstream() returned a finding without the evidence that supports it.",
+        expected="evidence: a non-empty list of str, one naming the failing dependency",
+        actual=f"evidence {listed!r}"[:200],
+        evidence=run.evidence((run.plan.failing,)),
+        lesson=PROVE,
+    )
