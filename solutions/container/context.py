@@ -10,10 +10,14 @@ finished only after everything it depends on, so it is destroyed before any of t
 Scopes (stage 7): a singleton is made under a lock, so racing threads get one object; a
 request-scoped bean lives in the request of `scopes.request()` and reaches longer-lived beans
 through a `scopes.ScopedProxy`.
+Startup (stage 8): refresh() records its phases and every bean it creates (startup.py); a
+bean whose own code fails stops it with a BeanCreationError naming the chain of beans, after
+the singletons made so far are destroyed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -28,6 +32,7 @@ from typing import Any
 import markers
 import scopes
 from scanning import BeanDefinition, scan
+from startup import BeanCreationError, StartupRecorder, StartupStep
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
 
@@ -125,9 +130,24 @@ class ApplicationContext:
         self._finished: list[str] = []             # singletons in the order they were finished
         self._destroy_methods: dict[str, str] = {}
         self._singleton_lock = threading.RLock()   # one maker per singleton, whatever the thread
+        self._startup = StartupRecorder()
 
     # ---- refresh -------------------------------------------------------------------------
     def refresh(self) -> None:
+        try:
+            self._refresh()
+        except BaseException:
+            self._startup.end()
+            with contextlib.suppress(Exception):   # the refresh's own error is the one to see
+                self.close()                        # Spring destroys what a failed refresh made
+            raise
+        self._startup.end()
+
+    def startup_steps(self) -> list[StartupStep]:
+        return list(self._startup.steps)
+
+    def _refresh(self) -> None:
+        self._startup.phase("definitions")
         auto = [name for path in self.imports_files for name in read_imports(path)]
         listed = set(auto)
         self.definitions = {
@@ -139,16 +159,23 @@ class ApplicationContext:
         self._singletons["environment"] = markers.Environment(self.properties)
         for name, definition in self.definitions.items():
             self._types[name] = self._load_type(definition)
+        self._startup.phase("auto-configuration")
         for qualified in auto:
             self._apply_auto_configuration(qualified)
+        self._startup.tag(outcomes=str(len(self._report)),
+                          matched=str(sum(o.matched for o in self._report)))
         self._refreshed = True
+        self._startup.phase("definition-post-processors")
         self._post_process_definitions()
+        self._startup.phase("bean-post-processors")
         processors = [name for name, t in self._types.items()
                       if issubclass(t, markers.BeanPostProcessor)]
         self._post_processors = [self._get(name, []) for name in processors]
+        self._startup.phase("singletons")
         for name, definition in list(self.definitions.items()):
             if definition.scope == "singleton" and not definition.lazy:
                 self._get(name, [])
+        self._startup.phase("refreshed")
         self.publish(markers.ContextRefreshed(self))
 
     def _post_process_definitions(self) -> None:
@@ -334,8 +361,14 @@ class ApplicationContext:
             raise CircularDependencyError([*creating[creating.index(name):], name])
         definition = self.definitions[name]
         path = [*creating, name]
-        raw = self._create(name, definition, path)
-        return raw, self._initialise(name, definition, raw, path)
+        with self._startup.bean(name):
+            try:
+                raw = self._create(name, definition, path)
+                return raw, self._initialise(name, definition, raw, path)
+            except (*CONTAINER_ERRORS, RecursionError):   # the container's, not the bean's
+                raise
+            except Exception as error:          # the bean's own code: name the chain to it
+                raise BeanCreationError(path, error) from error
 
     def _initialise(self, name: str, definition: BeanDefinition, raw: Any,
                     creating: list[str]) -> Any:
@@ -414,6 +447,10 @@ class ApplicationContext:
                 raise
             arguments[parameter.name] = self._inject(chosen, creating)
         return arguments
+
+
+CONTAINER_ERRORS = (NoSuchBeanError, NoUniqueBeanError, CircularDependencyError,
+                    BeanCreationError)
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:

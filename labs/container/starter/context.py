@@ -14,6 +14,7 @@ from typing import Any
 
 import markers  # noqa: F401  (you will need it)
 from scanning import BeanDefinition
+from startup import StartupStep
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
 
@@ -84,3 +85,7 @@ class ApplicationContext:
     def close(self) -> None:
         """Destroy the singletons, each before the beans it depends on (README, stage 5)."""
         raise NotImplementedError("close: destroy the singletons (README, stage 5)")
+
+    def startup_steps(self) -> list[StartupStep]:
+        """refresh()'s phases and the beans it created, timed (README, stage 8)."""
+        raise NotImplementedError("startup_steps: record refresh()'s phases (README, stage 8)")

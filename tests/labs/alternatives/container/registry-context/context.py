@@ -7,10 +7,12 @@ registered) and creates the singletons, injecting constructor parameters by type
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import threading
+import time
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -21,6 +23,7 @@ from typing import Any
 import markers
 import scopes
 from scanning import BeanDefinition, scan
+from startup import BeanCreationError, StartupStep
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
 
@@ -100,6 +103,16 @@ def read_imports(path: Path) -> list[str]:
 
 
 @dataclass
+class _Span:
+    """A bean's creation as it happened: own time is worked out when the report is asked for."""
+
+    name: str
+    start: float
+    end: float = 0.0
+    parent: int = -1                # index of the span of the bean that was creating it
+
+
+@dataclass
 class _Registered:
     """A bean as refresh() knows it: its definition, its type, and how to make it."""
 
@@ -136,9 +149,47 @@ class ApplicationContext:
         # stage 7: one lock for every creation (coarse: the creation path is instance-wide)
         self._creation_lock = threading.RLock()
         self._request_raw: dict[str, Any] = {}       # a request bean as made, until handed over
+        # stage 8: raw marks, turned into steps by startup_steps()
+        self._marks: list[tuple[str, float]] = []    # (phase, when it began)
+        self._refresh_end = 0.0
+        self._spans: list[_Span] = []
+        self._open: list[int] = []
+
+    def _mark(self, phase: str) -> None:
+        self._marks.append((phase, time.monotonic()))
+
+    def startup_steps(self) -> list[StartupStep]:
+        """Phases end where the next begins; a bean's own time is its span minus its children's."""
+        ends = [when for _, when in self._marks[1:]] + [self._refresh_end]
+        steps = []
+        for (phase, began), ended in zip(self._marks, ends, strict=True):
+            tags = {}
+            if phase == "auto-configuration":
+                tags = {"outcomes": str(len(self._outcomes)),
+                        "matched": str(len([o for o in self._outcomes if o.matched]))}
+            steps.append(StartupStep(phase, began, ended - began, tags))
+        nested = [0.0] * len(self._spans)
+        for span in self._spans:
+            if span.parent >= 0:
+                nested[span.parent] += span.end - span.start
+        steps += [StartupStep("bean", span.start, span.end - span.start - inner,
+                              {"bean": span.name})
+                  for span, inner in zip(self._spans, nested, strict=True)]
+        return sorted(steps, key=lambda step: step.started)
 
     # ---- refresh -------------------------------------------------------------------------
     def refresh(self) -> None:
+        try:
+            self._refresh()
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.close()                   # a failed refresh leaves nothing running
+            raise
+        finally:
+            self._refresh_end = time.monotonic()
+
+    def _refresh(self) -> None:
+        self._mark("definitions")
         listed: list[str] = []
         for path in self._imports_files:
             listed.extend(read_imports(path))
@@ -152,7 +203,7 @@ class ApplicationContext:
         self.definitions = {}
         self._register_environment()
         configs = {d.type_name: n for n, d in user.items() if d.configuration}
-        for name, definition in user.items():
+        for definition in user.values():
             if definition.factory:
                 config_type, _, method = definition.factory.rpartition(".")
                 cls = self._class(config_type)
@@ -160,17 +211,22 @@ class ApplicationContext:
                                owner=configs[config_type], method=method)
             else:
                 self._register(definition, self._class(definition.type_name))
+        self._mark("auto-configuration")
         for qualified in listed:
             self._auto_configure(qualified)
+        self._mark("definition-post-processors")
         self._run_definition_processors()
+        self._mark("bean-post-processors")
         processors = sorted(n for n, e in self._registry.items()
                             if issubclass(e.type, markers.BeanPostProcessor))
         self._skip_processing.update(processors)
         self._processors = [self._obtain(n) for n in processors]
+        self._mark("singletons")
         for name in sorted(self._registry):
             definition = self._registry[name].definition
             if definition.scope == "singleton" and not definition.lazy:
                 self._obtain(name)
+        self._mark("refreshed")
         event = markers.ContextRefreshed(self)
         for wanted, listener in list(self._listeners):
             if isinstance(event, wanted):
@@ -350,15 +406,20 @@ class ApplicationContext:
             path = list(self._in_creation)
             raise CircularDependencyError([*path[path.index(name):], name])
         entry = self._registry[name]
-        self._in_creation[name] = None
+        span = _Span(name, time.monotonic(), parent=self._open[-1] if self._open else -1)
+        self._spans.append(span)
+        self._open.append(len(self._spans) - 1)
         try:
-            raw = self._instantiate(name, entry)
-            if not entry.method:
-                for attribute, value in self._autowired(name, entry.type).items():
-                    setattr(raw, attribute, value)
+            instance, raw = self._build(name, entry)
+        except (NoSuchBeanError, NoUniqueBeanError, CircularDependencyError):
+            raise
+        except BeanCreationError as inner:      # one error per level, as Spring nests them
+            raise BeanCreationError([name, *inner.chain], inner) from inner
+        except Exception as error:
+            raise BeanCreationError([name], error) from error
         finally:
-            del self._in_creation[name]
-        instance = self._initialise(name, raw)
+            span.end = time.monotonic()
+            self._open.pop()
         if entry.definition.scope == "request":
             self._request_raw[name] = raw
         if entry.definition.scope == "singleton":
@@ -369,6 +430,17 @@ class ApplicationContext:
                 if isinstance(wanted, type):
                     self._listeners.append((wanted, getattr(raw, method.__name__)))
         return instance
+
+    def _build(self, name: str, entry: _Registered) -> tuple[Any, Any]:
+        self._in_creation[name] = None
+        try:
+            raw = self._instantiate(name, entry)
+            if not entry.method:
+                for attribute, value in self._autowired(name, entry.type).items():
+                    setattr(raw, attribute, value)
+        finally:
+            del self._in_creation[name]
+        return self._initialise(name, raw), raw
 
     def _initialise(self, name: str, raw: Any) -> Any:
         processors = [] if name in self._skip_processing else self._processors

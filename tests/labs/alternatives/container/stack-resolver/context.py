@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import threading
+import time
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Optional, Union
 import markers
 import scopes
 from scanning import BeanDefinition, scan
+from startup import BeanCreationError, StartupStep
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
 
@@ -126,8 +128,35 @@ class ApplicationContext:
         self._hooks: list[markers.BeanPostProcessor] = []
         self._disposal: list[tuple[Any, str]] = []     # (object made, destroy method) stack
         self._lock = threading.RLock()                 # the stack is instance-wide: one maker
+        self._report: list[StartupStep] = []
+        self._nested_ns: list[int] = []                # per bean in creation: its children's ns
+
+    def _phase(self, name: str) -> None:
+        """Close the phase in progress (if any) and open `name` ("" only closes)."""
+        now = time.monotonic_ns()
+        current = next((s for s in reversed(self._report) if s.name != "bean"), None)
+        if current is not None and current.duration < 0:
+            current.duration = now / 1e9 - current.started
+        if name:
+            self._report.append(StartupStep(name, now / 1e9, -1.0))
+
+    def startup_steps(self) -> list[StartupStep]:
+        return sorted(self._report, key=lambda step: step.started)
 
     def refresh(self) -> None:
+        try:
+            self._refresh()
+        except Exception:
+            self._phase("")
+            try:
+                self.close()
+            except Exception:  # noqa: S110  (the refresh's error is the one the caller sees)
+                pass
+            raise
+        self._phase("")
+
+    def _refresh(self) -> None:
+        self._phase("definitions")
         listed: list[str] = []
         for file in self._files:
             for raw in Path(file).read_text(encoding="utf-8").splitlines():
@@ -147,6 +176,7 @@ class ApplicationContext:
                 self._types[name] = _return_type(getattr(_dotted(owner), method))
             else:
                 self._types[name] = _dotted(d.type_name)
+        self._phase("auto-configuration")
         conditions = Conditions(self._properties, self._types)
         for qualified in listed:
             cls = _dotted(qualified)
@@ -172,17 +202,24 @@ class ApplicationContext:
                     scope=getattr(member, "__scope__", "singleton"),
                     factory=f"{qualified}.{attr}")
                 self._types[attr] = _return_type(member)
+        outcomes = list(self._outcomes.values())
+        self._report[-1].tags.update(outcomes=str(len(outcomes)),
+                                     matched=str(sum(1 for o in outcomes if o.matched)))
+        self._phase("definition-post-processors")
         for name in [n for n, t in self._types.items()
                      if isinstance(t, type) and issubclass(t, markers.DefinitionPostProcessor)]:
             self._plain.add(name)
             self._obtain(name).post_process_definitions(self.definitions)
+        self._phase("bean-post-processors")
         late = [n for n, t in self._types.items()
                 if isinstance(t, type) and issubclass(t, markers.BeanPostProcessor)]
         self._plain.update(late)
         self._hooks = [self._obtain(n) for n in late]
+        self._phase("singletons")
         for name, d in list(self.definitions.items()):
             if d.scope == "singleton" and not d.lazy:
                 self._obtain(name)
+        self._phase("refreshed")
         refreshed = markers.ContextRefreshed(self)
         for raw, _ in list(self._disposal):
             for attr in dir(type(raw)):
@@ -238,10 +275,10 @@ class ApplicationContext:
             store = scopes.store_for(name)
             if (self, name) not in store.beans:
                 with self._lock:
-                    store.beans[(self, name)] = self._make(name)
+                    store.beans[(self, name)] = self._timed(name)
             return store.beans[(self, name)]
         with self._lock:
-            return self._make(name)
+            return self._timed(name)
 
     def _wired(self, name: str) -> Any:
         """An injection point's value: for a request bean, a stand-in that looks it up."""
@@ -249,12 +286,30 @@ class ApplicationContext:
             return _StandIn(lambda: self._obtain(name))
         return self._obtain(name)
 
-    def _make(self, name: str) -> Any:
+    def _timed(self, name: str) -> Any:
+        """The cached bean, or a new one timed as a step and named in a BeanCreationError."""
         if name in self._objects:
             return self._objects[name]
         if name in self._stack:
             start = self._stack.index(name)
             raise CircularDependencyError(self._stack[start:] + [name])
+        chain = [*self._stack, name]
+        began = time.monotonic_ns()
+        self._nested_ns.append(0)
+        try:
+            return self._make(name)
+        except (NoSuchBeanError, NoUniqueBeanError, CircularDependencyError, BeanCreationError):
+            raise
+        except Exception as error:
+            raise BeanCreationError(chain, error) from error
+        finally:
+            span = time.monotonic_ns() - began
+            own = span - self._nested_ns.pop()
+            if self._nested_ns:
+                self._nested_ns[-1] += span
+            self._report.append(StartupStep("bean", began / 1e9, own / 1e9, {"bean": name}))
+
+    def _make(self, name: str) -> Any:
         self._stack.append(name)
         try:
             d = self.definitions[name]
