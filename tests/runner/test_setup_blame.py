@@ -40,3 +40,6 @@ def test_the_same_failure_during_the_check_points_at_the_shape_of_the_learners_r
     exc = _raised_in_check_code(tmp_path / "checks")
     diagnosis = describe(exc, tmp_path / "impl", tmp_path / "checks", "call")
     assert "another shape than the lab README describes" in diagnosis.message
+    assert "check_prep.py line 2" in diagnosis.message
+    # a check's own bug is possible too: the learner is told how to tell, and what to do
+    assert "If it matches, the check is at fault" in diagnosis.message

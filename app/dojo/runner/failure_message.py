@@ -176,6 +176,8 @@ def describe(exc: BaseException, impl: Path | None, checks: Path | None,
     if check_frame is not None and checks:
         return Diagnosis("error", clip(
             f"the check raised {_exception_text(exc)}\n  at {_where(check_frame, checks)}\n"
-            "It usually means your code returned something of another shape than the lab "
-            "README describes."))
+            "No line of your code is in the traceback. A value of another shape than the lab "
+            "README describes (a type, a field name) makes a check fail like this: compare "
+            "what your code returned with the README. If it matches, the check is at fault: "
+            "report it with the output of `dojo lab check --json`."))
     return Diagnosis("error", clip(_exception_text(exc)))
