@@ -247,7 +247,9 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
         second = _read_until(leader, "save a file to check again", 60)
         assert "stage 3 · persist" in second, "after the fix every stage runs"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=15) == 0
+        # a clean exit is what is tested, not its speed (1.2 s measured mid-run on a loaded
+        # 2-core machine): a CI run at load 5 took over 15 s once, so the bound is generous
+        assert proc.wait(timeout=60) == 0
         assert "stopped watching" in _read_until(leader, "stopped watching", 5)
     finally:
         if proc.poll() is None:
