@@ -74,7 +74,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "lessons-incident-story": "partial 20 < wrong-right-words 40; partial 20 < negated 100",
     "lessons-spot-no-story": "partial 20 < wrong-right-words 40; partial 20 < negated 80",
     "lessons-spot-separate-facts": "held out: partial 20 < negated 80",
-    "mistakes-spot-design-code": "held out: partial 50 < negated 100",
     "mistakes-spot-outage-dlq": ("held out: partial 40 < wrong-right-words 60; "
                                  "partial 40 < negated 80"),
     "unknown-spot-experience": "strong 75 < partial 100",
