@@ -32,7 +32,6 @@ CATALOG = load_catalog(content_root())
 # these gaps open: their negated answers state an opposite claim that no misconception of
 # the card anticipates, while the card's cues still recognise the point.
 KNOWN_MISORDERED: dict[str, str] = {
-    "bean-scopes-what": "partial 50 < negated 88",
     "circuit-breaker-consumer": "partial 60 < negated 100",
     "circuit-breaker-what": "held out: strong 20 < partial 60",
     "circuit-breaker-when-open": "strong 40 < negated 85; partial 20 < negated 85",
@@ -73,26 +72,12 @@ KNOWN_MISORDERED: dict[str, str] = {
     "transactional-requires-new": "held out: strong 80 < negated 100; partial 60 < negated 100",
     "transactional-self-invocation": "strong 70 < negated 85",
     "lessons-incident-story": "partial 20 < wrong-right-words 40; partial 20 < negated 100",
-    "lessons-knowledge-vs-shape": "partial 33 < negated 67",
     "lessons-spot-no-story": "partial 20 < wrong-right-words 40; partial 20 < negated 80",
     "lessons-spot-separate-facts": "held out: partial 20 < negated 80",
-    "lessons-startup-chain": "held out: partial 67 < negated 100",
-    "lessons-trace-path": "partial 67 < negated 88",
-    "lessons-what": "strong 71 < negated 83; partial 50 < negated 83",
-    "locking-isolation": "partial 83 < negated 100",
-    "locking-spot-synchronized": "strong 80 < negated 100; partial 80 < negated 100",
-    "mistakes-spot-design-code": "held out: partial 50 < negated 100",
-    "mistakes-spot-connect-tolerance": "partial 60 < negated 80",
-    "mistakes-spot-kafka-builtin": "partial 50 < negated 88",
-    "mistakes-spot-no-alert": "partial 80 < negated 100",
     "mistakes-spot-outage-dlq": ("held out: partial 40 < wrong-right-words 60; "
                                  "partial 40 < negated 80"),
-    "mistakes-spot-sqs-receive": "partial 50 < negated 100",
     "n-plus-one-pagination": "partial 60 < negated 85",
-    "n-plus-one-what": "partial 40 < wrong-right-words 80; partial 40 < negated 80",
-    "unknown-spot-bluff": "held out: partial 60 < negated 80",
     "unknown-spot-experience": "strong 75 < partial 100",
-    "unknown-what": "partial 50 < negated 88",
 }
 
 
