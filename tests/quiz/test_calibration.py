@@ -45,13 +45,10 @@ KNOWN_MISORDERED: dict[str, str] = {
                                       "partial 50 < negated 88"),
     "distributed-logging-spot-own-id": "partial 40 < negated 100",
     "distributed-logging-trace-id": "partial 67 < negated 92",
-    "reflection-spot-the-mistake": "strong 88 < negated 100; partial 21 < negated 100",
     "reflection-what": "partial 54 < negated 100",
     "spring-context-test-caching": "partial 83 < negated 100",
     "spring-context-what": "held out: partial 25 < negated 100",
     "where-to-look-first-incident-story": "strong 81 < negated 100; partial 75 < negated 100",
-    "where-to-look-first-spot-bigger-pool": "strong 88 < negated 100; partial 20 < negated 100",
-    "where-to-look-first-spot-restart-and-dig": "partial 60 < negated 85",
     "idem-key": "strong 80 < negated 100; partial 40 < negated 100",
     "idem-natural": "partial 17 < negated 67",
     "idem-race": "strong 71 < partial 83",
@@ -63,9 +60,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
     "kafka-ordering-spot-executor": "partial 60 < negated 100",
-    "outbox-spot-mark-first": ("held out: strong 20 < negated 100; partial 80 < negated 100; "
-                               "strong 20 < partial 80"),
-    "outbox-spot-relay-transaction": "partial 50 < negated 67",
     "transactional-readonly-isolation": "partial 40 < negated 90",
     "transactional-remote-call": "partial 17 < negated 54",
     "transactional-requires-new": "held out: strong 80 < negated 100; partial 60 < negated 100",
