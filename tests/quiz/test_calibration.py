@@ -53,9 +53,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "idem-natural": "partial 17 < negated 67",
     "idem-race": "strong 71 < partial 83",
     "idem-retention": "held out: strong 54 < negated 71; partial 50 < negated 71",
-    "idem-spot-catch-duplicate": "partial 40 < negated 100",
-    "idem-spot-exists": "partial 88 < negated 100",
-    "idem-spot-separate-tx": "partial 65 < negated 80",
     "kafka-ordering-producer-retries": "partial 20 < wrong-right-words 40",
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
