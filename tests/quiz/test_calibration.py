@@ -56,7 +56,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "kafka-ordering-producer-retries": "partial 20 < wrong-right-words 40",
     "kafka-ordering-scaling": ("held out: partial 40 < wrong-right-words 60; "
                                "partial 40 < negated 85"),
-    "kafka-ordering-spot-executor": "partial 60 < negated 100",
     "transactional-readonly-isolation": "partial 40 < negated 90",
     "transactional-remote-call": "partial 17 < negated 54",
     "transactional-requires-new": "held out: strong 80 < negated 100; partial 60 < negated 100",
