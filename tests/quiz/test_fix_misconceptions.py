@@ -43,11 +43,11 @@ def test_the_mistake_restated_before_the_fix_is_no_wrong_fix() -> None:
     assert result.verdict is Verdict.MADE
 
 
-def test_an_answer_without_a_fix_sentence_proposes_no_wrong_fix() -> None:
+def test_an_answer_without_a_fix_sentence_is_read_whole() -> None:
     card = spot_card(WRONG_FIX, SAYS)
-    answer = ("The provider is called inside the same transaction, so the row lock is held "
-              "for seconds. Use two transactions.")
-    assert score_answer(card, answer).result("fix").verdict is Verdict.MADE
+    answer = ("Use two transactions, and then call the provider inside the same transaction "
+              "as the credit.")
+    assert score_answer(card, answer).result("fix").verdict is Verdict.CONTRADICTED
 
 
 def test_only_fix_misconceptions_of_spot_cards_wait_for_the_fix() -> None:
@@ -63,10 +63,10 @@ def test_a_cue_that_opens_with_the_fix_finds_its_own_fix() -> None:
     card = spot_card("Fix: keep the call in the transaction",
                      "@fix > keep > call | provider > in | inside > transaction")
     answer = ("Two transactions sound nice, but the right move is to keep the provider call "
-              "inside the transaction.")
+              "inside the transaction. The fix for the lock: a shorter timeout.")
     assert score_answer(card, answer).result("fix").verdict is Verdict.CONTRADICTED
     restated = ("They keep the provider call inside the transaction, so the lock is held. "
-                "Use two transactions.")
+                "The fix: two transactions.")
     assert score_answer(card, restated).result("fix").verdict is Verdict.MADE
 
 

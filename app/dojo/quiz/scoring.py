@@ -351,13 +351,14 @@ def _fix_from(card: Card, mis: Misconception, answer: _Answer) -> int:
     misconception is a wrong fix ("Fix: call the provider inside the same transaction"):
     the answer proposes it only once it turns to the fix ("The fix is …", "Instead, …"),
     while before that it restates the mistake in the same words ("they call the provider
-    inside the same transaction"). An answer with no fix sentence proposes no fix, except
-    through a cue that opens with `@fix` ("@fix > keep consuming": "the right move is to
-    keep consuming")."""
+    inside the same transaction"). A cue that opens with `@fix` finds its own fix ("@fix >
+    keep consuming": "the right move is to keep consuming") anywhere. An answer with no fix
+    sentence is read whole, as before: its wrong fix may stand anywhere, so a "Fix: …"
+    misconception must still not match the mistake as the question states it."""
     if card.kind != "spot-the-mistake" or not is_fix(mis.text):
         return 0
     start = fix_part(answer.tokens)
-    return len(answer.tokens) if start is None else start
+    return 0 if start is None else start
 
 
 def score_answer(card: Card, text: str) -> Score:
