@@ -50,6 +50,13 @@ def test_an_answer_without_a_fix_sentence_is_read_whole() -> None:
     assert score_answer(card, answer).result("fix").verdict is Verdict.CONTRADICTED
 
 
+def test_a_sentence_opening_with_instead_of_turns_to_the_fix() -> None:
+    card = spot_card(WRONG_FIX, SAYS)
+    answer = ("They call the provider inside the same transaction, so the lock is held. "
+              "Instead of that, use two transactions with the call between them.")
+    assert score_answer(card, answer).result("fix").verdict is Verdict.MADE
+
+
 def test_only_fix_misconceptions_of_spot_cards_wait_for_the_fix() -> None:
     answer = ("They call the provider inside the same transaction, so the lock is held. "
               "The fix: two transactions with the call between them.")
