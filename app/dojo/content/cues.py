@@ -36,6 +36,13 @@ BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
     "must": ("must", "need", "needs", "has to", "have to", "require", "should", "always"),
     "retry": ("retry", "retries", "try again", "re-try", "reattempt", "redeliver", "attempt again"),
     "tx": ("transaction", "tx", "transactional", "atomic", "atomically", "same commit"),
+    # What opens the fix of a spot-the-mistake answer: "@fix > keep the consumer running"
+    # is a fix that restates the mistake, where the bare phrase may be the mistake described.
+    "fix": ("fix", "fixes", "fixed", "instead", "better", "should", "solution", "remedy",
+            "right move", "right thing", "right way", "right approach", "right order",
+            "correct way", "correct approach", "correct design", "correct order",
+            "proper way", "i would", "we would", "i will", "we will", "the answer is",
+            "the way to", "what you want", "recommend", "my advice", "the plan is"),
 }
 
 # --- the cue language ---------------------------------------------------------------------

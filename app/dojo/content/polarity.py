@@ -410,6 +410,9 @@ def _swap_is_a_claim(tokens: Sequence[Token], match: CueMatch, variant: Cue,
 _FIX_MARKERS = frozenset(stem(word) for word in
                          "fix fixes instead better solution remedy".split())
 FIX_MARKER_REACH = 3  # the fix word opens its sentence ("The fix is", "A better way:")
+# A sentence that opens by rejecting the mistake turns to the fix: "Instead of calling it
+# inside the transaction, use two", "Rather than a bigger pool, find the holder".
+_FIX_NEGATORS = frozenset({"instead of", "rather than"})
 
 
 def is_fix(statement_text: str) -> bool:
@@ -419,12 +422,14 @@ def is_fix(statement_text: str) -> bool:
 
 def fix_part(tokens: Sequence[Token]) -> int | None:
     """Where a spot-the-mistake answer starts saying the fix: the first token of the first
-    sentence that opens with a fix word ("The fix is …", "Better: …", "Instead, …"), or
-    None. Before it the answer restates the mistake, so a denial of the fix there ("the call
-    runs without an idempotency key") is the mistake described, not claimed."""
+    sentence that opens with a fix word ("The fix is …", "Better: …", "Instead, …",
+    "Instead of …, …"), or None. Before it the answer restates the mistake, so a denial of
+    the fix there ("the call runs without an idempotency key") is the mistake described,
+    not claimed."""
     starts: dict[int, int] = {}
     for index, token in enumerate(tokens):
         first = starts.setdefault(token.sentence, index)
-        if token.norm in _FIX_MARKERS and index - first < FIX_MARKER_REACH:
+        if token.norm in _FIX_MARKERS and index - first < FIX_MARKER_REACH \
+                or index == first and token.word in _FIX_NEGATORS:
             return first
     return None

@@ -320,10 +320,14 @@ def _one_claim(tokens: Sequence[Token], match: CueMatch) -> bool:
         and tokens[last].clause - tokens[first].clause <= CLAIM_CLAUSES
 
 
-def _misconception(mis: Misconception, answer: _Answer) -> tuple[Span, ...] | None:
+def _misconception(mis: Misconception, answer: _Answer,
+                   start: int = 0) -> tuple[Span, ...] | None:
     for cue in mis.says:
+        # A cue that opens with the fix itself ("@fix > keep consuming") finds its own fix.
+        begin = 0 if cue.ideas[0].source.strip() == "@fix" else start
         for match in affirmed_matches(cue, answer.tokens):
-            if _claims(answer.tokens, match) and _one_claim(answer.tokens, match):
+            if match.first >= begin and _claims(answer.tokens, match) \
+                    and _one_claim(answer.tokens, match):
                 return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
     for pattern in mis.patterns:
         span = answer.pattern_span(pattern)
@@ -342,6 +346,21 @@ def _polarity_from(card: Card, point: KeyPoint, answer: _Answer) -> int | None:
     return fix_part(answer.tokens) if is_fix(point.text) else None
 
 
+def _fix_from(card: Card, mis: Misconception, answer: _Answer) -> int:
+    """From which token a misconception can fire. A spot-the-mistake card's "Fix: …"
+    misconception is a wrong fix ("Fix: call the provider inside the same transaction"):
+    the answer proposes it only once it turns to the fix ("The fix is …", "Instead, …"),
+    while before that it restates the mistake in the same words ("they call the provider
+    inside the same transaction"). A cue that opens with `@fix` finds its own fix ("@fix >
+    keep consuming": "the right move is to keep consuming") anywhere. An answer with no fix
+    sentence is read whole, as before: its wrong fix may stand anywhere, so a "Fix: …"
+    misconception must still not match the mistake as the question states it."""
+    if card.kind != "spot-the-mistake" or not is_fix(mis.text):
+        return 0
+    start = fix_part(answer.tokens)
+    return 0 if start is None else start
+
+
 def score_answer(card: Card, text: str) -> Score:
     """Score `text` against `card`. Deterministic: the same text always scores the same."""
     answer = _Answer(card, text)
@@ -350,7 +369,7 @@ def score_answer(card: Card, text: str) -> Score:
     for mis in card.misconceptions:
         if mis.point not in results:
             continue
-        spans = _misconception(mis, answer)
+        spans = _misconception(mis, answer, _fix_from(card, mis, answer))
         if spans is not None:
             results[mis.point] = PointResult(results[mis.point].point, Verdict.CONTRADICTED,
                                              spans, mis.text)
