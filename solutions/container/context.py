@@ -35,6 +35,7 @@ from scanning import BeanDefinition, scan
 from startup import BeanCreationError, StartupRecorder, StartupStep
 
 DEFAULT_IMPORTS = Path(__file__).with_name("auto_configuration.imports")
+_CONDITION_ORDER = {"on_class": 0, "on_property": 1, "on_missing_bean": 2}
 
 
 class NoSuchBeanError(LookupError):
@@ -119,7 +120,8 @@ class ApplicationContext:
         self.imports_files = [Path(p) for p in (imports_files if imports_files is not None
                                                 else [DEFAULT_IMPORTS])]
         self.definitions: dict[str, BeanDefinition] = {}
-        for definition in scan(base_package, root):
+        self._scanned = list(scan(base_package, root))
+        for definition in self._scanned:
             self.definitions.setdefault(definition.name, definition)
         self._types: dict[str, type] = {}
         self._singletons: dict[str, Any] = {}
@@ -150,9 +152,14 @@ class ApplicationContext:
         self._startup.phase("definitions")
         auto = [name for path in self.imports_files for name in read_imports(path)]
         listed = set(auto)
-        self.definitions = {
-            n: d for n, d in self.definitions.items()
-            if d.type_name not in listed and d.factory.rpartition(".")[0] not in listed}
+
+        def own(d: BeanDefinition) -> bool:
+            return d.type_name not in listed and d.factory.rpartition(".")[0] not in listed
+        taken = {n for n, d in self.definitions.items() if not own(d)}
+        self.definitions = {n: d for n, d in self.definitions.items() if own(d)}
+        for definition in self._scanned:   # a name a listed class took goes back to the app
+            if definition.name in taken and own(definition):
+                self.definitions.setdefault(definition.name, definition)
         environment = BeanDefinition(name="environment", type_name="markers.Environment",
                                      module="markers")
         self.definitions = {"environment": environment, **self.definitions}
@@ -259,8 +266,10 @@ class ApplicationContext:
             self._types[method_name] = self._load_type(definition)
 
     def _evaluate(self, conditions: list[markers.Condition]) -> tuple[bool, list[str]]:
-        matched, messages = True, []
-        for c in conditions:
+        """Spring's order (class, property, then bean conditions), up to the first miss: a
+        missing-bean type of a module that was not found is then never imported."""
+        messages: list[str] = []
+        for c in sorted(conditions, key=lambda c: _CONDITION_ORDER[c.kind]):
             if c.kind == "on_class":
                 ok = importlib.util.find_spec(c.module) is not None
                 messages.append(f"@conditional_on_class: module {c.module!r} "
@@ -283,8 +292,9 @@ class ApplicationContext:
                 messages.append("@conditional_on_missing_bean: " + (
                     f"no bean of type {what}" if ok
                     else f"found bean(s) of type {what}: {', '.join(found)}"))
-            matched = matched and ok
-        return matched, messages
+            if not ok:
+                return False, messages
+        return True, messages
 
     # ---- lookup and creation -------------------------------------------------------------
     def condition_report(self) -> list[ConditionOutcome]:

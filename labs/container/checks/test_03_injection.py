@@ -183,12 +183,14 @@ def test_several_candidates_qualifier_then_primary_then_name(learner, make_app):
         class Checkout:
             def __init__(self, gateway: PaymentGateway,
                          backup: Annotated[PaymentGateway, Qualifier("stripeGateway")],
-                         smsNotifier: Notifier):
+                         smsNotifier: Notifier, stripeGateway: PaymentGateway):
                 self.gateway, self.backup, self.notifier = gateway, backup, smsNotifier
+                self.named = stripeGateway
         """)
     _, ctx = _refreshed(learner, app, "Checkout(gateway: PaymentGateway, backup: Annotated["
                                       "PaymentGateway, Qualifier('stripeGateway')], smsNotifier: "
-                                      "Notifier); AdyenGateway is @primary")
+                                      "Notifier, stripeGateway: PaymentGateway); AdyenGateway "
+                                      "is @primary")
     checkout = call(ctx.get_bean, "checkout")
     gateways = application_module(f"{app.base}.gateways")
     by_type = call(ctx.get_bean, gateways.PaymentGateway)
@@ -198,16 +200,21 @@ def test_several_candidates_qualifier_then_primary_then_name(learner, make_app):
             _describe(getattr(checkout, "backup", None))),
            ("smsNotifier: Notifier", "SmsNotifier (by parameter name)",
             _describe(getattr(checkout, "notifier", None))),
+           # named like a non-primary candidate: the @primary still comes first
+           ("stripeGateway: PaymentGateway", "AdyenGateway (@primary before the name)",
+            _describe(getattr(checkout, "named", None))),
            ("get_bean(PaymentGateway)", "AdyenGateway (@primary)", _describe(by_type))]
     wrong = [row for row in got if not row[1].startswith(row[2])]
     if wrong:
         raise CheckFailure(
             "With several beans of the asked type, a Qualifier picks by bean name; without one, "
-            "the single @primary bean wins; without a primary, the bean named like the "
-            "parameter.",
+            "the single @primary bean wins, even over a bean named like the parameter; only "
+            "without a primary does the bean named like the parameter win.",
             expected="; ".join(f"{w[0]} → {w[1]}" for w in wrong),
             actual="; ".join(f"{w[0]} → {w[2]}" for w in wrong),
             evidence=table(got, ("parameter", "expected", "received")),
+            fix="Among several candidates try, in this order: the Qualifier's name, the single "
+                "@primary candidate, and only then the parameter's name.",
             lesson=WHAT_SPRING_DOES,
         )
 

@@ -268,6 +268,105 @@ def test_conditional_on_class_looks_without_importing(learner, make_app, import_
         )
 
 
+GUARDED_BY_CLASS = """\
+    from markers import bean, conditional_on_class, conditional_on_missing_bean, configuration
+
+
+    class Fallback:
+        pass
+
+
+    @configuration
+    @conditional_on_missing_bean("{absent}.Client")
+    @conditional_on_class("{absent}")
+    class MissingBeanWrittenFirst:
+        @bean
+        def first_client(self) -> Fallback:
+            return Fallback()
+
+
+    @configuration
+    @conditional_on_class("{absent}")
+    @conditional_on_missing_bean("{absent}.Client")
+    class ClassWrittenFirst:
+        @bean
+        def second_client(self) -> Fallback:
+            return Fallback()
+
+
+    @configuration
+    class GuardedMethods:
+        @bean
+        @conditional_on_missing_bean("{absent}.Client")
+        @conditional_on_class("{absent}")
+        def third_client(self) -> Fallback:
+            return Fallback()
+
+        @bean
+        @conditional_on_class("{absent}")
+        @conditional_on_missing_bean("{absent}.Client")
+        def fourth_client(self) -> Fallback:
+            return Fallback()
+    """
+
+
+def test_a_failed_class_condition_ends_the_evaluation(learner, make_app):
+    app = make_app("shop")
+    absent = f"gonelib_{app.base[-7:]}"
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/guarded.py", GUARDED_BY_CLASS.replace("{absent}", absent))
+    module = f"{app.base}_auto.guarded"
+    listed = [f"{module}.{c}" for c in ("MissingBeanWrittenFirst", "ClassWrittenFirst",
+                                         "GuardedMethods")]
+    guarded = [listed[0], listed[1], f"{listed[2]}.third_client",
+               f"{listed[2]}.fourth_client"]
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, *listed)])
+    error = raised(ctx.refresh)
+    report = [] if error else call(ctx.condition_report)
+    rows = []
+    for name in guarded:
+        entries = _entries(report, name) if name in listed[:2] else \
+            [o for o in report if str(getattr(o, "name", "")) == name]
+        told = any(getattr(o, "matched", None) is False
+                   and absent in " ".join(map(str, getattr(o, "messages", [])))
+                   for o in entries)
+        rows.append((name.removeprefix(module + "."), "yes" if told else "no"))
+    defined = [] if error else [n for n in ("first_client", "second_client", "third_client",
+                                            "fourth_client") if n in ctx.definitions]
+    if error or defined or any(row[1] == "no" for row in rows):
+        raise CheckFailure(
+            "A condition that does not match ends the evaluation, and @conditional_on_class "
+            "is evaluated first wherever it is written (Spring orders class conditions before "
+            "property and bean conditions): a @conditional_on_missing_bean naming a type of "
+            "the module that was not found is then never evaluated, so nothing tries to "
+            "import that module.",
+            expected=f"refresh() succeeds; no bean from the four guarded places; each has a "
+                     f"not-matched report entry naming {absent.split('_')[0]}_…",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    "; ".join(filter(None, [
+                        f"defined: {', '.join(defined)}" if defined else "",
+                        "no not-matched entry naming the module for: " + ", ".join(
+                            r[0] for r in rows if r[1] == "no")
+                        if any(r[1] == "no" for r in rows) else ""]))),
+            evidence=f"each guarded by @conditional_on_class({absent!r}) and "
+                     f"@conditional_on_missing_bean(\"{absent}.Client\"), in both orders\n"
+                     + table(rows, ("guarded", "reported as not matched, naming the module"))
+                     + "\ncondition report:\n"
+                     + table(_report_rows(report), ("name", "matched", "messages")),
+            fix="Evaluate @conditional_on_class, then @conditional_on_property, then "
+                "@conditional_on_missing_bean, and stop at the first that does not match.",
+            lesson=CONDITIONS,
+        )
+
+
 def test_conditional_on_property(learner, make_app):
     app = make_app("shop")
     app.write("core.py", """\

@@ -324,8 +324,14 @@ class ApplicationContext:
                     self._return_type(method), owner=config_name, method=attribute)
 
     def _check(self, conditions: list[markers.Condition]) -> tuple[bool, list[str]]:
-        results = [self._check_one(c) for c in conditions]
-        return all(ok for ok, _ in results), [line for _, line in results]
+        lines: list[str] = []
+        rank = ("on_class", "on_property", "on_missing_bean")
+        for c in sorted(conditions, key=lambda c: rank.index(c.kind)):
+            ok, line = self._check_one(c)
+            lines.append(line)
+            if not ok:
+                return False, lines
+        return True, lines
 
     def _check_one(self, c: markers.Condition) -> tuple[bool, str]:
         if c.kind == "on_class":

@@ -86,8 +86,17 @@ class Conditions:
         return True, f"no {wanted.__name__} bean"
 
     def all(self, target: Any) -> tuple[bool, list[str]]:
-        results = [self.check(c) for c in getattr(target, markers.CONDITIONS, [])]
-        return all(ok for ok, _ in results), [note for _, note in results]
+        # Spring's order (class, property, bean conditions), up to the first miss
+        pending = sorted(getattr(target, markers.CONDITIONS, []),
+                         key=lambda c: c.kind != "on_class")
+        pending.sort(key=lambda c: c.kind == "on_missing_bean")
+        notes = []
+        for condition in pending:
+            ok, note = self.check(condition)
+            notes.append(note)
+            if not ok:
+                return False, notes
+        return True, notes
 
 
 def _param_types(fn: Any) -> dict[str, Any]:
