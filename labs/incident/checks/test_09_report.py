@@ -274,7 +274,7 @@ def test_a_healthy_system_gets_a_healthy_report(learner, report_run):
     run = report_run(None)
     report = _triage(learner, run)
     got = {name: field_of(report, name)
-           for name in ("healthy", "impact", "suspect", "root_cause", "mitigation")}
+           for name in ("healthy", "impact", "suspect", "root_cause", "mitigation", "target")}
     note = str(report)
     if (got["healthy"] is True and all(got[name] is None for name in got if name != "healthy")
             and "healthy" in note.lower()):
@@ -288,8 +288,8 @@ def test_a_healthy_system_gets_a_healthy_report(learner, report_run):
         "triage() raised an alarm on a healthy system."
         if got["healthy"] is not True or fix else
         "triage()'s report of a healthy system does not say so.",
-        expected="healthy True; impact, suspect, root_cause and mitigation None; the note "
-                 "(str(report)) says healthy",
+        expected="healthy True; impact, suspect, root_cause, mitigation and target None; the "
+                 "note (str(report)) says healthy",
         actual="; ".join(f"{name} {value!r}" for name, value in got.items())[:300]
         + f"; note {note[:120]!r}",
         evidence=run.evidence(),
