@@ -582,7 +582,7 @@ class IncidentNote:
             return "Status: healthy. Nothing to mitigate."
         hit = self.impact
         return "\n".join([
-            f"{hit.endpoint} broken from {hit.since.strftime('%H:%M')} on "
+            f"{hit.endpoint} broken from {_utc_minute(hit.since)} UTC on "
             f"({hit.failed}/{hit.requests} failed, {hit.users} users)",
             f"do now: {self.mitigation} {self.target}",
             f"suspect: {self.suspect}; root cause: "
@@ -592,12 +592,18 @@ class IncidentNote:
         ])
 
 
+def _utc_minute(at: Any) -> str:
+    from datetime import timezone as _tz
+
+    return str(at.astimezone(_tz.utc).strftime("%H:%M"))
+
+
 def triage(sources: Any) -> IncidentNote:
     """Impact; if any, the change log, a failing request, then the lock chain only."""
     hit = impact(sources)
     if hit is None:
         return IncidentNote()
-    onset = hit.since.strftime("%H:%M")
+    onset = _utc_minute(hit.since)
     facts = [f"{hit.endpoint}: bad minutes from {onset} to now"]
     change = what_changed(sources, hit.since)
     suspect = change.suspect["id"] if change.suspect else None
