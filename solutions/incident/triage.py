@@ -516,3 +516,85 @@ def downstream(sources: Any) -> Downstream | None:
                 f"{dep} error rate {s['error_rate']:.2f}, p95 {s['p95_ms']:.0f} ms, "
                 f"breaker {s['breaker']}" for dep, s in sorted(by_dependency.items())),
         ])
+
+
+@dataclass
+class Report:
+    healthy: bool
+    impact: Impact | None = None
+    suspect: str | None = None
+    root_cause: RootCause | None = None
+    mitigation: str | None = None
+    target: str | int | None = None
+    missing_alarm: str | None = None
+    evidence: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if self.healthy or self.impact is None:
+            return "No incident: the system is healthy.\n" + "\n".join(
+                f"  - {line}" for line in self.evidence)
+        impact = self.impact
+        cause = self.root_cause
+        lines = [
+            f"INCIDENT {impact.endpoint} failing since {impact.since:%H:%M} UTC: error rate "
+            f"{impact.error_rate:.1%} (baseline {impact.baseline_error_rate:.1%}), p95 "
+            f"{impact.p95_ms:.0f} ms (baseline {impact.baseline_p95_ms:.0f} ms); "
+            f"{impact.failed} of {impact.requests} requests failed, {impact.users} users",
+            "Suspect: " + (f"change {self.suspect}" if self.suspect else "no change in the window")
+            + (f"; a failing request ends in {cause.exception}: {cause.message} "
+               f"({cause.service})" if cause else ""),
+            f"Mitigate first: {self.mitigation} {self.target}",
+            f"Missing alarm: {self.missing_alarm}",
+            "Evidence:",
+        ]
+        return "\n".join(lines + [f"  - {line}" for line in self.evidence])
+
+
+REQUEST_TRIES = 3
+
+
+def _one_failing_request(sources: Any, endpoint: str) -> str | None:
+    """Step 4: ask the live shop for one failure of the endpoint; its trace id."""
+    for _ in range(REQUEST_TRIES):
+        status, trace = sources.request(endpoint)
+        if status >= 500:
+            return str(trace)
+    return None
+
+
+def triage(sources: Any) -> Report:
+    """Stage 9: impact, what changed, one failing request, the service's health, its
+    dependencies, in that order; the first mitigation and the alarm that was missing."""
+    found = impact(sources)                                   # 1. impact and scope
+    if found is None:
+        return Report(True, evidence=[
+            "no endpoint has a run of bad minutes lasting to now: nothing to mitigate"])
+    evidence = list(found.evidence)
+    change = what_changed(sources, found.since)               # 2. what changed
+    evidence += change.evidence
+    suspect = change.suspect["id"] if change.suspect else None
+    trace = _one_failing_request(sources, found.endpoint)     # 4. one failing request
+    cause = root_cause(sources, trace) if trace else None
+    if cause is not None:
+        evidence += [f"request {cause.trace_id}: {cause.exception} in {cause.service}"]
+        evidence += cause.evidence
+    leak = connection_leak(sources)                           # 5. the service's own health
+    if leak is not None:
+        evidence += leak.evidence
+    chain = blocking_chain(sources)                           # 6. its dependencies
+    if chain is not None:
+        evidence += chain.evidence
+    # 3. stop the bleeding: what ends the harm now, not the root-cause fix
+    mitigation: str | None
+    target: str | int | None
+    if chain is not None and chain.advice == "terminate":
+        mitigation, target = "terminate", chain.blocker_pid
+    elif suspect is not None:
+        mitigation, target = "rollback", suspect
+    elif leak is not None:
+        mitigation, target = "restart", leak.application_name
+    else:
+        mitigation, target = None, None
+    alarm = (f"{found.endpoint}: error rate >= max(5 %, 3 x baseline) or p95 >= 3 x baseline "
+             f"for a minute with 10+ requests; it would have paged at {found.since:%H:%M}")
+    return Report(False, found, suspect, cause, mitigation, target, alarm, evidence)

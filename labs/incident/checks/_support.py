@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ LOCKS = "where-to-look-first#step-6-its-dependencies"
 SLOW = "where-to-look-first#step-6-its-dependencies"
 POOLS = "where-to-look-first#step-5-the-services-own-health"
 PROVE = "where-to-look-first#step-7-prove-it-fix-it-learn-from-it"
+MITIGATE = "where-to-look-first#step-3-stop-the-bleeding"
+ORDER = "where-to-look-first#the-order-and-why-it-is-an-order"
 
 
 def run_seed() -> int:
@@ -50,9 +54,12 @@ class Sources:
 
 class _Handler(BaseHTTPRequestHandler):
     routes: dict[str, bytes] = {}
+    looks: list[tuple[str, float]] = []
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = self.routes.get(self.path.split("?")[0])
+        route = self.path.split("?")[0]
+        body = self.routes.get(route)
+        self.looks.append((route.strip("/"), time.monotonic()))
         if body is None:
             self.send_response(404)
             self.end_headers()
@@ -75,13 +82,16 @@ def observability(scenario: Scenario, recorded: Recorded, log_paths: list[Path]
         "/metrics": json.dumps({"service": "shop", "minutes": recorded.minutes}).encode(),
         "/changes": json.dumps({"changes": scenario.changes}).encode(),
     }
-    handler = type("Handler", (_Handler,), {"routes": routes})
+    looks: list[tuple[str, float]] = []     # (route, when) of every GET, in order
+    handler = type("Handler", (_Handler,), {"routes": routes, "looks": looks})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield Sources(f"{base}/metrics", f"{base}/changes", log_paths, scenario.end)
+        sources = Sources(f"{base}/metrics", f"{base}/changes", log_paths, scenario.end)
+        sources.extra["looks"] = looks
+        yield sources
     finally:
         server.shutdown()
         server.server_close()
@@ -156,3 +166,59 @@ def hm(at: Any) -> str:
 def field_of(finding: Any, name: str) -> Any:
     """The finding's attribute `name`; a missing one is reported as <missing>."""
     return getattr(finding, name, "<missing>")
+
+
+class ConnectionRecorder:
+    """A TCP relay on 127.0.0.1 in front of PostgreSQL that notes when each connection through
+    it opened (`looks`, as the metrics server notes its GETs): the order in which a triage
+    looked at the database and at the other sources, seen from outside its code."""
+
+    def __init__(self, url: str, looks: list[tuple[str, float]]) -> None:
+        from sqlalchemy.engine import make_url
+
+        target = make_url(url)
+        self.upstream = (target.host or "127.0.0.1", target.port or 5432)
+        self.looks = looks
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = target.set(host="127.0.0.1", port=self.listener.getsockname()[1]
+                              ).render_as_string(hide_password=False)
+        self.sockets: list[socket.socket] = []
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.looks.append(("database", time.monotonic()))
+            try:
+                server = socket.create_connection(self.upstream, timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+        for end in self.sockets:
+            end.close()

@@ -188,3 +188,29 @@ def downstream(sources: Any) -> Downstream | None:
     #       "dependencies" with each breaker's state; a refusing breaker counts as failing
     raise NotImplementedError("downstream: find the dependency that times out "
                               "(README, stage 8)")
+
+
+@dataclass
+class Report:
+    healthy: bool                     # True when no endpoint is in an incident
+    impact: Impact | None = None      # the stage 1 finding
+    suspect: str | None = None        # the suspect change's id
+    root_cause: RootCause | None = None   # the stage 3 finding of one failing request
+    mitigation: str | None = None     # what to do first: "terminate" or "rollback"
+    target: str | int | None = None   # the blocker's pid, or the change's id
+    missing_alarm: str | None = None  # the symptom alert that would have paged first
+    evidence: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        # TODO: the incident note: endpoint, onset (HH:MM), suspect, mitigation, alarm,
+        #       evidence; or a line saying the system is healthy
+        return repr(self)
+
+
+def triage(sources: Any) -> Report:
+    """Stage 9: impact, what changed, one failing request (sources.request), the service's
+    own health and its dependencies, in that order; the report with the first mitigation."""
+    # TODO: impact(sources) first: None means healthy, stop there. Then what_changed,
+    #       root_cause of a failing sources.request(endpoint), connection_leak, blocking_chain
+    raise NotImplementedError("triage: run the steps in order and write the report "
+                              "(README, stage 9)")

@@ -462,3 +462,71 @@ def downstream(sources: Any) -> Any:
         evidence=[f"dependency {dep} failing since {onset}: {timeouts}/{sent} calls timed out, "
                   f"breaker {state[dep]}", f"inbound errors: {caused} caused, {own} own"],
     )
+
+
+# -- stage 9: one object that answers every field and prints itself, not a dataclass --------
+
+class IncidentNote:
+    """The report as a plain object: the fields README stage 9 names, and the note."""
+
+    def __init__(self, impact: Any = None, suspect: str | None = None, root_cause: Any = None,
+                 mitigation: str | None = None, target: str | None = None,
+                 missing_alarm: str | None = None, evidence: list[str] | None = None) -> None:
+        self.healthy = impact is None
+        self.impact = impact
+        self.suspect = suspect
+        self.root_cause = root_cause
+        self.mitigation = mitigation
+        self.target = target
+        self.missing_alarm = missing_alarm
+        self.evidence = evidence or ["metrics: no endpoint in an incident"]
+
+    def __str__(self) -> str:
+        if self.healthy:
+            return "Status: healthy. Nothing to mitigate."
+        hit = self.impact
+        return "\n".join([
+            f"{hit.endpoint} broken from {_utc_minute(hit.since)} UTC on "
+            f"({hit.failed}/{hit.requests} failed, {hit.users} users)",
+            f"do now: {self.mitigation} {self.target}",
+            f"suspect: {self.suspect}; root cause: "
+            f"{getattr(self.root_cause, 'exception', 'unknown')}",
+            f"alarm to add: {self.missing_alarm}",
+            *self.evidence,
+        ])
+
+
+def _utc_minute(at: Any) -> str:
+    from datetime import timezone as _tz
+
+    return str(at.astimezone(_tz.utc).strftime("%H:%M"))
+
+
+def triage(sources: Any) -> IncidentNote:
+    """Impact; if any, the change log, a failing request, then the lock chain only."""
+    hit = impact(sources)
+    if hit is None:
+        return IncidentNote()
+    onset = _utc_minute(hit.since)
+    facts = [f"{hit.endpoint}: bad minutes from {onset} to now"]
+    change = what_changed(sources, hit.since)
+    suspect = change.suspect["id"] if change.suspect else None
+    if suspect:
+        facts.append(f"latest change before {onset}: {suspect}")
+    cause = None
+    for _ in range(5):
+        status, trace = sources.request(hit.endpoint)
+        if status >= 500:
+            cause = root_cause(sources, trace)
+            break
+    if cause is not None:
+        facts.append(f"trace {trace} ends in {cause.exception} ({cause.service})")
+    chain = blocking_chain(sources)
+    if chain is not None and chain.advice == "terminate":
+        action, target = "terminate", str(chain.blocker_pid)
+        facts.append(f"pid {chain.blocker_pid} idle in transaction blocks "
+                     f"{len(chain.waiting_pids)} session(s)")
+    else:
+        action, target = ("rollback", suspect) if suspect else (None, None)
+    return IncidentNote(hit, suspect, cause, action, target,
+                        f"page when {hit.endpoint} errors exceed 5 % of its requests", facts)

@@ -1,0 +1,343 @@
+"""Stage report: the whole triage, in the lesson's order, written up as an incident note.
+
+The run breaks the shop one of three ways (a payments deploy, a feature flag, an inventory job
+holding a row lock: the stage 1-4 scenarios, live), or not at all. The learner's triage()
+reaches the system only through `sources`, and the check watches, from outside its code, in
+which order it looked: its metrics endpoint and change log note every GET, `request()` notes
+every call, and the database URL leads through a relay that notes every connection. The
+report is judged by its fields (README, stage 9) against the scenario the check built.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _history import root_of
+from _live import SKU
+from _support import MITIGATE, ORDER, PROVE, ConnectionRecorder, field_of, hm
+from sqlalchemy import text
+
+from dojo.checks import CheckFailure, call, table
+
+pytestmark = pytest.mark.stage("report")
+
+# the incidents of this stage; the run's seed picks one (replay: DOJO_INCIDENT_RUN)
+REPORT_KINDS = ("refund-deploy", "pricing-flag", "stock-lock")
+# the looks, in the lesson's order (README, stage 9)
+STEPS = ("metrics", "changes", "request", "database")
+SAID = {"metrics": "the metrics", "changes": "the change log",
+        "request": "a failing request", "database": "the database"}
+
+
+def report_kind(seed: int) -> str:
+    return REPORT_KINDS[seed % len(REPORT_KINDS)]
+
+
+@dataclass
+class TriageSources:
+    """What triage() gets (README, stage 9): the stage 1-4 attributes and request()."""
+    metrics_url: str
+    changes_url: str
+    log_paths: list[Path]
+    now: datetime
+    database_url: str
+    _shop: Any = None
+    _looks: list[tuple[str, float]] = field(default_factory=list)
+
+    def request(self, endpoint: str) -> tuple[int, str]:
+        """One request to the live shop, as a client makes it: (status, X-Trace-Id)."""
+        self._looks.append(("request", time.monotonic()))
+        return self._shop.request(endpoint)
+
+
+@dataclass
+class Run:
+    kind: str | None
+    scenario: Any
+    sources: TriageSources
+    looks: list[tuple[str, float]]
+    blocker_pid: int | None = None
+
+    def first_looks(self) -> list[str]:
+        """Each kind of look once, in the order of its first occurrence."""
+        seen: list[str] = []
+        for what, _at in sorted(self.looks, key=lambda look: look[1]):
+            if what in STEPS and what not in seen:
+                seen.append(what)
+        return seen
+
+    def want(self) -> tuple[str, str]:
+        """The first mitigation the README asks for: (action, target)."""
+        if self.blocker_pid is not None:
+            return "terminate", str(self.blocker_pid)
+        return "rollback", str(self.scenario.suspect_id)
+
+    def evidence(self) -> str:
+        scenario = self.scenario
+        rows = [(c["id"], c["at"], c["kind"], c["service"], c["description"])
+                for c in sorted(scenario.changes, key=lambda c: c["at"])]
+        text_ = scenario.describe()
+        if scenario.since is not None:
+            text_ += (f"\nincident: {scenario.endpoint} failing since {hm(scenario.since)}"
+                      f"; its request fails with {root_of(scenario.kind)[1]}")
+        if self.blocker_pid is not None:
+            text_ += f"\nrow lock on stock held by inventory-sync, pid {self.blocker_pid}, idle"
+        return (text_ + "\nthe change log:\n"
+                + table(rows, ("id", "at", "kind", "service", "description"))
+                + "\nwhat triage() looked at, in order: "
+                + (", ".join(SAID[w] for w in self.first_looks()) or "nothing"))
+
+
+@pytest.fixture
+def report_run(shop: Callable[..., Any], database: Any) -> Iterator[Callable[[str | None], Run]]:
+    """report_run(kind) → the live shop broken the way `kind` says (None: healthy), with the
+    sources triage() gets; for stock-lock an order session queues behind the job's lock."""
+    relays: list[ConnectionRecorder] = []
+    waiters: list[tuple[threading.Thread, list[int]]] = []
+    observer = database.make_admin_engine()
+
+    def make(kind: str | None) -> Run:
+        the_shop, scenario, base = shop(kind)
+        looks: list[tuple[str, float]] = base.extra["looks"]
+        relay = ConnectionRecorder(database.url, looks)
+        relays.append(relay)
+        sources = TriageSources(base.metrics_url, base.changes_url, base.log_paths, base.now,
+                                relay.url, the_shop, looks)
+        run = Run(kind, scenario, sources, looks)
+        if kind == "stock-lock":
+            with observer.connect() as conn:
+                run.blocker_pid = int(conn.execute(text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = 'inventory-sync'")).scalar_one())
+            pids: list[int] = []
+            thread = threading.Thread(target=_queue_behind, args=(database, pids), daemon=True)
+            thread.start()
+            waiters.append((thread, pids))
+            _wait_for_lock_waiter(observer)
+        return run
+
+    try:
+        yield make
+    finally:
+        with observer.connect() as conn:
+            for _thread, pids in waiters:
+                for pid in pids:
+                    conn.execute(text("SELECT pg_cancel_backend(:p)"), {"p": pid})
+        for thread, _pids in waiters:
+            thread.join(10)
+        for relay in relays:
+            relay.close()
+        observer.dispose()
+
+
+def _queue_behind(database: Any, pids: list[int]) -> None:
+    """An order session waiting for the stock row (a request stuck behind the job's lock)."""
+    engine = database.make_engine(connect_args={"application_name": "orders-api/place-order"})
+    try:
+        with engine.begin() as conn:
+            pids.append(int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+            conn.execute(text("SET LOCAL statement_timeout = '60s'"))
+            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+    except Exception:  # noqa: BLE001 (cancelled when the check ends)
+        pass
+    finally:
+        engine.dispose()
+
+
+def _wait_for_lock_waiter(observer: Any) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with observer.connect() as conn:
+            if conn.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'")).scalar_one():
+                return
+        time.sleep(0.02)
+    raise AssertionError("PostgreSQL never showed the order session waiting on the lock")
+
+
+def _triage(learner: Any, run: Run) -> Any:
+    return call(learner.module("triage").triage, run.sources)
+
+
+def _minute(at: Any) -> datetime | None:
+    if isinstance(at, datetime) and at.tzinfo is not None:
+        return at.astimezone(UTC).replace(second=0, microsecond=0)
+    return None
+
+
+def test_impact_is_measured_before_any_cause(learner, report_run, seed):
+    run = report_run(report_kind(seed))
+    _triage(learner, run)
+    order = run.first_looks()
+    expected = ("the metrics first; then, of what it looks at, the change log before a "
+                "failing request, a failing request before the database")
+    if not order or order[0] != "metrics":
+        first = SAID[order[0]] if order else "nothing"
+        raise CheckFailure(
+            "triage() looked for a cause before it measured the impact.",
+            expected=expected,
+            actual="looked at " + ", ".join(SAID[w] for w in order) if order
+            else "never read the metrics",
+            evidence=run.evidence(),
+            lesson=ORDER,
+            fix=(f"It looked at {first} before the metrics. Impact comes first: which endpoint, "
+                 "since when, how many users; it says whether there is an incident at all and "
+                 "when it began, which is what the change log and a failing request are read "
+                 "against. Measure the impact, then look for causes."),
+        )
+    ranks = [STEPS.index(w) for w in order]
+    if ranks == sorted(ranks):
+        return
+    raise CheckFailure(
+        "triage() did not look in the lesson's order.",
+        expected=expected,
+        actual="looked at " + ", ".join(SAID[w] for w in order),
+        evidence=run.evidence(),
+        lesson=ORDER,
+        fix=("Cheap, broad signals first: what changed, then one failing request, then the "
+             "service's own health and its dependencies (the database)."),
+    )
+
+
+def test_the_report_names_the_incident_and_its_cause(learner, report_run, seed):
+    run = report_run(report_kind(seed))
+    scenario = run.scenario
+    report = _triage(learner, run)
+    impact = field_of(report, "impact")
+    cause = field_of(report, "root_cause")
+    _service, exception, _message = root_of(scenario.kind)
+    got = {
+        "healthy": field_of(report, "healthy"),
+        "impact.endpoint": field_of(impact, "endpoint") if impact is not None else None,
+        "impact.since": hm(field_of(impact, "since")) if impact is not None else None,
+        "suspect": field_of(report, "suspect"),
+        "root_cause.exception": field_of(cause, "exception") if cause is not None else None,
+    }
+    want = {
+        "healthy": False,
+        "impact.endpoint": scenario.endpoint,
+        "impact.since": hm(scenario.since),
+        "suspect": scenario.suspect_id,
+        "root_cause.exception": exception,
+    }
+    alarm = field_of(report, "missing_alarm")
+    wrong = [(name, want[name], got[name]) for name in want if got[name] != want[name]]
+    if not (isinstance(alarm, str) and scenario.endpoint in alarm):
+        wrong.append(("missing_alarm", f"a str naming {scenario.endpoint}", alarm))
+    if not wrong:
+        return
+    raise CheckFailure(
+        "triage() did not report the incident, its suspect change and its root cause.",
+        expected="; ".join(f"{name} {value!r}" for name, value, _got in wrong),
+        actual="; ".join(f"{name} {value!r}" for name, _want, value in wrong)[:400],
+        evidence=run.evidence(),
+        lesson=PROVE,
+    )
+
+
+def test_the_first_mitigation_stops_the_bleeding(learner, report_run, seed):
+    run = report_run(report_kind(seed))
+    report = _triage(learner, run)
+    action, target = field_of(report, "mitigation"), field_of(report, "target")
+    want_action, want_target = run.want()
+    if action == want_action and str(target) == want_target:
+        return
+    _service, exception, _message = root_of(run.scenario.kind)
+    fix = None
+    if action == "rollback" and want_action == "terminate":
+        fix = ("Rolling back the change that started the job does not end the transaction it "
+               "holds open: the lock stays until that session ends. Terminate the blocker "
+               "first (its work is rolled back), then undo the change.")
+    elif action not in ("rollback", "terminate", "fail-fast") or exception in str(target):
+        fix = ("That fixes the root cause: a code change, a review and a deploy while users "
+               "keep failing. Stop the bleeding first with what undoes the harm now (roll "
+               "back the suspect change, or end the blocking session), then fix the cause.")
+    raise CheckFailure(
+        "triage() did not put first the mitigation that stops the bleeding.",
+        expected=f"mitigation {want_action!r}, target {want_target!r}",
+        actual=f"mitigation {action!r}, target {target!r}"[:300],
+        evidence=run.evidence(),
+        lesson=MITIGATE,
+        fix=fix,
+    )
+
+
+def test_a_healthy_system_gets_a_healthy_report(learner, report_run):
+    run = report_run(None)
+    report = _triage(learner, run)
+    got = {name: field_of(report, name)
+           for name in ("healthy", "impact", "suspect", "root_cause", "mitigation", "target")}
+    note = str(report)
+    if (got["healthy"] is True and all(got[name] is None for name in got if name != "healthy")
+            and "healthy" in note.lower()):
+        return
+    fix = None
+    if got["suspect"] is not None or got["mitigation"] is not None:
+        fix = ("Nothing is failing: no endpoint is in an incident. A change with no symptom "
+               "after it is not a cause, and rolling back or terminating on a healthy system "
+               "takes a risk for nothing. Report healthy and name no cause.")
+    raise CheckFailure(
+        "triage() raised an alarm on a healthy system."
+        if got["healthy"] is not True or fix else
+        "triage()'s report of a healthy system does not say so.",
+        expected="healthy True; impact, suspect, root_cause, mitigation and target None; the "
+                 "note (str(report)) says healthy",
+        actual="; ".join(f"{name} {value!r}" for name, value in got.items())[:300]
+        + f"; note {note[:120]!r}",
+        evidence=run.evidence(),
+        lesson=ORDER,
+        fix=fix,
+    )
+
+
+def test_the_report_carries_its_evidence(learner, report_run, seed):
+    run = report_run(report_kind(seed))
+    scenario = run.scenario
+    report = _triage(learner, run)
+    listed = field_of(report, "evidence")
+    _service, exception, _message = root_of(scenario.kind)
+    needed = {"the onset minute": scenario.since.strftime("%H:%M"),
+              "the suspect change": str(scenario.suspect_id), "the root cause": exception}
+    if run.blocker_pid is not None:
+        needed["the blocker's pid"] = str(run.blocker_pid)
+    if isinstance(listed, list) and listed and all(isinstance(e, str) for e in listed):
+        missing = [what for what, word in needed.items() if not any(word in e for e in listed)]
+    else:
+        missing = list(needed)
+    if not missing:
+        return
+    raise CheckFailure(
+        "triage() returned a report without the evidence that supports it.",
+        expected="evidence: a non-empty list of str naming " + ", ".join(needed),
+        actual="nothing names " + ", ".join(missing) + f"; evidence {listed!r}"[:200],
+        evidence=run.evidence(),
+        lesson=PROVE,
+    )
+
+
+def test_the_report_reads_as_an_incident_note(learner, report_run, seed):
+    run = report_run(report_kind(seed))
+    scenario = run.scenario
+    report = _triage(learner, run)
+    note = str(report)
+    _action, target = run.want()
+    needed = {"the endpoint": scenario.endpoint, "the onset minute":
+              scenario.since.strftime("%H:%M"), "the mitigation's target": target}
+    missing = [what for what, word in needed.items() if word not in note]
+    if not missing:
+        return
+    raise CheckFailure(
+        "str(report) is not an incident note a colleague can act on.",
+        expected="a note naming " + ", ".join(f"{what} ({word})" for what, word in needed.items()),
+        actual="it does not name " + ", ".join(missing) + f": {note[:200]!r}",
+        evidence=run.evidence(),
+        lesson=PROVE,
+    )
