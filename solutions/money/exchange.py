@@ -138,6 +138,9 @@ def _start(engine: Engine, clock: Clock, *, idempotency_key: str, quote_id: str,
             raise CurrencyMismatch(f"the quote sells {quote.sell_currency} for "
                                    f"{quote.buy_currency}")
         buy_amount = (sell_amount * quote.rate).quantize(CENT, ROUND_HALF_EVEN)
+        if buy_amount <= 0:  # 0.50 JPY at 0.0067 buys 0.00 USD: a bad amount, not a CHECK error
+            raise ValueError(f"{sell_amount} {quote.sell_currency} buys less than a cent of "
+                             f"{quote.buy_currency} at {quote.rate}")
         debited = conn.execute(text(
             "UPDATE account SET balance = balance - :amount, version = version + 1 "
             "WHERE id = :id AND balance >= :amount RETURNING balance"),
@@ -249,7 +252,11 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
         except (ProviderError, CircuitOpen):
             still_pending += 1  # still unknown: never a refund on a guess
             continue
-        result = finish(engine, clock, exchange_id, outcome)
+        try:
+            result = finish(engine, clock, exchange_id, outcome)
+        except Exception:  # booking failed (a refused COMMIT, say): PENDING for the next run
+            still_pending += 1
+            continue
         if result.status == "COMPLETED":
             completed += 1
         elif result.status == "FAILED":

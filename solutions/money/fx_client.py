@@ -12,6 +12,7 @@ each answer into what the caller can act on:
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -74,12 +75,16 @@ class FxClient:
             raise ProviderError(f"{method} {path}: {error.reason}") from error
         except OSError as error:  # reset, refused, broken pipe, RemoteDisconnected
             raise ProviderError(f"{method} {path}: {error}") from error
+        except http.client.HTTPException as error:  # a body cut short, a garbled status line
+            raise ProviderError(f"{method} {path}: {type(error).__name__}: {error}") from error
         if status >= 500:
             raise ProviderError(f"{method} {path}: the provider answered {status}")
         try:
             payload = json.loads(raw or b"{}")
         except ValueError as error:
             raise ProviderError(f"{method} {path}: unreadable answer {raw[:80]!r}") from error
+        if not isinstance(payload, dict):
+            raise ProviderError(f"{method} {path}: unreadable answer {raw[:80]!r}")
         return status, payload
 
     def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
@@ -94,7 +99,7 @@ class FxClient:
         status, payload = self._call("GET", f"/v1/rates?{query}")
         if status != 200 or "rate" not in payload:
             raise ProviderError(f"no rate for {sell_currency}->{buy_currency}: {payload}")
-        return Decimal(payload["rate"])
+        return _decimal(payload, "rate")
 
     def place_order(self, key: str, *, sell_currency: str, buy_currency: str,
                     sell_amount: Decimal, rate: Decimal) -> OrderResult:
@@ -116,9 +121,17 @@ class FxClient:
         state = payload.get("status")
         if state == "FILLED":
             return OrderResult("FILLED", order_id=payload.get("order_id"),
-                               bought_amount=Decimal(payload["bought_amount"]))
+                               bought_amount=_decimal(payload, "bought_amount"))
         if state in ("REJECTED", "NOT_FOUND"):
             return OrderResult(state, reason=payload.get("reason"))
         # 409 (the key is in use for another order), 400, anything unexpected: we do not
         # know what happened, so we do not act on it
         raise ProviderError(f"unexpected answer {status}: {payload}")
+
+
+def _decimal(payload: dict[str, Any], field: str) -> Decimal:
+    """A decimal-string field of an answer; a missing or malformed one is no usable answer."""
+    try:
+        return Decimal(str(payload[field]))
+    except (KeyError, ArithmeticError) as error:  # InvalidOperation is an ArithmeticError
+        raise ProviderError(f"unusable {field} in {payload}") from error

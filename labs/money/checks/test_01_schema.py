@@ -13,7 +13,7 @@ import pytest
 from _support import READ, TABLES
 from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, first_line, require_tables, sqlstate
+from dojo.checks import CheckFailure, first_line, require_tables, rows, sqlstate
 from dojo.checks.database import columns
 
 pytestmark = pytest.mark.stage("schema")
@@ -85,6 +85,29 @@ def test_money_columns_are_numeric(bank: Engine) -> None:
             "A balance of 98765432109876.53 did not survive the round trip.",
             expected="98765432109876.53 exactly", actual=f"{stored}",
             fix="numeric with at least 2 decimals and 14 integer digits, e.g. numeric(20,4)",
+            lesson=READ["numbers"])
+    # the same amount as a posting: a balanced entry of +x on a customer account and -x on a
+    # SYSTEM one (which may go negative), so neither the zero-sum rule nor the CHECK objects
+    with bank.begin() as conn:
+        system_id = _account(conn, "USD", kind="SYSTEM")
+    entry = str(uuid.uuid4())
+    big = "98765432109876.53"
+    refused = _attempt(bank, [_entry(entry), _posting(entry, account_id, big, "USD"),
+                              _posting(entry, system_id, f"-{big}", "USD")])
+    posted = [] if refused is not None else [str(r["amount"]) for r in rows(
+        bank, "SELECT amount::text AS amount FROM posting WHERE entry_id = :e "
+              "ORDER BY posting.amount DESC", e=entry)]
+    if [p.rstrip("0").rstrip(".") for p in posted] != [big, f"-{big}"]:
+        raise CheckFailure(
+            f"A posting of {big} did not survive the round trip.",
+            expected=f"an entry of +{big} and -{big} USD commits, and posting.amount reads "
+                     "back exactly those amounts",
+            actual=f"refused: {first_line(refused)}" if refused is not None
+            else f"read back {posted}",
+            evidence="a posting carries every amount a balance can hold: a column narrower "
+                     "than the balance (numeric(12,2) tops out at 9,999,999,999.99) refuses "
+                     "the deposit that a balance column accepts",
+            fix="posting.amount as wide as account.balance: numeric(20,4), say",
             lesson=READ["numbers"])
 
 

@@ -127,6 +127,21 @@ def test_transfer_moves_money_between_accounts(accounts: ModuleType, bank: Engin
             expected=f"a 75.25 and the same receipt twice ({first})",
             actual=f"a {fmt(balance_of(bank, a))}, retry answered {again}",
             lesson=READ["idempotency"])
+    # the whole balance: a balance equal to the amount covers it (the account ends at 0.00)
+    every_cent = balance_of(bank, a)
+    whole = raised(accounts.transfer, bank, a, b, every_cent)
+    if whole is not None or balance_of(bank, a) != 0:
+        raise CheckFailure(
+            f"transfer(a, b, {fmt(every_cent)}), with exactly {fmt(every_cent)} in a, must go "
+            "through: a balance equal to the amount covers it.",
+            expected=f"a 0.00, b {fmt(balance_of(bank, b) + every_cent)}",
+            actual=(first_line(whole) if whole is not None else "it returned")
+                   + f"; a {fmt(balance_of(bank, a))}, b {fmt(balance_of(bank, b))}",
+            evidence="a customer may empty an account (the CHECK is balance >= 0): only an "
+                     "amount above the balance is InsufficientFunds",
+            fix="refuse when balance < amount, not balance <= amount"
+            if isinstance(whole, accounts.InsufficientFunds) else None,
+            lesson=READ["transfer"])
     assert_ledger_agrees(bank, "after transfers and refusals")
 
 
@@ -197,8 +212,7 @@ def test_transfer_locks_the_lower_id_first(accounts: ModuleType, bank: Engine, f
     the lower row itself and reads, from pgrowlocks, what the queued transfer already locked.
     A statement that locks rows as it scans them (one UPDATE ... WHERE id IN (a, b)) shows
     up here every run, without waiting for two transfers to meet in the wrong order."""
-    first, second = funded("100.00"), funded("100.00")
-    low, high = min(first, second), max(first, second)
+    low, high = _across_a_power_of_ten(bank, funded)
     observer = database.make_admin_engine()
     if not ensure_pgrowlocks(observer):
         raise RuntimeError("the check needs the pgrowlocks extension to read row locks")
@@ -244,8 +258,38 @@ def test_transfer_locks_the_lower_id_first(accounts: ModuleType, bank: Engine, f
                  "(:a, :b)) locks them in scan order, which every update of a row changes, not "
                  "in id order. " if re.search(r"(?is)\bin\s*\(|=\s*any\s*\(", query) else "")
                 + "Lock both rows first with SELECT ... WHERE id IN (:a, :b) ORDER BY id FOR "
-                "UPDATE, or update them one at a time, lower id first",
+                "UPDATE, or update them one at a time, lower id first"
+                + (f" (lower as numbers: {low} < {high}, though '{high}' sorts before '{low}' "
+                   "as text)" if str(high) < str(low)
+                   and not re.search(r"(?is)\bin\s*\(|=\s*any\s*\(", query) else ""),
             lesson=(READ["transfer"], READ["deadlock"]))
+
+
+def _across_a_power_of_ten(bank: Engine, funded: Any) -> tuple[int, int]:
+    """Two funded accounts whose ids straddle a power of ten (9 and 10, 99 and 103): "lower
+    id" means the number, and ids compared as text ('10' < '9') put these two the other way.
+    Ids burnt in a rolled-back INSERT bring the next id past the power of ten; accounts are
+    then opened until such a pair exists, however the ids are handed out."""
+    low = funded("100.00")
+    if str(low).rstrip("0") == "1":  # 1, 10, 100 sort before every id one digit longer
+        low = funded("100.00")
+    power = 10 ** len(str(low))
+    with bank.connect() as conn:
+        next_id = int(conn.execute(text(
+            "INSERT INTO account (kind, currency) VALUES ('SYSTEM', 'USD') RETURNING id"
+        )).scalar_one())
+        if power - next_id - 1 > 0:
+            conn.execute(text("INSERT INTO account (kind, currency) SELECT 'SYSTEM', 'USD' "
+                              "FROM generate_series(1, :n)"), {"n": power - next_id - 1})
+        conn.rollback()
+    opened = []
+    for _ in range(120):
+        high = funded("100.00")
+        opened.append(high)
+        if low < high and str(low) > str(high):
+            return low, high
+    raise RuntimeError(f"no account opened after account {low} ({opened}) has an id that "
+                       "sorts before it as text; the check cannot choose its pair")
 
 
 def _place_after(accounts: ModuleType, bank: Engine, observer: Engine, low: int,

@@ -64,6 +64,19 @@ def _refusal(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int, am
                   sell_amount=Decimal(amount))
 
 
+def _refusal_or_result(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
+                       amount: str, key: str) -> Any:
+    """What exchange(...) returned, or what it raised."""
+    try:
+        return call(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key=key,
+                    quote_id=quote.id, from_account_id=source, to_account_id=target,
+                    sell_amount=Decimal(amount))
+    except CheckFailure:
+        raise  # a stub: not written yet
+    except Exception as exc:
+        return exc
+
+
 def _exchange_rows(kit: ExchangeKit) -> list[dict[str, Any]]:
     return rows(kit.engine, "SELECT id::text AS id, status FROM exchange ORDER BY 1")
 
@@ -566,7 +579,9 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
     from dojo.checks.faults import run_concurrently
 
     source, target = _accounts(kit)
-    fx = kit.client(TIMEOUT)
+    # a timeout generous enough that the fill's answer arrives even on a loaded machine: the
+    # exchange is COMPLETED when the retry below asks for it again
+    fx = kit.client(timeout=5.0)
     quote = _quote(kit, fx)
     outcomes = run_concurrently(lambda _: kit.remember(kit.exchange.exchange(
         kit.engine, fx, kit.clock, idempotency_key="twice", quote_id=quote.id,
@@ -588,6 +603,23 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
             expected="source 400.00 USD; orders with one key",
             actual=f"{_money(kit, source, target)}; {len(keys)} order keys",
             evidence=kit.provider.history(), lesson=READ["idempotency"])
+    # a retry once it settled: the exchange as it stands now, not the answer first stored
+    [placed] = list(ids)
+    stands = {r["id"]: r["status"] for r in _exchange_rows(kit)}.get(placed)
+    later = _refusal_or_result(kit, fx, quote, source, target, "100.00", "twice")
+    if not (getattr(later, "exchange_id", None) is not None
+            and str(later.exchange_id) == placed and later.status == stands):
+        raise CheckFailure(
+            f"Exchange {placed} is {stands} in the database; a retry with its key (the same "
+            "request) answered something else.",
+            expected=f"the same exchange_id with status {stands}: a retry returns the exchange "
+                     "as it stands",
+            actual=first_line(later) if isinstance(later, BaseException) else f"{later}",
+            evidence=kit.provider.history(),
+            fix="on a retry, read the exchange's row (status, amounts) by the stored "
+                "exchange_id; a stored snapshot of the first answer stays PENDING forever"
+            if getattr(later, "status", None) == "PENDING" else None,
+            lesson=READ["idempotency"])
     # the same key for another exchange (another quote and amount) is a client bug, as for a
     # deposit: answering the old exchange would tell the client the new one was placed
     another = _quote(kit, fx)
@@ -607,6 +639,40 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
             fix="store the exchange's request (quote, accounts, amount) with its key, as for a "
                 "deposit, and compare it when the key is found" if reuse is None else None,
             lesson=READ["idempotency"])
+    # one field at a time: a request fingerprint that leaves any of them out answers the old
+    # exchange for a new one
+    spare_source = call(kit.accounts.open_account, kit.engine, currency="USD")
+    call(kit.accounts.deposit, kit.engine, spare_source, Decimal("263.17"))
+    spare_target = call(kit.accounts.open_account, kit.engine, currency="EUR")
+    changes = [
+        ("the same accounts and amount (100.00) on another quote", _quote(kit, fx), source,
+         target, "100.00"),
+        ("the same quote and accounts, 100.01 instead of 100.00", quote, source, target,
+         "100.01"),
+        ("the same quote and amount, to another EUR account", quote, source, spare_target,
+         "100.00"),
+        ("the same quote and amount, from another USD account", quote, spare_source, target,
+         "100.00"),
+    ]
+    for what, other_quote, src, dst, amount in changes:
+        sent_before = len(kit.provider.order_requests())
+        reuse = _refusal(kit, fx, other_quote, src, dst, amount, "twice")
+        sent = len(kit.provider.order_requests()) - sent_before
+        money = (balance_of(kit.engine, source), balance_of(kit.engine, spare_source))
+        if not (isinstance(reuse, kit.accounts.IdempotencyConflict) and sent == 0
+                and money == (Decimal("400.00"), Decimal("263.17"))):
+            raise CheckFailure(
+                f"Key 'twice' (an exchange of 100.00) was reused for another exchange: {what}.",
+                expected="accounts.IdempotencyConflict, nothing debited, no order sent",
+                actual=(first_line(reuse) if reuse else "it returned (the old exchange, or a "
+                                                        "new one)")
+                       + f"; {sent} order(s) sent; source {fmt(money[0])} USD, the other USD "
+                       f"account {fmt(money[1])} (263.17 before)",
+                evidence=kit.provider.history(),
+                fix="the key's stored request must hold every field of the exchange (the "
+                    "quote, both accounts and the amount), and a retry must match it in each"
+                if reuse is None else None,
+                lesson=READ["idempotency"])
 
 
 QUOTE_RACERS = 8

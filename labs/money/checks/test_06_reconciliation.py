@@ -21,11 +21,13 @@ from _support import (
     balance_of,
     describe_errors,
     exchange_anomalies,
+    failing_commits,
     first_of,
     held_during_call,
+    injected,
 )
 
-from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, rows
+from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, raised, rows
 from dojo.checks.faults import run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("reconciliation")
@@ -238,6 +240,56 @@ def test_reconcile_keeps_pending_while_the_provider_cannot_answer(kit: ExchangeK
             expected="COMPLETED", actual=str(_statuses(kit).get(filled)),
             evidence=kit.provider.history(), lesson=READ["reconcile"])
     _assert_consistent(kit, source, target, "after the provider came back")
+
+
+def test_reconcile_goes_on_past_a_booking_error(kit: ExchangeKit) -> None:
+    """Three exchanges the provider filled, 1.5 s apart; the database refuses the COMMIT that
+    credits the oldest one and the newest one. Whichever end the run starts from, the one in
+    the middle is reached only if the run goes on past the failed booking."""
+    source = call(kit.accounts.open_account, kit.engine, currency="USD")
+    call(kit.accounts.deposit, kit.engine, source, FUNDS)
+    fx = kit.client(TIMEOUT)
+    targets = [int(call(kit.accounts.open_account, kit.engine, currency="EUR"))
+               for _ in range(3)]
+    ids = []
+    for n, target in enumerate(targets):
+        ids += _pending(kit, fx, source, target, "fill-then-fail", prefix=f"book-{n}")
+        kit.clock.advance(1.5)
+    kit.clock.advance(60)
+    with failing_commits(kit.engine, targets[0]), failing_commits(kit.engine, targets[2]):
+        error = raised(kit.exchange.reconcile, kit.engine, fx, kit.clock,
+                       older_than_seconds=30)
+    if error is not None and not injected(error):
+        raise CheckFailure(
+            f"reconcile() raised {type(error).__name__}.", expected="a ReconcileReport",
+            actual=first_line(error), evidence=kit.provider.history(16),
+            lesson=READ["reconcile"])
+    statuses = _statuses(kit)
+    got = [statuses.get(i) for i in ids]
+    if got != ["PENDING", "COMPLETED", "PENDING"]:
+        raise CheckFailure(
+            "The provider filled three PENDING exchanges; the database refused the COMMIT "
+            "that booked the oldest and the newest. reconcile() must go on past a booking "
+            "error and complete the one in the middle.",
+            expected="oldest PENDING, middle COMPLETED, newest PENDING (the two refused "
+                     "bookings wait for the next run)",
+            actual=", ".join(f"{label} {status}" for label, status in
+                             zip(("oldest", "middle", "newest"), got, strict=True))
+                   + "; reconcile() " + (f"raised {first_line(error)}" if error else "returned"),
+            evidence="the provider's log:\n" + kit.provider.history(16),
+            fix="an error while booking one exchange (here its refused COMMIT) leaves that "
+                "exchange PENDING: catch it around that exchange's settlement, count it as "
+                "still pending, and go on with the next" if got[1] == "PENDING" else None,
+            lesson=READ["reconcile"])
+    _reconcile(kit, fx)
+    if [_statuses(kit).get(i) for i in ids] != ["COMPLETED"] * 3:
+        raise CheckFailure(
+            "Once the database accepts the bookings again, the next run completes the two "
+            "left PENDING.", expected="all three COMPLETED",
+            actual=str([_statuses(kit).get(i) for i in ids]),
+            evidence=kit.provider.history(16), lesson=READ["reconcile"])
+    assert_ledger_agrees(kit.engine, "after reconcile went on past a booking error",
+                         read="reconcile")
 
 
 SETTLE_GAP = 0.15

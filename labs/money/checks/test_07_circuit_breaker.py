@@ -120,7 +120,7 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
                    f"{_state(b)}", lesson=READ["breaker"])
     # the last 10 calls: 5 successes, 4 failures; one more failure makes 5 of the last 10
     kit.provider.script(place="fail")
-    tipping = [_order(kit, fx) for _ in range(2)]
+    tipping = [_order(kit, fx)]
     sent_before = len(kit.provider.order_requests())
     outcome, value, took = _order(kit, fx)
     sent_after = len(kit.provider.order_requests())
@@ -194,6 +194,28 @@ def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
                      "fails; the slow-call rate is the breaker's early warning",
             fix="measure each call (time.monotonic() around fn()); duration >= slow_call_seconds "
                 "is slow; open when slow * 100 >= slow_call_rate_threshold * calls",
+            lesson=READ["slow"])
+    # exactly at the threshold: 2 slow calls of 4 is 50 %, which reaches 50 % (a fast call
+    # the machine's load makes slow only raises the rate: the breaker must open either way)
+    b = _breaker(kit, window_size=4, minimum_calls=4, failure_rate_threshold=100.0,
+                 slow_call_seconds=0.3, slow_call_rate_threshold=50.0, open_seconds=30.0,
+                 half_open_calls=1)
+    fx = kit.client(timeout=2.0, breaker=b)
+    kit.provider.script(delay=0.45)
+    edge = _calls(kit, "fill", 2, fx) + _calls(kit, "slow", 2, fx)
+    sent_before = len(kit.provider.order_requests())
+    outcome, value, took = _order(kit, fx)
+    if not (all(r[0] == "ok" for r in edge) and outcome == "open"
+            and len(kit.provider.order_requests()) == sent_before):
+        raise CheckFailure(
+            "2 fast calls and then 2 of 0.45 s (slow_call_seconds=0.3, window 4, minimum 4): "
+            "a 50 % slow-call rate reaches slow_call_rate_threshold=50, so the breaker opens.",
+            expected="the 4 calls succeed; the next raises CircuitOpen without reaching the "
+                     "provider",
+            actual=f"calls {[(r[0], round(r[2], 2)) for r in edge]}; then {outcome} after "
+                   f"{took:.2f} s; state {_state(b)}",
+            fix="a rate that reaches its threshold opens the breaker: slow * 100 >= "
+                "slow_call_rate_threshold * calls, not >" if outcome == "ok" else None,
             lesson=READ["slow"])
 
 

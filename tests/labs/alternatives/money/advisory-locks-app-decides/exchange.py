@@ -253,7 +253,11 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
         except (ProviderError, CircuitOpen):
             still_pending += 1  # still unknown: never a refund on a guess
             continue
-        result = finish(engine, clock, exchange_id, outcome)
+        try:
+            result = finish(engine, clock, exchange_id, outcome)
+        except Exception:  # booking failed: PENDING for the next run, and the run goes on
+            still_pending += 1
+            continue
         if result.status == "COMPLETED":
             completed += 1
         elif result.status == "FAILED":

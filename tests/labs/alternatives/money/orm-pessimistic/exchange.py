@@ -227,7 +227,8 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
     for exchange_id in leased:
         try:
             answer = fx.get_order(exchange_id)
-        except (ProviderError, CircuitOpen):
+            result, by_us = _settle(engine, clock, exchange_id, answer)
+        except Exception:  # no answer, or its booking failed: still unknown here
             pending += 1
             with engine.begin() as conn:  # give it back to the next run at once
                 conn.execute(update(ExchangeRow)
@@ -235,7 +236,6 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
                                     ExchangeRow.status == "PENDING")
                              .values(lease_until=None))
             continue
-        result, by_us = _settle(engine, clock, exchange_id, answer)
         if by_us:
             completed += result.status == "COMPLETED"
             failed += result.status == "FAILED"

@@ -156,7 +156,11 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
         except (ProviderError, CircuitOpen):
             tally["PENDING"] += 1
             continue
-        settled, by_us = _settle(engine, clock, exchange_id, answer.status, answer)
+        try:
+            settled, by_us = _settle(engine, clock, exchange_id, answer.status, answer)
+        except Exception:  # booking failed: PENDING for the next run, and the run goes on
+            tally["PENDING"] += 1
+            continue
         if by_us:  # what another reconciler settled is its own to report
             tally[settled.status] += 1
     return ReconcileReport(tally["COMPLETED"], tally["FAILED"], tally["PENDING"])

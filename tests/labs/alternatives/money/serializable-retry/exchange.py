@@ -213,7 +213,11 @@ def reconcile(engine: Engine, fx: FxClient, clock: Clock, *, older_than_seconds:
         except (ProviderError, CircuitOpen):
             report["PENDING"] += 1
             continue
-        result, settled_here = settle(engine, clock, exchange_id, answer)
+        try:
+            result, settled_here = settle(engine, clock, exchange_id, answer)
+        except Exception:  # booking failed: PENDING for the next run, and the run goes on
+            report["PENDING"] += 1
+            continue
         if settled_here:
             report[result.status] += 1
     return ReconcileReport(report["COMPLETED"], report["FAILED"], report["PENDING"])
