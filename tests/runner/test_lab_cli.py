@@ -205,6 +205,24 @@ def test_checking_the_solution_records_no_progress(content: Path) -> None:
     assert "✓" not in run_dojo("lab", "list", root=content).stdout.splitlines()[0]
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the child before exec: Ctrl-C delivered and not ignored, as in a shell. A process
+    inherits its parent's blocked and ignored signals, and in a full test session the pytest
+    process (or a library in it) had left SIGINT so that the watcher never saw it: it slept on
+    after Ctrl-C in two runs, never when this file ran alone."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_masks(pid: int) -> str:
+    """The SigBlk / SigIgn lines of a process (Linux), for a failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return ", ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn")))
+
+
 def _drain(fd: int, seconds: float) -> str:
     """Whatever the terminal shows within `seconds` (for a failure message)."""
     seen, deadline = "", time.monotonic() + seconds
@@ -249,7 +267,8 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
     leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "dojo.cli", "lab", "watch", "tally"],
                             stdout=follower, stderr=follower, start_new_session=True,
-                            env={**cli_env(content), "PYTHONFAULTHANDLER": "1"})
+                            env={**cli_env(content), "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=_sigint_as_in_a_terminal)
     os.close(follower)
     try:
         first = _read_until(leader, "save a file to check again", 60)
@@ -266,10 +285,12 @@ def test_watch_reruns_on_save_and_exits_cleanly_on_ctrl_c(content: Path) -> None
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             output = _drain(leader, 1)
+            masks = _signal_masks(proc.pid)
             proc.send_signal(signal.SIGABRT)
             time.sleep(2)
-            pytest.fail("dojo lab watch did not exit within 60 s of Ctrl-C; its output, then "
-                        f"its stacks:\n{output[-3000:]}\n{_drain(leader, 2)[-8000:]}")
+            pytest.fail("dojo lab watch did not exit within 60 s of Ctrl-C; its signal masks "
+                        f"({masks}), its output, then its stacks:\n{output[-3000:]}\n"
+                        f"{_drain(leader, 2)[-8000:]}")
         assert code == 0
         assert "stopped watching" in _read_until(leader, "stopped watching", 5)
     finally:
