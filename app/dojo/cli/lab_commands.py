@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -173,6 +172,8 @@ def check_exit_code(summary: RunSummary) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
+    from watchfiles import watch
+
     lab = _lab(args.slug)
     impl, label, is_workspace = _impl(lab, args)
     colour = use_colour(sys.stdout)
@@ -194,33 +195,18 @@ def _watch(args: argparse.Namespace) -> int:
     try:
         seen = _python_files_state(impl)
         run_once()
-        # Polling, not inotify: the state is compared with the one the last run saw, so a save
-        # that lands while checks run is not missed, and the wait is a plain sleep, which
-        # Ctrl-C always interrupts (watchfiles' Rust wait once let a SIGINT go unanswered for
-        # over a minute under load).
-        while True:
-            seen = _wait_for_change(impl, seen)
-            run_once()
+        # The watcher only sees events after it starts, and a save may land while checks
+        # run: so every wake-up (change or timeout) compares the files with the state the
+        # last run saw, and nothing saved in between is missed.
+        for _changes in watch(impl, watch_filter=lambda _, path: path.endswith(".py"),
+                              debounce=300, rust_timeout=500, yield_on_timeout=True):
+            now = _python_files_state(impl)
+            if now != seen:
+                seen = now
+                run_once()
     except KeyboardInterrupt:
         print("\nstopped watching")
     return 0
-
-
-def _wait_for_change(folder: Path, seen: dict[Path, tuple[int, int]],
-                     poll: float = 0.3) -> dict[Path, tuple[int, int]]:
-    """Sleep until the .py files under `folder` differ from `seen` and then stay the same for
-    one more poll (an editor's save can be several writes); return that settled state."""
-    while True:
-        time.sleep(poll)
-        now = _python_files_state(folder)
-        if now == seen:
-            continue
-        while True:
-            time.sleep(poll)
-            settled = _python_files_state(folder)
-            if settled == now:
-                return settled
-            now = settled
 
 
 def _python_files_state(folder: Path) -> dict[Path, tuple[int, int]]:
