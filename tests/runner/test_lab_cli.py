@@ -206,10 +206,10 @@ def test_checking_the_solution_records_no_progress(content: Path) -> None:
 
 
 def _sigint_as_in_a_terminal() -> None:
-    """In the child before exec: Ctrl-C delivered and not ignored, as in a shell. A process
-    inherits its parent's blocked and ignored signals, and in a full test session the pytest
-    process (or a library in it) had left SIGINT so that the watcher never saw it: it slept on
-    after Ctrl-C in two runs, never when this file ran alone."""
+    """In the child before exec: Ctrl-C delivered and not ignored, as in a terminal. A shell
+    without job control starts a background job (`make test &`, `nohup … &`) with SIGINT
+    ignored, the watcher inherits that, and Python then leaves SIGINT ignored: the test hung
+    whenever the suite ran in the background, never in the foreground."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
