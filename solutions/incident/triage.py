@@ -107,8 +107,9 @@ def impact(sources: Any) -> Impact | None:
             if row["requests"] < MIN_REQUESTS:
                 return False
             rate = row["errors"] / row["requests"]
+            # no baseline latency (no requests then) is no evidence that the endpoint got slow
             return (rate >= max(ERROR_RATE_FLOOR, FACTOR * base_rate)
-                    or p95(row["durations_ms"]) >= FACTOR * base_p95)
+                    or (base_p95 > 0 and p95(row["durations_ms"]) >= FACTOR * base_p95))
 
         start = len(rows)
         while start > 0 and bad(rows[start - 1]):
@@ -224,16 +225,19 @@ def blocking_chain(sources: Any) -> Blocking | None:
             if not roots:
                 return None
             root = max(roots, key=lambda pid: len(downstream(pid)))
-            row = conn.execute(SESSION_SQL, {"pid": root}).one()
+            # pid 0 is a prepared transaction (no session); a blocker may also end meanwhile
+            row = conn.execute(SESSION_SQL, {"pid": root}).first()
     finally:
         engine.dispose()
-    state = row.state or ""
+    if row is None:
+        state, query, held = ("prepared transaction" if root == 0 else "ended"), "", 0.0
+    else:
+        state, query, held = row.state or "", row.query or "", float(row.held_for or 0.0)
     advice = "terminate" if state.startswith("idle in transaction") else "wait"
-    held = float(row.held_for or 0.0)
     waiters = sorted(downstream(root))
-    return Blocking(root, row.query or "", state, held, waiters, advice, [
+    return Blocking(root, query, state, held, waiters, advice, [
         f"pid {root} ({state}, transaction open {held:.1f} s) blocks {waiters}",
-        f"its last statement: {row.query}"])
+        f"its last statement: {query}"])
 
 
 @dataclass
@@ -296,7 +300,7 @@ def slow_query(sources: Any, before: dict[int, tuple[str, int, float]]) -> SlowQ
         mean_after = (total - total_then) / calls_after
         if mean_after < SLOWDOWN * mean_before or mean_after - mean_before < SLOWDOWN_MS:
             continue
-        found.append((mean_after / mean_before, SlowQuery(
+        found.append((mean_after / mean_before if mean_before else math.inf, SlowQuery(
             queryid, query, calls_then, calls_after, mean_before, mean_after, "", "")))
     if not found:
         return None
@@ -430,7 +434,8 @@ def consumer_lag(sources: Any, before: dict[int, tuple[int, int]]) -> ConsumerLa
     partition = max(stuck, key=lambda p: lag[p])
     offset = now[partition][0]
     record = _record_at(sources, partition, offset)
-    key = record.key().decode("utf-8", "replace") if record and record.key() else None
+    raw_key = record.key() if record is not None else None
+    key = raw_key.decode("utf-8", "replace") if raw_key is not None else None  # b"" is a key
     headers = {name: (value or b"").decode("utf-8", "replace")
                for name, value in (record.headers() or [])} if record else {}
     return ConsumerLag(sources.topic, sources.group, lag, moving, partition, offset, key,

@@ -14,6 +14,8 @@ def delete_published(engine: Engine, *, retention_seconds: float, batch_size: in
     Returns:
         How many rows were deleted.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     total = 0
     while True:
         with engine.begin() as conn:

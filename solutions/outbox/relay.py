@@ -160,5 +160,7 @@ def _kafka_headers(event: ClaimedEvent) -> list[tuple[str, bytes]]:
     headers = [(EVENT_ID_HEADER, str(event.id).encode()),
                (EVENT_TYPE_HEADER, event.event_type.encode()),
                ("aggregate-version", str(event.aggregate_version).encode())]
-    headers += [(name, str(value).encode()) for name, value in event.headers.items()]
+    fixed = {name for name, _ in headers}  # a row cannot replace the id the consumer dedupes on
+    headers += [(name, str(value).encode()) for name, value in event.headers.items()
+                if name not in fixed]
     return headers
