@@ -169,8 +169,10 @@ def dead_letter_headers(msg: Any, failure: Failure, *, group_id: str, service: s
         (ORIGINAL_CONSUMER_GROUP, group_id.encode()),
         (EXCEPTION_FQCN, fqcn(error).encode()),
         (EXCEPTION_CAUSE_FQCN, fqcn(root_cause(error)).encode()),
-        (EXCEPTION_MESSAGE, str(error)[:MAX_MESSAGE_CHARS].encode()),
-        (EXCEPTION_STACKTRACE, trace.encode()),
+        # a message may hold a lone surrogate (bytes decoded with surrogateescape): strict
+        # UTF-8 would raise here and make the record a poison pill for the DLQ itself
+        (EXCEPTION_MESSAGE, str(error)[:MAX_MESSAGE_CHARS].encode("utf-8", "backslashreplace")),
+        (EXCEPTION_STACKTRACE, trace.encode("utf-8", "backslashreplace")),
         (ATTEMPTS, str(failure.attempts).encode()),
         (FIRST_FAILURE_AT, iso_utc(failure.first_failure_at).encode()),
         (LAST_FAILURE_AT, iso_utc(failure.last_failure_at).encode()),

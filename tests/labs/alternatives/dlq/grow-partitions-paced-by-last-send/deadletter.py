@@ -1,0 +1,215 @@
+"""The dead-letter topic: its name, its partitions, and the record written to it.
+
+The record is the one Spring Kafka's DeadLetterPublishingRecoverer writes, so a Java tool
+reads it unchanged: the original key and value bytes, the original headers, and the
+`kafka_dlt-*` headers (numbers as big-endian binary, text as UTF-8), plus `x-dlt-*` headers
+(UTF-8 text) for what Spring leaves to a headers function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Spring Kafka's KafkaHeaders.DLT_* names.
+ORIGINAL_TOPIC = "kafka_dlt-original-topic"  # UTF-8
+ORIGINAL_PARTITION = "kafka_dlt-original-partition"  # 4-byte big-endian int
+ORIGINAL_OFFSET = "kafka_dlt-original-offset"  # 8-byte big-endian long
+ORIGINAL_TIMESTAMP = "kafka_dlt-original-timestamp"  # 8-byte big-endian long, epoch ms
+ORIGINAL_TIMESTAMP_TYPE = "kafka_dlt-original-timestamp-type"  # "CreateTime" | "LogAppendTime"
+ORIGINAL_CONSUMER_GROUP = "kafka_dlt-original-consumer-group"  # UTF-8
+EXCEPTION_FQCN = "kafka_dlt-exception-fqcn"  # UTF-8, module.ClassName
+EXCEPTION_CAUSE_FQCN = "kafka_dlt-exception-cause-fqcn"  # UTF-8, the root cause's class
+EXCEPTION_MESSAGE = "kafka_dlt-exception-message"  # UTF-8
+EXCEPTION_STACKTRACE = "kafka_dlt-exception-stacktrace"  # UTF-8 (optional)
+# This lab's own, UTF-8 text.
+ATTEMPTS = "x-dlt-attempts"  # decimal
+FIRST_FAILURE_AT = "x-dlt-first-failure-at"  # ISO-8601 UTC, e.g. 2025-01-16T11:33:00.752Z
+LAST_FAILURE_AT = "x-dlt-last-failure-at"
+SERVICE = "x-dlt-service"
+REPLAY_COUNT = "x-replay-count"  # decimal; set by replay.py, kept by the consumer
+FAILURE_HEADER_PREFIXES = ("kafka_dlt-", "x-dlt-")
+
+MAX_MESSAGE_CHARS = 1000  # exception messages can carry payload data: keep them short
+MAX_STACKTRACE_CHARS = 4000
+
+_TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
+
+
+@dataclass(frozen=True)
+class DeadLetterTopics:
+    dead_letter: str
+    parking_lot: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a record is dead-lettered, and how hard the consumer tried."""
+
+    error: BaseException
+    attempts: int
+    first_failure_at: float  # clock.now() of the first failed attempt
+    last_failure_at: float
+
+
+class DeadLetterWriteFailed(Exception):
+    """The broker did not acknowledge the dead-letter record: do not commit the original."""
+
+
+def topic_names(source_topic: str) -> DeadLetterTopics:
+    """The dead-letter and parking-lot topics of `source_topic`, named by one explicit scheme
+    (Spring Kafka 3.3's `-dlt` suffix; never guessed from a framework default)."""
+    return DeadLetterTopics(dead_letter=f"{source_topic}-dlt",
+                            parking_lot=f"{source_topic}-parking-lot")
+
+
+def create_topics(admin: Any, source_topic: str, *, replication_factor: int = 1
+                  ) -> DeadLetterTopics:
+    """Create the DLT and the parking lot with as many partitions as the source topic (a
+    dead-letter record keeps its partition number). Topics that exist already are kept if
+    they have enough partitions.
+
+    Raises:
+        ValueError: the source topic does not exist, or an existing DLT is too small.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    names = topic_names(source_topic)
+    meta = admin.list_topics(timeout=10).topics
+    source = meta.get(source_topic)
+    if source is None or source.error is not None:
+        raise ValueError(f"source topic {source_topic} does not exist")
+    wanted = len(source.partitions)
+    missing = []
+    grow = []
+    for name in (names.dead_letter, names.parking_lot):
+        existing = meta.get(name)
+        if existing is not None and existing.error is None:
+            if len(existing.partitions) < wanted:
+                grow.append(NewPartitions(name, wanted))  # add the partitions it lacks
+            continue
+        missing.append(NewTopic(name, num_partitions=wanted,
+                                replication_factor=replication_factor))
+    if missing:
+        for name, future in admin.create_topics(missing, operation_timeout=15).items():
+            try:
+                future.result(timeout=20)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                # created by someone else since the metadata above: too small is still wrong
+                have = _partition_count(admin, name)
+                if have < wanted:
+                    grow.append(NewPartitions(name, wanted))
+    if grow:
+        for name, future in admin.create_partitions(grow, operation_timeout=15).items():
+            try:
+                future.result(timeout=20)
+            except KafkaException:
+                if _partition_count(admin, name) < wanted:  # grown meanwhile is fine
+                    raise
+        for part in grow:  # wait until the metadata shows the new partitions
+            deadline = time.monotonic() + 10
+            while _partition_count(admin, part.topic) < wanted:
+                if time.monotonic() > deadline:
+                    raise ValueError(f"{part.topic} did not grow to {wanted} partitions")
+                time.sleep(0.2)
+    return names
+
+
+def _partition_count(admin: Any, topic: str, wait_seconds: float = 10.0) -> int:
+    """The partitions of a topic the broker says exists; a metadata answer may miss a topic
+    created a moment ago, so ask again until it shows (at most `wait_seconds`)."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        if time.monotonic() > deadline:
+            raise ValueError(f"{topic} exists, says the broker, but its metadata never shows "
+                             "its partitions")
+        time.sleep(0.2)
+
+
+def fqcn(error: BaseException) -> str:
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost exception of the `raise … from …` (or implicit) chain."""
+    seen = {id(error)}
+    while True:
+        inner = error.__cause__ or error.__context__
+        if inner is None or id(inner) in seen:
+            return error
+        seen.add(id(inner))
+        error = inner
+
+
+def iso_utc(epoch_seconds: float) -> str:
+    moment = datetime.fromtimestamp(epoch_seconds, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def fingerprint(value: bytes | None) -> str:
+    """Identifies a value across copies (the DLT record, its replayed copy)."""
+    return hashlib.sha256(value or b"").hexdigest()
+
+
+def dead_letter_headers(msg: Any, failure: Failure, *, group_id: str, service: str
+                        ) -> list[tuple[str, bytes]]:
+    """The original headers (traceparent and every business header) followed by the failure
+    context; old failure headers of an earlier trip through the DLT are replaced."""
+    original = [(k, v) for k, v in (msg.headers() or [])
+                if not k.startswith(FAILURE_HEADER_PREFIXES)]
+    ts_type, ts = msg.timestamp()
+    error = failure.error
+    trace = "".join(traceback.format_exception(error))[-MAX_STACKTRACE_CHARS:]
+    return original + [
+        (ORIGINAL_TOPIC, msg.topic().encode()),
+        (ORIGINAL_PARTITION, struct.pack(">i", msg.partition())),
+        (ORIGINAL_OFFSET, struct.pack(">q", msg.offset())),
+        (ORIGINAL_TIMESTAMP, struct.pack(">q", ts)),
+        (ORIGINAL_TIMESTAMP_TYPE, _TIMESTAMP_TYPES.get(ts_type, "NoTimestampType").encode()),
+        (ORIGINAL_CONSUMER_GROUP, group_id.encode()),
+        (EXCEPTION_FQCN, fqcn(error).encode()),
+        (EXCEPTION_CAUSE_FQCN, fqcn(root_cause(error)).encode()),
+        (EXCEPTION_MESSAGE, str(error)[:MAX_MESSAGE_CHARS].encode("utf-8", "backslashreplace")),
+        (EXCEPTION_STACKTRACE, trace.encode("utf-8", "backslashreplace")),
+        (ATTEMPTS, str(failure.attempts).encode()),
+        (FIRST_FAILURE_AT, iso_utc(failure.first_failure_at).encode()),
+        (LAST_FAILURE_AT, iso_utc(failure.last_failure_at).encode()),
+        (SERVICE, service.encode()),
+    ]
+
+
+def publish_dead_letter(producer: Any, msg: Any, failure: Failure, *, topic: str,
+                        group_id: str, service: str, timeout_seconds: float) -> None:
+    """Write `msg` to partition msg.partition() of `topic`, byte for byte, and return only
+    once the broker acknowledged it.
+
+    Raises:
+        DeadLetterWriteFailed: the write failed or was not acknowledged in time.
+    """
+    from confluent_kafka import KafkaException
+
+    outcome: list[Any] = []
+    try:
+        producer.produce(topic, value=msg.value(), key=msg.key(), partition=msg.partition(),
+                         headers=dead_letter_headers(msg, failure, group_id=group_id,
+                                                     service=service),
+                         on_delivery=lambda err, _record: outcome.append(err))
+    except (KafkaException, BufferError) as exc:
+        raise DeadLetterWriteFailed(f"produce to {topic} failed: {exc}") from exc
+    producer.flush(timeout_seconds)
+    if not outcome:
+        raise DeadLetterWriteFailed(f"{topic} did not acknowledge within {timeout_seconds} s")
+    if outcome[0] is not None:
+        raise DeadLetterWriteFailed(f"{topic} rejected the record: {outcome[0]}")
