@@ -84,7 +84,7 @@ def claim_batch(engine: Engine, *, batch_size: int, lease_seconds: float) -> lis
 
 def backoff_seconds(attempt_count: int, base: float, maximum: float) -> float:
     """base, 2×base, 4×base … after the 1st, 2nd, 3rd … failed attempt, never above maximum."""
-    return min(maximum, base * 2 ** min(max(attempt_count - 1, 0), 40))
+    return min(maximum, base * 2 ** min(max(attempt_count - 1, 0), 60))
 
 
 def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[ClaimedEvent],

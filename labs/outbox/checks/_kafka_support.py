@@ -123,6 +123,7 @@ class CommitWatch:
         self.polled: list[Any] = []
         self.commits: list[dict[str, Any]] = []
         self.violations: list[dict[str, Any]] = []
+        self.asynchronous: list[dict[int, int]] = []  # commits that did not wait for the broker
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._consumer, name)
@@ -162,6 +163,10 @@ class CommitWatch:
                                     "records below it": len(distinct),
                                     "processed_event rows": markers})
         self.commits.append(upto)
+        # confluent-kafka's commit() is asynchronous unless told otherwise: it returns None at
+        # once and the offset reaches the broker later (or never, if the process dies first)
+        if kwargs.get("asynchronous", True) is not False:
+            self.asynchronous.append(upto)
         return self._consumer.commit(*args, **kwargs)
 
 

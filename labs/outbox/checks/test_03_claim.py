@@ -22,7 +22,8 @@ from _support import (
     require_table,
     touches_outbox,
 )
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
 from dojo.checks import CheckFailure, call, in_thread, indent, table
 from dojo.checks.faults import SlowProducer, run_concurrently, slow_sql
@@ -177,6 +178,44 @@ def lease_rows(engine: Engine, started: Any, ended: Any) -> list[dict[str, Any]]
             "extract(epoch FROM lease_until - CAST(:e AS timestamptz))::float8 AS after_end "
             "FROM outbox_event ORDER BY created_at"), {"s": started, "e": ended}).mappings()
         return [dict(r) for r in found]
+
+
+# A planner that may not use nested loops or merge joins hashes the few picked ids and meets
+# the table's rows in their physical order (newest first, see seed_rows) while it updates them:
+# RETURNING then gives that order, not the pick's ORDER BY. Any table big or busy enough makes
+# that plan the planner's own choice; here it is forced for the learner's sessions only.
+HASH_JOIN_OPTIONS = "-c enable_nestloop=off -c enable_mergejoin=off"
+
+
+def test_claim_returns_oldest_first_whatever_the_plan(outbox, learner):
+    require_table(outbox, "outbox_event", "claim")
+    relay = learner.module("relay")
+    ids = seed_rows(outbox, 9)
+    hashing = create_engine(outbox.url, connect_args={"options": HASH_JOIN_OPTIONS},
+                            poolclass=NullPool)
+    try:
+        claimed = event_ids(call(relay.claim_batch, hashing, batch_size=5, lease_seconds=LEASE))
+    finally:
+        hashing.dispose()
+    if sorted(claimed) == sorted(ids[:5]) and claimed != ids[:5]:
+        raise CheckFailure(
+            "claim_batch leased the right rows, the 5 oldest, but returned them in another "
+            "order once the database joined the picked ids to the table by hashing (the plan it "
+            "takes for a big table; forced here with enable_nestloop=off, enable_mergejoin=off). "
+            "RETURNING gives rows in the order the UPDATE met them, whatever the subquery's "
+            "ORDER BY, so the relay would send an order's version 2 before its version 1.",
+            expected=f"the 5 oldest ids in created_at order: {ids[:5]}",
+            actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
+            lesson=SEE,
+            fix="sort what the claim returns by created_at (in Python, or SELECT … ORDER BY "
+                "created_at over the UPDATE's RETURNING)")
+    if claimed != ids[:5]:
+        raise CheckFailure(
+            "claim_batch must lease the oldest unpublished rows and return them oldest first, "
+            "whatever plan the database picks (here: hash joins, as for a big table).",
+            expected=f"the 5 oldest ids in created_at order: {ids[:5]}",
+            actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
+            lesson=SEE)
 
 
 def test_claims_skip_rows_another_relay_has_locked(outbox, learner):

@@ -412,6 +412,18 @@ def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_produce
             expected=f"published_at stays {after_b['published_at']} (B's mark)",
             actual=f"published_at became {after_a['published_at']} after A's late mark",
             evidence=f"event {event_id}", lesson=SEE)
+    late = first.result(0)
+    if late != 1:
+        raise CheckFailure(
+            "Relay A's send was acknowledged by the broker, even though relay B marked the row "
+            "first. publish_claimed returns how many events the broker acknowledged in this "
+            "call, not how many rows its own mark changed: the record did leave (twice, which "
+            "the consumer's dedupe absorbs), and a relay loop or a metric counting marked rows "
+            "would report an acknowledged send as never published.",
+            expected="relay A's relay_once returns 1 (one acknowledgement)",
+            actual=f"it returned {late!r}", evidence=f"event {event_id}", lesson=SEE,
+            fix="count the acknowledgements the delivery reports gave, not the UPDATE's "
+                "rowcount")
     late_failure_leaves_a_published_row_alone(outbox, relay, topic, relay_producer)
 
 

@@ -474,7 +474,17 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
             evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
             fix="commit(message=record) (it commits offset + 1), or "
                 "TopicPartition(topic, partition, record.offset() + 1)" if behind else None)
+    if watch.asynchronous:
+        raise CheckFailure(
+            "consume() committed offsets asynchronously: commit() returned before the broker "
+            "had stored the offset. A consumer that stops or dies right after has not committed "
+            "what it reports as handled, and a commit that fails is never seen.",
+            expected="every commit waits for the broker (asynchronous=False)",
+            actual=f"{len(watch.asynchronous)} of {len(watch.commits)} commit(s) asynchronous",
+            evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
+            fix="commit(message=record, asynchronous=False)")
     consume_goes_on_past_partition_eof(outbox, consumer_module, kafka)
+    consume_stops_at_its_timeout_while_records_trickle(outbox, consumer_module, kafka)
 
 
 class EofWatch:
@@ -536,6 +546,57 @@ def consume_goes_on_past_partition_eof(engine: Engine, consumer_module: Any,
             evidence=state(engine), lesson=OFFSETS,
             fix="skip a message whose error is KafkaError._PARTITION_EOF and poll on; stop only "
                 "at max_records or timeout_seconds")
+
+
+TRICKLE_TIMEOUT = 2.0  # consume's timeout_seconds in the trickle check
+TRICKLE_EVERY = 0.3  # a record this often: far less than the timeout between two records
+TRICKLE_FOR = 7.0  # and for longer than the timeout plus any slack
+
+
+def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_module: Any,
+                                                       kafka: Any) -> None:
+    """timeout_seconds bounds the whole call: records arriving every 0.3 s must not keep a
+    consume(timeout_seconds=2) running (an idle timeout, restarted after each record, would)."""
+    topic = kafka.topic(1, hint="trickle")
+    consumer = group_consumer(kafka, topic, kafka.group_id("trickle"))
+    customer = str(uuid.uuid4())
+    stop = threading.Event()
+
+    def trickle() -> None:
+        producer = kafka.producer(**{"linger.ms": 0})
+        ends = time.monotonic() + TRICKLE_FOR
+        while not stop.is_set() and time.monotonic() < ends:
+            producer.produce(topic, key=b"k", value=json.dumps(placed(customer, 1)).encode(),
+                             headers=[("event-id", str(uuid.uuid4()).encode()),
+                                      ("event-type", PLACED.encode())])
+            producer.flush(5)
+            stop.wait(TRICKLE_EVERY)
+
+    feeder = threading.Thread(target=trickle, name="dojo-check-trickle", daemon=True)
+    feeder.start()
+    started = time.monotonic()
+    try:
+        job = in_thread(consumer_module.consume, engine, consumer, max_records=10_000,
+                        timeout_seconds=TRICKLE_TIMEOUT)
+        job.join(TRICKLE_FOR + 10)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        feeder.join(10)
+    handled = job.result(0) if not job.alive else None
+    if job.alive or took > TRICKLE_TIMEOUT + 2.0:
+        raise CheckFailure(
+            f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) was fed a record "
+            f"every {TRICKLE_EVERY:g} s and ran for {took:.1f} s"
+            + (" (still running)" if job.alive else "") + ". timeout_seconds bounds the whole "
+            "call, measured from its start: a timeout restarted after each record lets a "
+            "steady trickle keep it running for ever.",
+            expected=f"consume returns within about {TRICKLE_TIMEOUT:g} s",
+            actual=f"it returned {handled!r} after {took:.1f} s" if not job.alive
+            else f"still running after {took:.1f} s",
+            lesson=OFFSETS,
+            fix="compute one deadline = start + timeout_seconds before the loop and poll with "
+                "the time left until it")
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
