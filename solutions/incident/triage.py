@@ -308,7 +308,8 @@ def slow_query(sources: Any, before: dict[int, tuple[str, int, float]]) -> SlowQ
     engine = create_engine(sources.database_url, pool_size=1)
     try:
         with engine.connect() as conn:
-            slow.plan = "\n".join(conn.exec_driver_sql(
+            # no_parameters: the statement is sent as it is, a '%' operator in it included
+            slow.plan = "\n".join(conn.execution_options(no_parameters=True).exec_driver_sql(
                 "EXPLAIN (GENERIC_PLAN) " + slow.query).scalars())
             conn.rollback()
     finally:

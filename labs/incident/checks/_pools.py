@@ -39,6 +39,7 @@ HEALTHY_IDLE = 2    # the leaking path's pool in the healthy run: returned, idle
 LONE_JOB = "inventory-sync"
 JOB_SESSIONS = 2    # its sessions idle in transaction between statements: under the 3
 SMALLER_LEAK = 3    # the job's sessions when it leaks too, less than the leaking path
+SMALLER_LEAK_IDLE = 4  # and its pool's idle ones then: more sessions in all than the leaker's
 ELSEWHERE = "reports/export"
 ELSEWHERE_LEAKED = 7
 BUSY_SQL = "SELECT pg_sleep(60)"
@@ -183,11 +184,11 @@ def _wait_for(observer: Engine, expected: dict[str, dict[str, int]]) -> None:
 
 @contextmanager
 def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEAKED,
-             failed: int = 1, job: int = 0) -> Iterator[PoolRun]:
+             failed: int = 1, job: int = 0, job_idle: int = 0) -> Iterator[PoolRun]:
     """The shop's paths holding their connections as the run says, settled (PostgreSQL shows
     exactly the expected sessions) before the learner looks. With a leak, the leaking path
     holds `leaked` forgotten connections, the last `failed` of them aborted. The job holds
-    `job` sessions idle in transaction (the healthy run: JOB_SESSIONS)."""
+    `job` sessions idle in transaction (the healthy run: JOB_SESSIONS) and `job_idle` idle."""
     with database.engine.begin() as conn:
         conn.exec_driver_sql(SCHEMA)
     roles = roles_of(seed)
@@ -210,10 +211,13 @@ def pool_run(database: Any, other: Any, seed: int, leak: bool, leaked: int = LEA
             expected[roles.leaking] = {"idle": HEALTHY_IDLE}
             job = job or JOB_SESSIONS
         if job:
-            jobs = _engine(database, LONE_JOB, job)
+            jobs = _engine(database, LONE_JOB, job + job_idle)
             stack.callback(jobs.dispose)
             _leak(stack, jobs, "SELECT qty FROM stock WHERE sku = 'sku-1041'", job)
             expected[LONE_JOB] = {"idle in transaction": job}
+            if job_idle:
+                _warm(jobs, "SELECT qty FROM stock WHERE sku = 'sku-1041'", job_idle)
+                expected[LONE_JOB]["idle"] = job_idle
         _warm(engines[roles.warm], PATHS[roles.warm], WARM)
         expected[roles.warm] = {"idle": WARM}
         _busy(stack, engines[roles.busy], observer, roles.busy, BUSY)

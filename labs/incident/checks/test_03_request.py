@@ -56,6 +56,13 @@ def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str) 
     if got == (service, kind, message):
         return
     fix = None
+    if got is None and any(line.get("error") for line in lines):
+        answered = sorted({line["service"] for line in lines if line["level"] != "ERROR"
+                           and line["parent_span_id"]})
+        fix = ("The request has ERROR lines, so it has a root cause. "
+               + (f"The lines of calls that went well ({', '.join(answered)}: INFO) are "
+                  "children too, but no failure: the deepest ERROR line is one whose span_id "
+                  "is no other ERROR line's parent_span_id." if answered else ""))
     if got is not None:
         outer = {line["error"]["type"] for line in lines if line.get("error")}
         caller_last = deepest(failure_chains(scenario.kind)[0][1])["type"]

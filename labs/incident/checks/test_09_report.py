@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from _history import root_of
-from _live import SKU
+from _live import SKU, SPARED_USER
 from _support import MITIGATE, ORDER, PROVE, ConnectionRecorder, field_of, hm
 from sqlalchemy import text
 
@@ -52,9 +52,11 @@ class TriageSources:
     _looks: list[tuple[str, float]] = field(default_factory=list)
 
     def request(self, endpoint: str) -> tuple[int, str]:
-        """One request to the live shop, as a client makes it: (status, X-Trace-Id)."""
+        """One request to the live shop, as a client makes it: (status, X-Trace-Id). The first
+        is a customer the incident spares (README: call it until it answers 500 or above)."""
+        first = not any(look == "request" for look, _ in self._looks)
         self._looks.append(("request", time.monotonic()))
-        return self._shop.request(endpoint)
+        return self._shop.request(endpoint, SPARED_USER) if first else self._shop.request(endpoint)
 
 
 @dataclass
@@ -234,17 +236,30 @@ def test_the_report_names_the_incident_and_its_cause(learner, report_run, seed):
         wrong.append(("missing_alarm", f"a str naming {scenario.endpoint}", alarm))
     if not wrong:
         return
+    tries = sum(1 for look, _ in run.looks if look == "request")
+    fix = None
+    if got["root_cause.exception"] is None and tries == 1:
+        fix = ("triage() made one request(), which went through: an incident seldom fails "
+               "every request. Call request() again, a few tries, until one answers 500 or "
+               "above, and follow that one.")
     raise CheckFailure(
         "triage() did not report the incident, its suspect change and its root cause.",
         expected="; ".join(f"{name} {value!r}" for name, value, _got in wrong),
         actual="; ".join(f"{name} {value!r}" for name, _want, value in wrong)[:400],
         evidence=run.evidence(),
         lesson=PROVE,
+        fix=fix,
     )
 
 
 def test_the_first_mitigation_stops_the_bleeding(learner, report_run, seed):
-    run = report_run(report_kind(seed))
+    # the run's incident, and always the row lock too: the one incident where a blocker and a
+    # suspect change meet, so the order between terminate and rollback shows every run
+    for kind in dict.fromkeys((report_kind(seed), "stock-lock")):
+        _first_mitigation(learner, report_run(kind))
+
+
+def _first_mitigation(learner: Any, run: Run) -> None:
     report = _triage(learner, run)
     action, target = field_of(report, "mitigation"), field_of(report, "target")
     want_action, want_target = run.want()
