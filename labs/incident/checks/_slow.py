@@ -111,11 +111,13 @@ def schema(regression: Regression) -> str:
 def nested_function(regression: Regression) -> str:
     """shop_nested(v): the run's regressed statement through EXECUTE ... USING, with the
     parameter type the shop's driver sends (text, or int4 for the order ids it uses), so
-    that pg_stat_statements counts it under the statement's own queryid, as a nested row."""
+    that pg_stat_statements counts it under the statement's own queryid, as a nested row.
+    The function first waits 2 ms (its callers' own work): the call that wraps the statement
+    slows down by a far smaller factor than the statement itself."""
     kind = "text" if regression.column == "user_id" else "integer"
     body = regression.statement.replace(":v", "$1").replace("'", "''")
     return (f"CREATE FUNCTION shop_nested(v {kind}) RETURNS void LANGUAGE plpgsql AS "
-            f"$f$ BEGIN EXECUTE '{body}' USING v; END $f$")
+            f"$f$ BEGIN PERFORM pg_sleep(0.002); EXECUTE '{body}' USING v; END $f$")
 
 
 def track_nested(admin: Engine, database: str, on: bool) -> None:
