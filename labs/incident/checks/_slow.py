@@ -87,7 +87,7 @@ EXPORT_SLEEP = (0.03, 0.12)
 # A rare statement: called once per period before the change (twice in all before it, as the
 # before period runs twice), three times after. Its mean grows from a no-op to 100 ms, a
 # larger factor than any other statement's; but 2 calls before are too few to count.
-RARE = "SELECT pg_sleep(:s) FROM stock WHERE sku = :v"
+RARE = "SELECT qty, pg_sleep(:s) FROM stock WHERE sku = :v"
 RARE_SLEEP = (0.0, 0.1)
 # The regressed statement as the shop also runs it inside a function (dynamic SQL): the same
 # queryid, in a second row of pg_stat_statements (toplevel false, with

@@ -268,7 +268,7 @@ def test_the_statement_that_got_slower(learner, scenario):
     elif got == run.export.queryid:
         fix = (f"That statement regressed too, but by less: {run.export.mean_before:.1f} ms "
                f"before, {run.export.mean_after:.1f} ms after "
-               f"({run.export.factor:.1f} x), while the statement the change made slow went "
+               f"({run.export.factor:.0f} x), while the statement the change made slow went "
                f"from {want.mean_before:.3f} ms to {want.mean_after:.3f} ms "
                f"({want.factor:.0f} x). It added more milliseconds per call; report the mean "
                "that grew by the largest factor (after / before), not by the most ms.")
