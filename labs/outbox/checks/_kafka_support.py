@@ -165,7 +165,8 @@ class CommitWatch:
         self.commits.append(upto)
         # confluent-kafka's commit() is asynchronous unless told otherwise: it returns None at
         # once and the offset reaches the broker later (or never, if the process dies first)
-        if kwargs.get("asynchronous", True) is not False:
+        # commit(message=None, offsets=None, asynchronous=True): positional arguments too
+        if kwargs.get("asynchronous", args[2] if len(args) > 2 else True) is not False:
             self.asynchronous.append(upto)
         return self._consumer.commit(*args, **kwargs)
 
