@@ -21,7 +21,7 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
         from dataclasses import dataclass
 
         import markers
-        from markers import service
+        from markers import repository, service
 
 
         class Money:
@@ -35,12 +35,27 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
 
         @service
         class OrderService:
-            pass
+            @markers.component
+            class Line:
+                '''Marked, but nested in a marked class: the module has no attribute Line.'''
+
+            def build(self):
+                @service
+                class Built:
+                    '''Marked, local to a method.'''
+
+                return Built()
 
 
         @markers.component
         class PriceCalculator:
             pass
+
+
+        class Registry:
+            @repository
+            class Entry:
+                '''Marked, nested in a class that is not a component.'''
 
 
         def component_factory():
@@ -49,6 +64,14 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
                 '''Marked, but local to a function: no module attribute names it.'''
 
             return Local()
+
+
+        async def async_factory():
+            @markers.component
+            class AsyncLocal:
+                '''Marked, local to a coroutine.'''
+
+            return AsyncLocal()
         """)
     app.write("orders/store.py", """\
         from markers import repository
@@ -73,6 +96,9 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
     found = call(scanning.scan, app.base, app.root)
     got = names(found)
     wanted = sorted(["orderService", "priceCalculator", "orderStore", "auditTrail"])
+    # marked, but inside a class body (Line in @service OrderService, Entry in a plain
+    # class) or a function body (a method, a function, a coroutine): never module attributes
+    inner = {"line", "built", "entry", "local", "asyncLocal"}
     if got != wanted:
         extra = sorted(set(got) - set(wanted))
         missing = sorted(set(wanted) - set(got))
@@ -85,8 +111,15 @@ def test_marked_classes_are_found_and_unmarked_ones_are_not(learner, make_app):
                    + (f" (registered, but not a top-level marked class: {', '.join(extra)})"
                       if extra else "")
                    + (f" (marked, but missing: {', '.join(missing)})" if missing else ""),
-            evidence="files under the base package:\n" + "\n".join(app.written),
+            evidence="files under the base package:\n" + "\n".join(app.written)
+                     + "\norders/service.py also holds marked classes nested in a class "
+                       "(OrderService.Line, Registry.Entry) or local to a function (in "
+                       "OrderService.build, component_factory, async_factory)",
             lesson=SCAN,
+            fix="Take the candidates from the module's own body (the ClassDef nodes of "
+                "tree.body), without descending into classes or functions: a nested class "
+                "is no attribute of the module, so refresh() could not import it."
+            if extra and set(extra) <= inner and not missing else None,
         )
     types = {d.name: getattr(d, "type_name", None) for d in found}
     wrong = [(n, types[n], t) for n, t in (
@@ -349,6 +382,103 @@ def test_beans_are_named_like_spring_names_them(learner, make_app):
             evidence="classes: URLSigner, Q, GeneralLedgerService (name='ledger'), PdfRenderer, "
                      "A1Service, X_Handler",
             lesson=NAMING,
+        )
+
+
+# (class, its decorators as written, the bean name, what another decorator was given)
+OTHER_DECORATORS = (
+    ("OrderStore", '@table(name="orders") above @repository', "orderStore", "orders"),
+    ("BillingService", '@audited(name="billingAudit") below @service', "billingService",
+     "billingAudit"),
+    ("PriceEngine", '@traced("pricingTrace") above @component', "priceEngine", "pricingTrace"),
+    ("RateCache", '@table(name="rates") above @component(name="fxRates")', "fxRates", "rates"),
+    ("TaxRules", '@component(name="taxes") above @audited(name="taxAudit")', "taxes",
+     "taxAudit"),
+    ("HomePage", '@controller(name="home"), a stereotype, below @traced("homeTrace")', "home",
+     "homeTrace"),
+)
+
+
+def test_only_the_markers_name_names_the_bean(learner, make_app):
+    scanning = learner.module("scanning")
+    app = make_app("shop")
+    app.write("web.py", """\
+        from markers import component, repository, service
+
+
+        def table(name):
+            '''An ORM-style decorator: it names a table, not a bean.'''
+            return lambda cls: cls
+
+
+        def audited(cls=None, *, name=""):
+            return cls if cls is not None else (lambda c: c)
+
+
+        def traced(label):
+            return lambda cls: cls
+
+
+        @component
+        def controller(cls=None, *, name=""):
+            '''A stereotype: its name= names the bean, like a marker's.'''
+            return cls
+
+
+        @table(name="orders")
+        @repository
+        class OrderStore:
+            pass
+
+
+        @service
+        @audited(name="billingAudit")
+        class BillingService:
+            pass
+
+
+        @traced("pricingTrace")
+        @component
+        class PriceEngine:
+            pass
+
+
+        @table(name="rates")
+        @component(name="fxRates")
+        class RateCache:
+            pass
+
+
+        @component(name="taxes")
+        @audited(name="taxAudit")
+        class TaxRules:
+            pass
+
+
+        @traced("homeTrace")
+        @controller(name="home")
+        class HomePage:
+            pass
+        """)
+    found = call(scanning.scan, app.base, app.root)
+    got = names(found)
+    wanted = sorted(row[2] for row in OTHER_DECORATORS)
+    if got != wanted:
+        borrowed = sorted(set(got) & {row[3] for row in OTHER_DECORATORS})
+        raise CheckFailure(
+            "A bean is named by name= on its marker (@component, @service, @repository, "
+            "@configuration or a stereotype), else after its class; a name or any other "
+            "argument given to another decorator of the class, above or below the marker, "
+            "is that decorator's business and never the bean's name.",
+            expected=", ".join(wanted),
+            actual=(", ".join(got) or "nothing")
+                   + (f" (named after another decorator's argument: {', '.join(borrowed)})"
+                      if borrowed else ""),
+            evidence=table(OTHER_DECORATORS,
+                           ("class", "decorators", "bean name", "another decorator's argument")),
+            lesson=NAMING,
+            fix="Read name= only from the decorators that are markers, not from every "
+                "decorator of the class." if borrowed else None,
         )
 
 

@@ -321,55 +321,101 @@ def test_a_missing_bean_is_a_clear_error(learner, make_app):
         )
 
 
+TWO_STORES = """\
+    from __future__ import annotations
+
+    from markers import bean, component, configuration, service
+
+
+    class Store:
+        pass
+
+
+    @component
+    class RedisStore(Store):
+        pass
+
+
+    @component
+    class MemoryStore(Store):
+        pass
+
+
+    @component(name="store")
+    class StoreFront:
+        '''Named like the consumers' parameter, but not a Store.'''
+
+
+    {consumer}
+    """
+
+UNDECIDED_CONSUMERS = (
+    ("Cart(store: Store)", """\
+    @service
+    class Cart:
+        def __init__(self, store: Store):
+            self.store = store
+    """),
+    ("Cart(store: Store | None)", """\
+    @service
+    class Cart:
+        def __init__(self, store: Store | None):
+            self.store = store
+    """),
+    ("@bean cart(self, store: Store) -> Cart", """\
+    class Cart:
+        def __init__(self, store):
+            self.store = store
+
+
+    @configuration
+    class CartConfig:
+        @bean
+        def cart(self, store: Store) -> Cart:
+            return Cart(store)
+    """),
+)
+
+
 def test_two_candidates_without_a_primary_is_an_error(learner, make_app):
-    app = make_app("shop")
-    app.write("cart.py", """\
-        from __future__ import annotations
-
-        from markers import component, service
-
-
-        class Store:
-            pass
-
-
-        @component
-        class RedisStore(Store):
-            pass
-
-
-        @component
-        class MemoryStore(Store):
-            pass
-
-
-        @service
-        class Cart:
-            def __init__(self, store: Store):
-                self.store = store
-        """)
     context = learner.module("context")
-    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
-    error = raised(ctx.refresh)
-    candidates = sorted(getattr(error, "candidates", None) or [])
-    if not isinstance(error, context.NoUniqueBeanError) \
-            or candidates != ["memoryStore", "redisStore"]:
-        chosen = None
+    rows = []
+    for shape, consumer in UNDECIDED_CONSUMERS:
+        app = make_app("shop")
+        app.write("cart.py", TWO_STORES.replace("{consumer}", textwrap.indent(
+            textwrap.dedent(consumer), "    ").strip()))
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        error = raised(ctx.refresh)
+        candidates = sorted(getattr(error, "candidates", None) or [])
+        chosen = "-"
         if error is None:
-            chosen = getattr(call(ctx.get_bean, "cart"), "store", None)
+            chosen = _describe(getattr(call(ctx.get_bean, "cart"), "store", None))
+            got = f"refresh() succeeded and Cart.store is {chosen}"
+        else:
+            got = f"{type(error).__name__}: {error}; candidates={candidates}"
+        ok = isinstance(error, context.NoUniqueBeanError) \
+            and candidates == ["memoryStore", "redisStore"]
+        rows.append((shape, got, chosen, ok))
+    wrong = [row for row in rows if not row[3]]
+    if wrong:
+        by_name = any(row[2] == "StoreFront" for row in wrong)
+        picked = all(row[2] in ("RedisStore", "MemoryStore") for row in wrong)
         raise CheckFailure(
             "Two beans of the parameter's type, neither @primary nor named like the parameter, "
             "and no Qualifier: refresh() must fail with NoUniqueBeanError listing both, not "
-            "pick one.",
-            expected="NoUniqueBeanError with candidates memoryStore, redisStore",
-            actual=(f"refresh() succeeded and Cart.store is {_describe(chosen)}"
-                    if error is None else f"{type(error).__name__}: {error}; candidates="
-                    f"{candidates}"),
-            evidence="Cart(store: Store); RedisStore(Store) and MemoryStore(Store) are both "
-                     "components",
+            "pick one. The bean named store is a StoreFront, not a Store: it is no candidate, "
+            "so the parameter's name settles nothing.",
+            expected="; ".join(f"{w[0]}: NoUniqueBeanError with candidates memoryStore, "
+                               "redisStore" for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[1]}" for w in wrong),
+            evidence=table([row[:2] for row in rows], ("consumer", "got"))
+                     + "\nRedisStore(Store) and MemoryStore(Store) are both components; "
+                       "StoreFront, a component named store, is not a Store",
             lesson=WHAT_SPRING_DOES,
-            fix="When several candidates remain after Qualifier, @primary and the parameter "
-                "name, raise NoUniqueBeanError." if error is None else None,
+            fix="The parameter's name only chooses among the candidates of its type: look "
+                "for it in the candidates, not among every bean name." if by_name else
+                "When several candidates remain after Qualifier, @primary and the parameter "
+                "name, raise NoUniqueBeanError." if picked else None,
         )
 
 
@@ -698,6 +744,69 @@ def test_a_lazy_singleton_is_one_object_however_it_is_reached(learner, make_app)
             evidence=table(rows, ("route", "received", "is the bean from get_bean(name)"))
                      + "\nconstructors run: " + ", ".join(app.created()),
             lesson=LIFECYCLE,
+        )
+
+
+def test_a_lookup_by_type_follows_the_beans_scope(learner, make_app):
+    app = make_app("shop")
+    app.write("quotes.py", """\
+        from __future__ import annotations
+
+        from markers import bean, component, configuration, scope
+        import {probe} as probe
+
+
+        @component
+        @scope("prototype")
+        class Quote:
+            def __init__(self):
+                probe.events.append(("init", "quote"))
+
+
+        class Draft:
+            pass
+
+
+        @configuration
+        class DraftConfig:
+            @bean
+            @scope("prototype")
+            def draft(self) -> Draft:
+                probe.events.append(("init", "draft"))
+                return Draft()
+        """)
+    _, ctx = _refreshed(learner, app, "@scope('prototype') Quote; @bean @scope('prototype') "
+                                      "draft(self) -> Draft")
+    quotes = application_module(f"{app.base}.quotes")
+    # by type, by type, by name, by type again: every lookup must be a new object
+    lookups = [("get_bean(Quote)", call(ctx.get_bean, quotes.Quote)),
+               ("get_bean(Quote)", call(ctx.get_bean, quotes.Quote)),
+               ("get_bean('quote')", call(ctx.get_bean, "quote")),
+               ("get_bean(Quote)", call(ctx.get_bean, quotes.Quote)),
+               ("get_bean(Draft)", call(ctx.get_bean, quotes.Draft)),
+               ("get_bean(Draft)", call(ctx.get_bean, quotes.Draft))]
+    made = Counter(app.created())
+    seen: dict[int, int] = {}
+    rows = []
+    for n, (route, got) in enumerate(lookups, 1):
+        first = seen.setdefault(id(got), n)
+        rows.append((n, route, _describe(got), "new" if first == n else f"same as #{first}"))
+    repeated = [row for row in rows if row[3] != "new"]
+    if repeated or made["quote"] != 4 or made["draft"] != 2:
+        by_type_kept = all(row[1] != "get_bean('quote')" for row in repeated) \
+            and rows[2][3] == "new"
+        raise CheckFailure(
+            "get_bean(SomeType) returns what get_bean of the chosen bean's name returns: a "
+            "prototype is made anew on every lookup, by type as by name, so no lookup may "
+            "hand back an object an earlier one returned.",
+            expected="6 new objects: Quote made 4 times, draft made 2 times",
+            actual=f"Quote made {made['quote']} time(s), draft {made['draft']} time(s); "
+                   + ", ".join(f"lookup #{row[0]} {row[1]} returned the object of "
+                               f"#{row[3].removeprefix('same as #')}" for row in repeated),
+            evidence=table(rows, ("#", "lookup", "returned", "object")),
+            lesson=LIFECYCLE,
+            fix="Do not keep what a lookup by type returned: resolve the type to a bean name "
+                "each time and return get_bean(name)." if repeated and by_type_kept else None,
         )
 
 

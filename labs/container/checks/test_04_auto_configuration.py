@@ -387,32 +387,52 @@ def test_conditional_on_property(learner, make_app):
         ("feature_d", '"shop.feature-d"', False),
         ("feature_e", '"shop.feature-e"', False),
         ("feature_f", '"shop.feature-f", having_value="on"', True),
+        # "false" is switched off only without having_value; with it, it is a value like any
+        ("feature_g", '"shop.feature-g", having_value="false"', True),
+        ("feature_h", '"shop.feature-h", having_value="False"', True),
+        ("feature_i", '"shop.feature-i", having_value="false"', False),
+        ("feature_j", '"shop.feature-j"', False),
+        ("feature_k", '"shop.feature-k"', True),
+        # on a @bean method of a class that matched
+        ("feature_m", '"shop.feature-m", having_value="false"', True),
     ]
     for bean, args, _ in cases:
         cls = bean.title().replace("_", "") + "AutoConfiguration"
         classes.append(f"{app.base}_auto.features.{cls}")
-        body.append(f"\n\n@configuration\n@conditional_on_property({args})\nclass {cls}:\n"
-                    f"    @bean\n    def {bean}(self) -> Feature:\n        return Feature()\n")
+        on_class, on_method = (f"@conditional_on_property({args})\n", "") \
+            if bean != "feature_m" else ("", f"    @conditional_on_property({args})\n")
+        body.append(f"\n\n@configuration\n{on_class}class {cls}:\n    @bean\n{on_method}"
+                    f"    def {bean}(self) -> Feature:\n        return Feature()\n")
     app.write_top(f"{app.base}_auto/features.py", "".join(body))
     properties = {"shop.feature-a": "yes", "shop.feature-b": "off", "shop.feature-e": "false",
-                  "shop.feature-f": "ON", "shop.unrelated": "on"}
+                  "shop.feature-f": "ON", "shop.feature-g": "FALSE", "shop.feature-h": "false",
+                  "shop.feature-i": "true", "shop.feature-j": "False", "shop.feature-k": "0",
+                  "shop.feature-m": "false", "shop.unrelated": "on"}
     context = learner.module("context")
     ctx = call(context.ApplicationContext, app.base, app.root, properties,
                [_imports(app, *classes)])
     call(ctx.refresh)
-    got = [(bean, args, want, bean in ctx.definitions) for bean, args, want in cases]
-    wrong = [row for row in got if row[2] != row[3]]
+    got = [(bean, args + (" (on the @bean method)" if bean == "feature_m" else ""),
+            properties.get(f"shop.{bean.replace('_', '-')}", "(absent)"), want,
+            bean in ctx.definitions) for bean, args, want in cases]
+    wrong = [(row[0], row[3], row[4]) for row in got if row[3] != row[4]]
     if wrong:
+        # only the conditions that want "false" fail: "false" was read as off before having_value
+        failed = {w[0] for w in wrong}
+        off_first = "feature_g" in failed and failed <= {"feature_g", "feature_h", "feature_m"}
         raise CheckFailure(
             "@conditional_on_property matches when the property is set to anything but "
-            "\"false\" (no having_value), or to having_value ignoring case, or is absent with "
+            "\"false\" in any case (no having_value), or to having_value ignoring case (so "
+            "having_value=\"false\" matches \"false\"), or is absent with "
             "match_if_missing=True.",
-            expected="; ".join(f"{w[0]} {'defined' if w[2] else 'not defined'}"
+            expected="; ".join(f"{w[0]} {'defined' if w[1] else 'not defined'}"
                                for w in wrong),
-            actual="; ".join(f"{w[0]} {'defined' if w[3] else 'not defined'}" for w in wrong),
-            evidence=f"properties: {properties}\n"
-                     + table(got, ("bean", "condition", "expected", "defined")),
+            actual="; ".join(f"{w[0]} {'defined' if w[2] else 'not defined'}" for w in wrong),
+            evidence=table(got, ("bean", "condition", "property", "expected", "defined")),
             lesson=CONDITIONS,
+            fix="With having_value, compare the value with it (ignoring case) and nothing else: "
+                "\"false\" switches a condition off only when it has no having_value."
+            if off_first else None,
         )
 
 

@@ -406,6 +406,114 @@ def test_each_bean_is_timed_on_its_own(learner, make_app):
         )
 
 
+FINISHED_BEANS = """\
+    from typing import Annotated
+
+    from markers import Autowired, BeanPostProcessor, component, lazy, post_construct, service
+    from {base}.sleepy import nap
+
+
+    @component
+    class Stopwatch(BeanPostProcessor):
+        def before_init(self, bean, name):
+            if name == "journal":
+                nap("before_init")
+            return bean
+
+        def after_init(self, bean, name):
+            if name == "journal":
+                nap("after_init")
+            return bean
+
+
+    @lazy
+    @service
+    class Calendar:
+        def __init__(self):
+            nap("calendar")
+
+
+    @service
+    class Journal:
+        calendar: Annotated[Calendar, Autowired()]
+
+        def __init__(self):
+            nap("constructor")
+
+        @post_construct
+        def load(self):
+            nap("post_construct")
+    """
+
+FINISHED_SHAPE = ("Journal's constructor sleeps; its Autowired field needs the @lazy Calendar, "
+                  "whose constructor sleeps; Stopwatch(BeanPostProcessor) sleeps in before_init "
+                  "and after_init for journal; Journal's @post_construct sleeps: "
+                  f"{SLEEP * 1000:.0f} ms each")
+JOURNAL_WORK = ("constructor", "before_init", "post_construct", "after_init")
+
+
+def test_a_beans_step_lasts_until_it_is_finished(learner, make_app):
+    app = make_app("shop")
+    app.write("sleepy.py", SLEEPY)
+    app.write("journal.py", FINISHED_BEANS)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    before = time.monotonic()
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application that the README's rules can build.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence=FINISHED_SHAPE,
+            lesson=STEPS,
+        )
+    steps = _steps(ctx)
+    sleeps = _sleeps(app)
+    found = {bean: [s for s in steps if s.name == "bean"
+                    and dict(getattr(s, "tags", None) or {}).get("bean") == bean]
+             for bean in ("journal", "calendar")}
+    problems = [f"{len(got)} steps for bean {bean}" for bean, got in found.items()
+                if len(got) != 1]
+    rows = [(label, f"{_ms(start, before)} to {_ms(end, before)}")
+            for label, (start, end) in sleeps.items()]
+    early = False
+    if not problems:
+        journal, calendar = found["journal"][0], found["calendar"][0]
+        rows += [(f"step {bean}", f"started {_ms(s.started, before)}, duration "
+                  f"{s.duration * 1000:.1f}") for bean, s in (("journal", journal),
+                                                             ("calendar", calendar))]
+        work = {label: sleeps[label][1] - sleeps[label][0] for label in JOURNAL_WORK}
+        if journal.started > sleeps["constructor"][0] + EPSILON:
+            problems.append("journal's step started after its constructor began to sleep")
+        if journal.duration < sum(work.values()) - EPSILON:
+            problems.append(f"journal's duration ({journal.duration * 1000:.1f} ms) is shorter "
+                            "than the sleeps of its constructor, before_init, @post_construct "
+                            f"and after_init ({sum(work.values()) * 1000:.1f} ms)")
+            early = journal.duration < work["constructor"] + work["before_init"] - EPSILON
+        # its own time plus calendar's is its whole span, which ends after after_init returned
+        if journal.started + journal.duration + calendar.duration \
+                < sleeps["after_init"][0] - EPSILON:
+            problems.append("journal's step (its duration plus calendar's, made inside it) "
+                            "ends before its after_init began")
+    if problems:
+        raise CheckFailure(
+            "A bean's step lasts until the bean is finished: its Autowired fields, "
+            "before_init, @post_construct methods and after_init are part of its creation, "
+            "so their time counts in its duration, and the beans made for its fields are "
+            "created inside its step (their own time is then left out of its duration).",
+            expected="journal's duration at least the sleeps of its constructor, before_init, "
+                     "@post_construct and after_init; with calendar's, it reaches past "
+                     "after_init",
+            actual="; ".join(problems),
+            evidence="milliseconds since refresh() was called:\n"
+                     + table(rows, ("sleep or step", "when")) + "\n" + FINISHED_SHAPE,
+            lesson=STEPS,
+            fix="End a bean's step when the bean is finished (after after_init), not when its "
+                "constructor returns." if early else None,
+        )
+
+
 FAILING = """\
     from markers import lazy, service
     import {probe} as probe
@@ -546,6 +654,144 @@ def test_failing_bean_names_its_chain(learner, make_app):
                      "AuditSink is @lazy and its @post_construct raises ConnectionError",
             lesson=STEPS,
             fix=fix,
+        )
+
+
+OWN_ERRORS = """\
+    from markers import BeanPostProcessor, bean, component, configuration, lazy, post_construct
+    from markers import service
+    import {probe} as probe
+
+
+    class RegionUnknown(LookupError):
+        pass
+
+
+    class PoolExhausted(RuntimeError):
+        pass
+
+
+    def fail(error):
+        probe.events.append(("raised", error))
+        raise error
+
+
+    class Pricing:
+        pass
+
+
+    {pricing}
+
+
+    @service
+    class Checkout:
+        def __init__(self, pricing: Pricing):
+            self.pricing = pricing
+    """
+
+PRICING_FAILS = {  # where Pricing's creation fails: the application's code, and what it raises
+    "constructor raises KeyError": """\
+    @lazy
+    @component
+    class TaxedPricing(Pricing):
+        def __init__(self):
+            fail(KeyError("tax.rate"))
+    """,
+    "constructor raises RegionUnknown(LookupError)": """\
+    @lazy
+    @component
+    class TaxedPricing(Pricing):
+        def __init__(self):
+            fail(RegionUnknown("no tax region EU-X"))
+    """,
+    "constructor raises PoolExhausted(RuntimeError)": """\
+    @lazy
+    @component
+    class TaxedPricing(Pricing):
+        def __init__(self):
+            fail(PoolExhausted("no connection left"))
+    """,
+    "@bean method raises KeyError": """\
+    @configuration
+    class PricingConfig:
+        @lazy
+        @bean
+        def taxedPricing(self) -> Pricing:
+            fail(KeyError("tax.rate"))
+    """,
+    "@post_construct raises IndexError": """\
+    @lazy
+    @component
+    class TaxedPricing(Pricing):
+        @post_construct
+        def load(self):
+            fail(IndexError("list index out of range"))
+    """,
+    "after_init for it raises RegionUnknown(LookupError)": """\
+    @lazy
+    @component
+    class TaxedPricing(Pricing):
+        pass
+
+
+    @component
+    class RegionGuard(BeanPostProcessor):
+        def after_init(self, bean, name):
+            if name == "taxedPricing":
+                fail(RegionUnknown("no tax region EU-X"))
+            return bean
+    """,
+}
+
+
+def test_every_exception_of_a_beans_code_is_wrapped(learner, make_app):
+    context = learner.module("context")
+    startup = learner.module("startup")
+    results = []
+    for case, pricing in PRICING_FAILS.items():
+        app = make_app("shop")
+        app.write("checkout.py", OWN_ERRORS.replace("{pricing}", textwrap.indent(
+            textwrap.dedent(pricing), "    ").strip()))
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        error = raised(ctx.refresh)
+        thrown = next((event[1] for event in app.probe.events if event[0] == "raised"), None)
+        chain = list(getattr(error, "chain", None) or [])
+        reached = thrown is not None and any(cause is thrown for cause in _causes(error))
+        ok = isinstance(error, startup.BeanCreationError) and reached \
+            and chain[-1:] == ["taxedPricing"]
+        got = ("refresh() succeeded" if error is None else
+               f"the {type(error).__name__} itself, unwrapped" if error is thrown else
+               type(error).__name__ + (f", chain {chain}" if chain else "")
+               + ("" if reached else ", the exception not reached by __cause__"))
+        results.append((case, got, thrown, error, ok))
+    wrong = [r for r in results if not r[4]]
+    if wrong:
+        # exactly the cases whose exception derives from a base class of the container's errors
+        # (NoSuchBeanError, NoUniqueBeanError: LookupError; CircularDependencyError:
+        # RuntimeError) escaped unwrapped: that base class was let through
+        let_through = next((base for base in (LookupError, RuntimeError)
+                            if all(r[3] is r[2] for r in wrong)
+                            and {r[0] for r in wrong}
+                            == {r[0] for r in results if isinstance(r[2], base)}), None)
+        container = {LookupError: "NoSuchBeanError and NoUniqueBeanError are LookupErrors",
+                     RuntimeError: "CircularDependencyError is a RuntimeError"}
+        raise CheckFailure(
+            "Whatever the class of the exception the application's code raises while refresh() "
+            "creates a bean (in its constructor, its @bean method, an init callback or a bean "
+            "post-processor's hook for it), refresh() raises BeanCreationError naming the chain, "
+            "with that exception as its cause; only the container's own three errors pass as "
+            "they are.",
+            expected=f"in all {len(results)} cases: BeanCreationError, chain ending in "
+                     "taxedPricing, its __cause__ reaching the exception",
+            actual="; ".join(f"{r[0]}: refresh() raised {r[1]}" for r in wrong),
+            evidence=table([r[:2] for r in results],
+                           ("where Pricing's creation fails", "refresh() raised"))
+                     + "\nCheckout(pricing: Pricing); TaxedPricing (or the @bean taxedPricing) "
+                       "is @lazy, so checkout's creation makes it",
+            lesson=STEPS,
+            fix=f"{container[let_through]}: let through exactly the container's own error "
+                f"classes, not every {let_through.__name__} the application raises."
+            if let_through else None,
         )
 
 

@@ -57,6 +57,8 @@ class _FileVisitor(ast.NodeVisitor):
         self.generic_visit(node)
         self._depth -= 1
 
+    visit_AsyncFunctionDef = visit_FunctionDef      # a coroutine's body is a function's
+
 
 def _files(base_package: str, root: Path) -> list[tuple[str, Path]]:
     top = root.joinpath(*base_package.split("."))
