@@ -65,7 +65,8 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
                           "next_attempt_at = now() - interval '2 seconds' "
                           "WHERE id::text = ANY(:ids)"), {"ids": retried})
     started = db_now(outbox)
-    claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE))
+    events = call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE)
+    claimed = event_ids(events)
     ended = db_now(outbox)
     fresh = [i for i in ids if i not in retried]
     if sorted(claimed) == sorted(fresh[:4]):
@@ -126,6 +127,7 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             evidence=table(rows, LEASE_COLUMNS), lesson=SEE,
             fix="add attempt_count = attempt_count + 1 to the claim's UPDATE"
             if zero and not untouched else None)
+    require_returned_attempt_counts(events, rows)
     off = [r for r in rows if r["id"] in claimed and not (
         r["after_start"] is not None and r["after_start"] >= LEASE - SLACK
         and r["after_end"] <= LEASE + SLACK)]
@@ -162,6 +164,35 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             expected=f"then {ids[4:8]}, then {ids[8:]}, then []",
             actual=f"then {second}, then {third}, then {fourth}",
             evidence=table(outbox_rows(outbox), CLAIM_COLUMNS), lesson=SEE)
+
+
+def require_returned_attempt_counts(events: Any, rows: list[dict[str, Any]]) -> None:
+    """Each claimed event carries the attempt_count its row has after the claim: the backoff
+    of a failure is sized from the event the relay holds."""
+    counted = {r["id"]: r["attempt_count"] for r in rows}
+    found = [{"id": norm_id(ev["id"] if isinstance(ev, dict) else ev.id),
+              "returned attempt_count": ev.get("attempt_count") if isinstance(ev, dict)
+              else getattr(ev, "attempt_count", None)} for ev in events]
+    found = [f | {"row's attempt_count": counted.get(f["id"])} for f in found]
+    wrong = [f for f in found if f["returned attempt_count"] != f["row's attempt_count"]]
+    if not wrong:
+        return
+    before = all(f["row's attempt_count"] is not None
+                 and f["returned attempt_count"] == f["row's attempt_count"] - 1 for f in wrong)
+    raise CheckFailure(
+        "claim_batch counted the attempts in the table, but the events it returned carry "
+        "another attempt_count. The relay sizes a failure's backoff from the event it holds "
+        "(base × 2^(attempt_count − 1)), so every event must carry its row's count after this "
+        "claim."
+        + (" Each is one too low: the row as it was before the UPDATE (RETURNING the picked "
+           "rows of the CTE, not the updated ones)." if before else ""),
+        expected="each event's attempt_count = its row's attempt_count after the claim (1, or "
+                 "2 for the two due retries)",
+        actual=f"{len(wrong)} of {len(found)} event(s) with another count",
+        evidence=table(found, ("id", "returned attempt_count", "row's attempt_count")),
+        lesson=SEE,
+        fix="RETURN the updated row's columns (UPDATE … RETURNING e.attempt_count, not the "
+            "CTE's)" if before else None)
 
 
 LEASE = 12.5  # seconds: a fraction, so a lease rounded to whole seconds shows
