@@ -130,11 +130,27 @@ def seed_aggregates(engine: Any, aggregates: int, versions: int,
     return rows
 
 
+def mark_failed_before(engine: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Make version 1 of the first order, 2 of the second and 3 of the third rows that failed
+    once and are due again: a batch then mixes retried and fresh events of one order."""
+    by_aggregate: dict[str, dict[int, str]] = {}
+    for event_id, row in rows.items():
+        by_aggregate.setdefault(row["aggregate_id"], {})[row["version"]] = event_id
+    retried = [versions[v] for v, versions in zip((1, 2, 3), by_aggregate.values(), strict=False)]
+    with engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE outbox_event SET attempt_count = 1, last_error = 'broker unreachable', "
+            "next_attempt_at = clock_timestamp() - interval '2.5 s' WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": retried})
+    return retried
+
+
 def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
     rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    mark_failed_before(outbox, rows)
     published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
                      lease_seconds=30)
     records = read_topic(kafka, topic, 3)
@@ -172,8 +188,15 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
         if partitions != {partition_for(aggregate_id.encode(), 3)} or versions != [1, 2, 3]:
             disorder[aggregate_id] = placed
     if disorder:
+        retries_moved = all(partition_for(a.encode(), 3) == p for a, placed in disorder.items()
+                            for p, _, _ in placed)
         raise CheckFailure(
-            "Each aggregate's events must sit in one partition, in version order.",
+            "Each aggregate's events must sit in one partition, in version order."
+            + (" Three of the events had failed once before and were due again (version 1 of "
+               "one order, 2 of another, 3 of a third): the batch was sent in another order "
+               "than the claim's created_at order, so an order's retried event and its fresh "
+               "ones changed places. Send the batch in the order claim_batch returned it."
+               if retries_moved else ""),
             expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, 3 by "
                      "offset",
             actual=f"{len(disorder)} aggregate(s) out of order",
