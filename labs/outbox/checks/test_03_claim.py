@@ -170,9 +170,10 @@ def require_returned_attempt_counts(events: Any, rows: list[dict[str, Any]]) -> 
     """Each claimed event carries the attempt_count its row has after the claim: the backoff
     of a failure is sized from the event the relay holds."""
     counted = {r["id"]: r["attempt_count"] for r in rows}
-    found = [{"id": norm_id(ev["id"] if isinstance(ev, dict) else ev.id),
+    found: list[dict[str, Any]] = [
+        {"id": norm_id(ev["id"] if isinstance(ev, dict) else ev.id),
               "returned attempt_count": ev.get("attempt_count") if isinstance(ev, dict)
-              else getattr(ev, "attempt_count", None)} for ev in events]
+         else getattr(ev, "attempt_count", None)} for ev in events]
     found = [f | {"row's attempt_count": counted.get(f["id"])} for f in found]
     wrong = [f for f in found if f["returned attempt_count"] != f["row's attempt_count"]]
     if not wrong:
