@@ -135,8 +135,9 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
             conn.execute(
                 text("UPDATE outbox_event SET lease_until = NULL, last_error = :error, "
                      "next_attempt_at = clock_timestamp() + make_interval(secs => :delay) "
-                     "WHERE id = :id AND published_at IS NULL"),
+                     "WHERE id = :id AND published_at IS NULL AND attempt_count = :attempts"),
                 {"id": event.id, "error": error[:2000],
+                 "attempts": event.attempt_count,  # fenced: nobody claimed it since
                  "delay": backoff_seconds(event.attempt_count, backoff_base_seconds,
                                           backoff_max_seconds)},
             )

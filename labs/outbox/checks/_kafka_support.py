@@ -83,6 +83,43 @@ class AckWatch:
 _CALLBACK_POSITION = 4  # produce(topic, value, key, partition, on_delivery, …)
 
 
+class FailedReports:
+    """Around a producer: records whose `event-id` header is in `failing` are sent, but their
+    delivery report says MSG_TIMED_OUT (the broker may have written them; the relay cannot
+    know). The other records' reports are the broker's own."""
+
+    def __init__(self, producer: Any, failing: set[str]) -> None:
+        self._producer = producer
+        self._failing = failing
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        from confluent_kafka import KafkaError
+
+        kwargs = dict(kwargs)
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+        if callback is None and len(args) > _CALLBACK_POSITION:
+            callback = args[_CALLBACK_POSITION]
+            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+        headers = kwargs.get("headers") or (args[6] if len(args) > 6 else None) or []
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        event_id = next((bytes(v).decode(errors="replace") if isinstance(v, bytes | bytearray)
+                         else str(v) for k, v in pairs if k == "event-id"), "")
+        fail = event_id in self._failing
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if callback is not None:
+                callback(KafkaError(KafkaError._MSG_TIMED_OUT) if fail and err is None else err,
+                         msg)
+
+        return self._producer.produce(*args, on_delivery=on_delivery, **kwargs)
+
+
 def deliver(kafka: Any, events: Sequence[tuple[str, str, Any]], *,
             extra_headers: Sequence[tuple[str, bytes]] = ()) -> list[Any]:
     """Produce (event_id, event_type, payload) records to a fresh one-partition topic, in the
@@ -171,3 +208,45 @@ class CommitWatch:
         return self._consumer.commit(*args, **kwargs)
 
 
+
+
+class HeldReports:
+    """Around a producer: records whose `event-id` header is in `held` are sent, but their
+    delivery reports never reach the caller (a partition whose leader is gone); the others'
+    reports arrive as the broker gives them. flush(timeout) then waits its whole timeout and
+    returns how many are still unreported, as librdkafka's does."""
+
+    def __init__(self, producer: Any, held: set[str]) -> None:
+        self._producer = producer
+        self._held = held
+        self.waiting = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer) + self.waiting
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs = dict(kwargs)
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+        if callback is None and len(args) > _CALLBACK_POSITION:
+            callback = args[_CALLBACK_POSITION]
+            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+        headers = kwargs.get("headers") or (args[6] if len(args) > 6 else None) or []
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        event_id = next((bytes(v).decode(errors="replace") if isinstance(v, bytes | bytearray)
+                         else str(v) for k, v in pairs if k == "event-id"), "")
+        if event_id in self._held:
+            self.waiting += 1
+            callback = None  # its report is held back past any timeout
+        return self._producer.produce(*args, on_delivery=callback, **kwargs)
+
+    def flush(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = time.monotonic() + (timeout if timeout is not None and timeout >= 0 else 1e9)
+        left = int(self._producer.flush(timeout if timeout is not None else -1))
+        if self.waiting:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+        return left + self.waiting

@@ -91,6 +91,47 @@ def test_order_and_event_are_written_together(outbox, learner):
             actual=f"id {row['id']}, published_at {row['published_at']}, "
                    f"attempt_count {row['attempt_count']}", lesson=SEE)
     require_negative_totals_refused(outbox, orders, order_id)
+    require_zero_and_unchanged_totals_written(outbox, orders)
+
+
+def require_zero_and_unchanged_totals_written(engine: Engine, orders: Any) -> None:
+    """0 is a total (a fully discounted order), and a change to the same total is a change:
+    each call writes its version and its event."""
+    problems = []
+    order_id = raised_or(orders.place_order, engine, uuid.uuid4(), 0)
+    if isinstance(order_id, BaseException):
+        problems.append(f"place_order(total_cents=0) raised {type(order_id).__name__}")
+    else:
+        for total, want in ((0, 2), (0, 3)):
+            version = raised_or(orders.change_order_total, engine, order_id, total)
+            if version != want:
+                problems.append(f"change_order_total(total_cents={total}) of an order at "
+                                f"{total} returned " + (f"{type(version).__name__} (raised)"
+                                if isinstance(version, BaseException) else repr(version))
+                                + f" instead of {want}")
+        events = count(engine, "SELECT count(*) FROM outbox_event WHERE "
+                               "aggregate_id::text = :id", id=str(order_id))
+        if not problems and events != 3:
+            problems.append(f"{events} event(s) for that order instead of 3")
+    if problems:
+        raise CheckFailure(
+            "A total of 0 is a total (a fully discounted order; the CHECK refuses only negative "
+            "ones), and a change to the total the order already has is still a change: each "
+            "call takes the next version and writes its event, so the caller's version and the "
+            "consumers' view of the order stay in step.",
+            expected="place_order(…, 0) → version 1; two changes to 0 → versions 2 and 3; "
+                     "3 events",
+            actual="; ".join(problems), evidence=state(engine), lesson=SEE)
+
+
+def raised_or(fn: Any, *args: Any) -> Any:
+    """What fn returned, or the exception it raised."""
+    try:
+        return call(fn, *args)
+    except CheckFailure:
+        raise
+    except Exception as exc:  # shown as what happened
+        return exc
 
 
 def require_negative_totals_refused(engine: Engine, orders: Any, order_id: uuid.UUID) -> None:

@@ -4,6 +4,7 @@ before anything is sent; relays never share a row and never wait for each other.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Any
 
@@ -25,7 +26,16 @@ from _support import (
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 
-from dojo.checks import CheckFailure, call, in_thread, indent, table
+from dojo.checks import (
+    CheckFailure,
+    call,
+    first_line,
+    in_thread,
+    indent,
+    raised,
+    sqlstate,
+    table,
+)
 from dojo.checks.faults import SlowProducer, run_concurrently, slow_sql
 from dojo.checks.learner import Running
 from dojo.checks.observers import SESSION_COLUMNS, open_transactions, record_sql
@@ -65,7 +75,8 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
                           "next_attempt_at = now() - interval '2 seconds' "
                           "WHERE id::text = ANY(:ids)"), {"ids": retried})
     started = db_now(outbox)
-    claimed = event_ids(call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE))
+    events = call(relay.claim_batch, outbox, batch_size=4, lease_seconds=LEASE)
+    claimed = event_ids(events)
     ended = db_now(outbox)
     fresh = [i for i in ids if i not in retried]
     if sorted(claimed) == sorted(fresh[:4]):
@@ -126,6 +137,7 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             evidence=table(rows, LEASE_COLUMNS), lesson=SEE,
             fix="add attempt_count = attempt_count + 1 to the claim's UPDATE"
             if zero and not untouched else None)
+    require_returned_attempt_counts(events, rows)
     off = [r for r in rows if r["id"] in claimed and not (
         r["after_start"] is not None and r["after_start"] >= LEASE - SLACK
         and r["after_end"] <= LEASE + SLACK)]
@@ -162,6 +174,36 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             expected=f"then {ids[4:8]}, then {ids[8:]}, then []",
             actual=f"then {second}, then {third}, then {fourth}",
             evidence=table(outbox_rows(outbox), CLAIM_COLUMNS), lesson=SEE)
+
+
+def require_returned_attempt_counts(events: Any, rows: list[dict[str, Any]]) -> None:
+    """Each claimed event carries the attempt_count its row has after the claim: the backoff
+    of a failure is sized from the event the relay holds."""
+    counted = {r["id"]: r["attempt_count"] for r in rows}
+    found: list[dict[str, Any]] = [
+        {"id": norm_id(ev["id"] if isinstance(ev, dict) else ev.id),
+              "returned attempt_count": ev.get("attempt_count") if isinstance(ev, dict)
+         else getattr(ev, "attempt_count", None)} for ev in events]
+    found = [f | {"row's attempt_count": counted.get(f["id"])} for f in found]
+    wrong = [f for f in found if f["returned attempt_count"] != f["row's attempt_count"]]
+    if not wrong:
+        return
+    before = all(f["row's attempt_count"] is not None
+                 and f["returned attempt_count"] == f["row's attempt_count"] - 1 for f in wrong)
+    raise CheckFailure(
+        "claim_batch counted the attempts in the table, but the events it returned carry "
+        "another attempt_count. The relay sizes a failure's backoff from the event it holds "
+        "(base × 2^(attempt_count − 1)), so every event must carry its row's count after this "
+        "claim."
+        + (" Each is one too low: the row as it was before the UPDATE (RETURNING the picked "
+           "rows of the CTE, not the updated ones)." if before else ""),
+        expected="each event's attempt_count = its row's attempt_count after the claim (1, or "
+                 "2 for the two due retries)",
+        actual=f"{len(wrong)} of {len(found)} event(s) with another count",
+        evidence=table(found, ("id", "returned attempt_count", "row's attempt_count")),
+        lesson=SEE,
+        fix="RETURN the updated row's columns (UPDATE … RETURNING e.attempt_count, not the "
+            "CTE's)" if before else None)
 
 
 LEASE = 12.5  # seconds: a fraction, so a lease rounded to whole seconds shows
@@ -251,6 +293,7 @@ def test_concurrent_claims_are_disjoint(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")
     claim_between_pick_and_lease(outbox, relay)  # deterministic: first
+    claim_after_another_relay_committed(outbox, relay)
     returned: set[str] = set()
     for round_no in range(1, RACE_ROUNDS + 1):
         seed_rows(outbox, 40)
@@ -291,6 +334,64 @@ def test_concurrent_claims_are_disjoint(outbox, learner):
 
 LEASING = r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b"
 HOLD = 0.5  # seconds relay A waits before its leasing UPDATE
+
+
+def claim_after_another_relay_committed(engine: Engine, relay: Any) -> None:
+    """Relay A's transaction has begun (a first statement ran: its snapshot exists) when relay
+    B leases the 3 oldest rows and commits; then A claims. At READ COMMITTED A's claim sees B's
+    leases and takes the next rows; at REPEATABLE READ or SERIALIZABLE it fails to lock the
+    rows B changed after A's snapshot (could not serialize access)."""
+    from sqlalchemy import event
+
+    seed_rows(engine, 6)
+    started, b_done = threading.Event(), threading.Event()
+    a_thread = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
+
+    def first_statement(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if threading.current_thread().name == a_thread and not started.is_set() and \
+                re.search(r"\boutbox_event\b", statement, re.IGNORECASE):
+            cursor.execute("SELECT 1")  # A's transaction is under way: its snapshot is taken
+            started.set()
+            b_done.wait(10)
+
+    event.listen(engine, "before_cursor_execute", first_statement)
+    try:
+        a = in_thread(relay.claim_batch, engine, batch_size=3, lease_seconds=30)
+        if not started.wait(10):
+            a.join(5)
+            a.result(0)
+            return
+        try:
+            b = event_ids(call(relay.claim_batch, engine, batch_size=3, lease_seconds=30))
+        finally:
+            b_done.set()
+        a.join(10)
+    finally:
+        b_done.set()
+        event.remove(engine, "before_cursor_execute", first_statement)
+    error = raised(a.result, 0)
+    if error is not None:
+        serialization = sqlstate(error) == "40001"
+        raise CheckFailure(
+            "Relay A had begun its claim transaction when relay B leased the 3 oldest rows and "
+            "committed; then A's claim raised instead of taking the 3 others."
+            + (" It failed to serialize: at REPEATABLE READ (or SERIALIZABLE) a transaction "
+               "may not lock a row another transaction changed after its snapshot, so every "
+               "claim that meets a row another relay just leased fails. Relays claim at once "
+               "all the time: claim at READ COMMITTED (the default), where FOR UPDATE SKIP "
+               "LOCKED re-reads the row's latest version." if serialization else ""),
+            expected="relay A's claim returns the 3 rows B did not lease",
+            actual=f"it raised {first_line(error)}",
+            evidence=f"relay B leased {b}", lesson=SEE,
+            fix="leave the claim's transaction at READ COMMITTED" if serialization else None)
+    got = event_ids(a.result(0))
+    if set(got) & set(b) or len(got) != 3:
+        raise CheckFailure(
+            "Relay A had begun its claim transaction when relay B leased the 3 oldest rows and "
+            "committed; A must then take the 3 others, none of B's.",
+            expected="3 rows, none leased by B", actual=f"A got {got}; B got {b}", lesson=SEE)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
 
 
 def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:

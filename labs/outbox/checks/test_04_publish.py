@@ -10,10 +10,17 @@ import time
 from typing import Any
 
 import pytest
-from _kafka_support import AckWatch, records_table, unknown_event_ids, unknown_ids_text
+from _kafka_support import (
+    AckWatch,
+    FailedReports,
+    records_table,
+    unknown_event_ids,
+    unknown_ids_text,
+)
 from _support import (
     MISTAKES,
     READ,
+    db_now,
     insert_event,
     other_sessions,
     outbox_rows,
@@ -130,11 +137,28 @@ def seed_aggregates(engine: Any, aggregates: int, versions: int,
     return rows
 
 
+def mark_failed_before(engine: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """Make version 1 of the first order, 2 of the second and 3 of the third rows that failed
+    once and are due again: a batch then mixes retried and fresh events of one order."""
+    by_aggregate: dict[str, dict[int, str]] = {}
+    for event_id, row in rows.items():
+        by_aggregate.setdefault(row["aggregate_id"], {})[row["version"]] = event_id
+    retried = [versions[v] for v, versions in zip((1, 2, 3), by_aggregate.values(), strict=False)]
+    with engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE outbox_event SET attempt_count = 1, last_error = 'broker unreachable', "
+            "next_attempt_at = clock_timestamp() - interval '2.5 s' "
+            "WHERE id = ANY(CAST(:ids AS uuid[]))"),
+            {"ids": retried})
+    return retried
+
+
 def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
     rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    mark_failed_before(outbox, rows)
     published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
                      lease_seconds=30)
     records = read_topic(kafka, topic, 3)
@@ -172,8 +196,15 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
         if partitions != {partition_for(aggregate_id.encode(), 3)} or versions != [1, 2, 3]:
             disorder[aggregate_id] = placed
     if disorder:
+        retries_moved = all(partition_for(a.encode(), 3) == p for a, placed in disorder.items()
+                            for p, _, _ in placed)
         raise CheckFailure(
-            "Each aggregate's events must sit in one partition, in version order.",
+            "Each aggregate's events must sit in one partition, in version order."
+            + (" Three of the events had failed once before and were due again (version 1 of "
+               "one order, 2 of another, 3 of a third): the batch was sent in another order "
+               "than the claim's created_at order, so an order's retried event and its fresh "
+               "ones changed places. Send the batch in the order claim_batch returned it."
+               if retries_moved else ""),
             expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, 3 by "
                      "offset",
             actual=f"{len(disorder)} aggregate(s) out of order",
@@ -317,6 +348,46 @@ def test_marks_only_acknowledged_records(outbox, learner, kafka, relay_producer)
             actual=f"returned {published!r}; {len(marked)} rows published",
             evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE)
     marks_wait_for_the_acknowledgement(outbox, relay, kafka, topic)
+    reports_are_matched_by_event_id(outbox, relay, topic, relay_producer)
+
+
+def reports_are_matched_by_event_id(engine: Any, relay: Any, topic: str,
+                                    relay_producer: Any) -> None:
+    """Two orders with two versions each in one batch; one version of each gets a failed
+    delivery report (version 1 of one, 2 of the other): its row stays unpublished, its twin of
+    the same key is published."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE outbox_event SET published_at = clock_timestamp() "
+                          "WHERE published_at IS NULL"))
+    rows = seed_aggregates(engine, 2, 2)
+    by_version = {(row["aggregate_id"], row["version"]): event_id
+                  for event_id, row in rows.items()}
+    first, second = list(dict.fromkeys(row["aggregate_id"] for row in rows.values()))
+    failing = {by_version[(first, 1)], by_version[(second, 2)]}
+    published = call(relay.relay_once, engine, FailedReports(relay_producer(), failing), topic,
+                     batch_size=10, lease_seconds=30, ack_timeout_seconds=10)
+    found = outbox_rows(engine, "id = ANY(CAST(:ids AS uuid[]))", ids=list(rows))
+    wrong = [r for r in found if (r["published_at"] is not None) == (r["id"] in failing)]
+    if wrong or published != 2:
+        failed_marked = [r for r in wrong if r["id"] in failing]
+        raise CheckFailure(
+            "One batch held two versions of each of two orders; the delivery report of one "
+            "version of each order said the send failed (MSG_TIMED_OUT), the other's said "
+            "delivered. "
+            + (f"{len(failed_marked)} failed event(s) were marked published: never delivered "
+               "as far as the relay knows, and no relay sends them again — lost. "
+               if failed_marked else "")
+            + "Records of one order share their key (and partition), so a report looked up "
+              "by key, partition or position lands on another event: each report belongs to "
+              "its own event id.",
+            expected="relay_once returns 2; the two acknowledged rows published, the two "
+                     "failed ones not",
+            actual=f"returned {published!r}; {len(wrong)} row(s) on the wrong side",
+            evidence=table([r | {"report": "failed" if r["id"] in failing else "delivered"}
+                            for r in found], ROW_COLUMNS + ("report",)),
+            lesson=SEE,
+            fix="bind each record's event id to its own callback (on_delivery=lambda err, msg, "
+                "event_id=event.id: …) and mark by those ids" if failed_marked else None)
 
 
 def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topic: str) -> None:
@@ -326,9 +397,14 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
         conn.execute(text("UPDATE outbox_event SET published_at = clock_timestamp() "
                           "WHERE published_at IS NULL"))  # the rows of the first pass, done
     fresh = [insert_event(engine, created_ago=3.0 - i) for i in range(3)]
-    watch = AckWatch(SlowProducer(kafka.producer(), delay=0.6),
-                     lambda: outbox_rows(engine, "id = ANY(CAST(:ids AS uuid[])) AND "
-                                                 "published_at IS NOT NULL", ids=fresh))
+    acked_at: list[Any] = []  # the database clock when the first acknowledgement arrived
+
+    def at_first_ack() -> list[dict[str, Any]]:
+        acked_at.append(db_now(engine))
+        return outbox_rows(engine, "id = ANY(CAST(:ids AS uuid[])) AND "
+                                   "published_at IS NOT NULL", ids=fresh)
+
+    watch = AckWatch(SlowProducer(kafka.producer(), delay=0.6), at_first_ack)
     call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
     early = watch.seen or []
     if early:
@@ -343,6 +419,21 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
             evidence=table(early, ROW_COLUMNS), lesson=MISTAKES,
             fix="mark a row only after its delivery report says it was delivered (after "
                 "flush(), or in the callback)")
+    backdated = outbox_rows(engine, "id = ANY(CAST(:ids AS uuid[])) AND published_at < :acked",
+                            ids=fresh, acked=acked_at[0]) if acked_at else []
+    if backdated:
+        raise CheckFailure(
+            f"{len(backdated)} row(s) say they were published before the first acknowledgement "
+            f"reached relay_once (at {acked_at[0]} on the database clock; the broker here "
+            "acknowledges 0.6 s after each send). published_at is when the mark learned of "
+            "the acknowledgement, on the database's clock (clock_timestamp() in the mark): a "
+            "time from the record itself (its timestamp, taken at produce()) or from the "
+            "relay's host is earlier by however slow the broker is, and the publish-age SLO "
+            "then hides exactly that.",
+            expected=f"every published_at ≥ {acked_at[0]}",
+            actual=f"{len(backdated)} row(s) earlier",
+            evidence=table(backdated, ROW_COLUMNS), lesson=SEE,
+            fix="SET published_at = clock_timestamp() in the mark")
 
 
 def test_publish_claimed_holds_no_transaction_while_it_waits(outbox, learner, kafka):
@@ -425,6 +516,96 @@ def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_produce
             fix="count the acknowledgements the delivery reports gave, not the UPDATE's "
                 "rowcount")
     late_failure_leaves_a_published_row_alone(outbox, relay, topic, relay_producer)
+    late_failure_leaves_a_live_lease_alone(outbox, relay, topic, relay_producer)
+    acknowledged_after_the_lease_is_marked(outbox, relay, topic, relay_producer)
+
+
+def acknowledged_after_the_lease_is_marked(engine: Any, relay: Any, topic: str,
+                                           relay_producer: Any) -> None:
+    """A lone relay whose 0.3 s lease runs out during a 0.8 s send: nobody else claimed the
+    row, the broker acknowledged it, so it is published."""
+    event_id = insert_event(engine)
+    slow = SlowProducer(relay_producer(), delay=0.8)
+    published = call(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=0.3)
+    [after] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    if published != 1 or after["published_at"] is None:
+        raise CheckFailure(
+            "A relay's 0.3 s lease ran out while the broker took 0.8 s to acknowledge; no other "
+            "relay claimed the row meanwhile. The broker has the record, so the row must be "
+            "marked published: a mark that also requires an unexpired lease leaves it "
+            "unpublished and claimable, and when every send outlasts the lease it is re-sent "
+            "for ever. The lease decides who sends, not whether an acknowledgement counts.",
+            expected="relay_once returns 1; the row published",
+            actual=f"returned {published!r}; published_at {after['published_at']}",
+            evidence=table([after], ROW_COLUMNS + ("lease_until",)), lesson=SEE,
+            fix="mark WHERE id = :id AND published_at IS NULL, without a condition on "
+                "lease_until" if published == 1 else None)
+
+
+def late_failure_leaves_a_live_lease_alone(engine: Any, relay: Any, topic: str,
+                                           relay_producer: Any) -> None:
+    """Relay A's send gets no acknowledgement within its 0.5 s timeout; meanwhile its lease
+    expired (fast-forwarded) and relay B claimed the row (a 30 s lease) and is sending it. A's
+    failure, recorded after B's claim, must not clear B's lease nor set a backoff: a third
+    relay would claim the row while B still sends it."""
+    from sqlalchemy import event
+
+    event_id = insert_event(engine)
+    slow = SlowProducer(relay_producer(), delay=3.0)
+    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
+                      ack_timeout_seconds=0.5)
+    b_done, armed = threading.Event(), threading.Event()
+    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
+
+    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if armed.is_set() and threading.current_thread().name == a_thread and \
+                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
+                          re.IGNORECASE):
+            b_done.wait(10)
+
+    event.listen(engine, "before_cursor_execute", hold_a)
+    try:
+        if not slow.first_send.wait(10):
+            first.join(5)
+            first.result(0)
+            return
+        armed.set()
+        with engine.begin() as conn:  # A's lease has run out
+            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
+                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
+                         {"id": event_id})
+        claimed = call(relay.claim_batch, engine, batch_size=10, lease_seconds=30)
+        with engine.connect() as conn:
+            b_lease = conn.execute(text("SELECT lease_until FROM outbox_event "
+                                        "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).scalar()
+    finally:
+        b_done.set()
+        event.remove(engine, "before_cursor_execute", hold_a)
+    first.result(15)
+    if len(claimed or []) != 1 or b_lease is None:
+        return  # B did not claim it: the claim stage covers that
+    with engine.connect() as conn:
+        a_lease, backoff = conn.execute(text(
+            "SELECT lease_until, next_attempt_at FROM outbox_event "
+            "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).one()
+    if a_lease != b_lease or backoff is not None:
+        [after] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+        raise CheckFailure(
+            "Relay A's send got no acknowledgement in time; by then its lease had expired and "
+            "relay B had claimed the row (a 30 s lease) and was sending it. A's failure update "
+            "then "
+            + ("cleared B's lease" if a_lease != b_lease else "changed B's lease")
+            + (" and set a backoff" if backoff is not None else "")
+            + ": once the backoff passes, a third relay claims the row while B still owns it. "
+              "A failure is recorded only by the relay that still holds the row: the claim "
+              "counted a new attempt, so the attempt_count A claimed with no longer matches.",
+            expected=f"lease_until stays {b_lease} (B's), next_attempt_at NULL",
+            actual=f"lease_until {a_lease}, next_attempt_at {backoff}",
+            evidence=table([after], ROW_COLUMNS + ("lease_until", "next_attempt_at",
+                                                   "last_error")),
+            lesson=SEE,
+            fix="fence the failure update: … WHERE id = :id AND published_at IS NULL AND "
+                "attempt_count = :attempt_count (the event's, from its claim)")
 
 
 def late_failure_leaves_a_published_row_alone(engine: Any, relay: Any, topic: str,

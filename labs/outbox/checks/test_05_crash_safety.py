@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _kafka_support import records_table, unknown_event_ids, unknown_ids_text
+from _kafka_support import HeldReports, records_table, unknown_event_ids, unknown_ids_text
 from _support import (
     MISTAKES,
     READ,
@@ -18,6 +18,7 @@ from _support import (
     require_table,
 )
 from confluent_kafka import Producer
+from sqlalchemy import text
 
 from dojo.checks import CheckFailure, call, table
 from dojo.checks.faults import SlowProducer, run_in_subprocess, unreachable_bootstrap
@@ -243,3 +244,34 @@ def test_no_acknowledgement_in_time_is_a_failure(outbox, learner, kafka, relay_p
             evidence=table(rows, ROW_COLUMNS), lesson=SEE,
             fix="count the delivery reports without an error, not the produce() calls")
     require_failures_recorded(rows, "a last_error such as 'no acknowledgement within 0.3 s'")
+    acknowledged_rows_beside_a_late_one_are_marked(outbox, relay, topic, relay_producer)
+
+
+def acknowledged_rows_beside_a_late_one_are_marked(engine: Any, relay: Any, topic: str,
+                                                    relay_producer: Any) -> None:
+    """Four rows in one batch; the broker acknowledges three at once and never reports the
+    second (flush() returns 1 after the timeout): the three are published, the second fails."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
+    ids = [insert_event(engine, created_ago=4.0 - i) for i in range(4)]
+    producer = HeldReports(relay_producer(), {ids[1]})
+    published = call(relay.relay_once, engine, producer, topic, batch_size=10,
+                     lease_seconds=30, ack_timeout_seconds=0.4)
+    rows = outbox_rows(engine)
+    wrong = [r for r in rows if (r["published_at"] is None) != (r["id"] == ids[1])]
+    if published != 3 or wrong:
+        acked_failed = [r for r in wrong if r["id"] != ids[1]]
+        raise CheckFailure(
+            "Of four records in one batch the broker acknowledged three at once; the second "
+            "got no delivery report within ack_timeout_seconds (0.4 s), so flush() returned 1. "
+            + (f"{len(acked_failed)} acknowledged row(s) were not marked published: a record "
+               "left in the queue says nothing about the others, whose reports did arrive. "
+               "They back off and are sent again for nothing, and relay_once under-reports. "
+               if acked_failed else "")
+            + "Each event's fate is its own report: delivered, failed, or none by the timeout.",
+            expected="relay_once returns 3; the three acknowledged rows published, the second "
+                     "failed (last_error, no lease)",
+            actual=f"returned {published!r}; {len(wrong)} row(s) on the wrong side",
+            evidence=table(rows, ROW_COLUMNS), lesson=SEE,
+            fix="decide per event from its delivery report, never from flush()'s return value"
+            if acked_failed else None)

@@ -33,6 +33,11 @@ SMALL_MESSAGES = {"message.max.bytes": 100_000}
 # attempt_count after the claim of the failing attempt: around 2^31 and 2^63 (where an int or
 # a bigint shift wraps), far past any float exponent
 CAPPED_ATTEMPTS = (7, 32, 33, 41, 64, 65, 1100)
+# A base so small that base × 2^(n − 1) reaches the maximum only past n = 55: an exponent
+# capped low (at 10, 32, 50 …) stops the delay below the maximum. The 58th and 61st failures
+# must still wait the maximum.
+TINY_BASE = 2.7e-15
+TINY_ATTEMPTS = (58, 61)
 HISTORY = ("attempt", "delay", "expected", "lease_left", "last_error")
 
 
@@ -41,9 +46,10 @@ def poison(engine: Any, attempt_count: int = 0, created_ago: float = 60.0) -> st
                         attempt_count=attempt_count)
 
 
-def relay_pass(relay: Any, engine: Any, producer: Any, topic: str, batch_size: int = 10) -> int:
+def relay_pass(relay: Any, engine: Any, producer: Any, topic: str, batch_size: int = 10,
+               base: float = BASE) -> int:
     return call(relay.relay_once, engine, producer, topic, batch_size=batch_size,
-                lease_seconds=30, ack_timeout_seconds=10, backoff_base_seconds=BASE,
+                lease_seconds=30, ack_timeout_seconds=10, backoff_base_seconds=base,
                 backoff_max_seconds=MAXIMUM)
 
 
@@ -79,12 +85,12 @@ def delay_bounds(engine: Any, event_id: str, started: datetime, ended: datetime
 
 
 def failed_pass(relay: Any, engine: Any, producer: Any, topic: str, event_id: str,
-                attempt: int, history: list[dict[str, Any]], batch_size: int = 10
-                ) -> tuple[float | None, float | None]:
+                attempt: int, history: list[dict[str, Any]], batch_size: int = 10,
+                base: float = BASE) -> tuple[float | None, float | None]:
     """One relay pass in which `event_id` fails (for the `attempt`-th time): checks what the
     row must say afterwards, and returns the bracket of the delay the relay chose."""
     started = db_now(engine)
-    error = raised(relay_pass, relay, engine, producer, topic, batch_size)
+    error = raised(relay_pass, relay, engine, producer, topic, batch_size, base)
     ended = db_now(engine)
     now = row(engine, event_id)
     low, high = delay_bounds(engine, event_id, started, ended)
@@ -248,6 +254,28 @@ def test_backoff_is_capped(outbox, learner, kafka, relay_producer):
                              batch_size=1)
         if not within(bounds, MAXIMUM):
             wrong.append(attempt)
+    stalled = []
+    for attempt in TINY_ATTEMPTS:
+        bad = poison(outbox, attempt_count=attempt - 1, created_ago=30.0 + attempt)
+        bounds = failed_pass(relay, outbox, producer, topic, bad, attempt, history,
+                             batch_size=1, base=TINY_BASE)
+        if not within(bounds, MAXIMUM):
+            stalled.append(attempt)
+    if stalled and not wrong:
+        raise CheckFailure(
+            f"With backoff_base_seconds={TINY_BASE:g}, base × 2^(n − 1) passes the maximum "
+            f"({MAXIMUM} s) at the 55th failure, so rows failing for the "
+            f"{' and '.join(ordinal(n) for n in TINY_ATTEMPTS)} time must wait {MAXIMUM} s; "
+            f"they waited less (attempt(s) {', '.join(map(str, stalled))}). The delay stopped "
+            "growing below the maximum: the exponent was capped at a value that binds before "
+            "backoff_max_seconds does. The maximum is the cap; the exponent's cap only keeps "
+            "the arithmetic from overflowing and must never bind first.",
+            expected=f"next attempt in {MAXIMUM} s ±25% for attempts "
+                     f"{', '.join(map(str, TINY_ATTEMPTS))} (base {TINY_BASE:g} s)",
+            actual=f"less for attempt(s) {', '.join(map(str, stalled))}",
+            evidence=table(history, HISTORY), lesson=SEE,
+            fix="cap the exponent where it cannot bind first: min(attempt_count − 1, 60) "
+                "(2^60 × any sensible base is past any maximum), then min(max, …)")
     if wrong:
         raise CheckFailure(
             "After many failures the delay must stop growing at backoff_max_seconds "

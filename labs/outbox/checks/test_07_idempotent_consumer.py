@@ -551,52 +551,82 @@ def consume_goes_on_past_partition_eof(engine: Engine, consumer_module: Any,
 TRICKLE_TIMEOUT = 2.0  # consume's timeout_seconds in the trickle check
 TRICKLE_EVERY = 0.3  # a record this often: far less than the timeout between two records
 TRICKLE_FOR = 7.0  # and for longer than the timeout plus any slack
+# A pause in the trickle that spans the deadline, shorter than the timeout: a poll that may
+# wait a whole timeout_seconds, begun just before the deadline, returns a record long after it.
+PAUSE_FROM, PAUSE_TO = 1.55, 3.45
+
+
+def trickle_times() -> list[float]:
+    """When the feeder sends (seconds from its start): every 0.3 s, with one pause."""
+    times = [n * TRICKLE_EVERY for n in range(int(TRICKLE_FOR / TRICKLE_EVERY))]
+    return [t for t in times if t < PAUSE_FROM] + [PAUSE_TO + t for t in times
+                                                   if PAUSE_TO + t < TRICKLE_FOR]
 
 
 def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_module: Any,
                                                        kafka: Any) -> None:
     """timeout_seconds bounds the whole call: records arriving every 0.3 s must not keep a
-    consume(timeout_seconds=2) running (an idle timeout, restarted after each record, would)."""
+    consume(timeout_seconds=2) running (an idle timeout, restarted after each record, would),
+    and no poll may wait past the deadline (a pause from 1.55 to 3.45 s spans it)."""
     topic = kafka.topic(1, hint="trickle")
     consumer = group_consumer(kafka, topic, kafka.group_id("trickle"))
     customer = str(uuid.uuid4())
     stop = threading.Event()
+    handled_at: list[float] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        handled_at.append(time.monotonic())
+        consumer_module.apply_effect(conn, event_type, payload)
 
     def trickle() -> None:
         producer = kafka.producer(**{"linger.ms": 0})
-        ends = time.monotonic() + TRICKLE_FOR
-        while not stop.is_set() and time.monotonic() < ends:
+        begin = time.monotonic()
+        for at in trickle_times():
+            if stop.wait(max(0.0, begin + at - time.monotonic())):
+                return
             producer.produce(topic, key=b"k", value=json.dumps(placed(customer, 1)).encode(),
                              headers=[("event-id", str(uuid.uuid4()).encode()),
                                       ("event-type", PLACED.encode())])
             producer.flush(5)
-            stop.wait(TRICKLE_EVERY)
 
     feeder = threading.Thread(target=trickle, name="dojo-check-trickle", daemon=True)
     feeder.start()
     started = time.monotonic()
     try:
         job = in_thread(consumer_module.consume, engine, consumer, max_records=10_000,
-                        timeout_seconds=TRICKLE_TIMEOUT)
+                        timeout_seconds=TRICKLE_TIMEOUT, effect=effect)
         job.join(TRICKLE_FOR + 10)
         took = time.monotonic() - started
     finally:
         stop.set()
         feeder.join(10)
     handled = job.result(0) if not job.alive else None
-    if job.alive or took > TRICKLE_TIMEOUT + 2.0:
+    late = [t - started for t in handled_at if t - started > TRICKLE_TIMEOUT + 0.5]
+    overshot = bool(late) and not job.alive and took < TRICKLE_FOR
+    if job.alive or took > TRICKLE_TIMEOUT + 1.0 or late:
         raise CheckFailure(
             f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) was fed a record "
-            f"every {TRICKLE_EVERY:g} s and ran for {took:.1f} s"
-            + (" (still running)" if job.alive else "") + ". timeout_seconds bounds the whole "
-            "call, measured from its start: a timeout restarted after each record lets a "
-            "steady trickle keep it running for ever.",
-            expected=f"consume returns within about {TRICKLE_TIMEOUT:g} s",
+            f"every {TRICKLE_EVERY:g} s (none from {PAUSE_FROM:g} to {PAUSE_TO:g} s) and ran for "
+            f"{took:.1f} s" + (" (still running)" if job.alive else "")
+            + (f", handling a record {late[0]:.1f} s after its start" if late else "")
+            + ". timeout_seconds bounds the whole call, measured from its start"
+            + (": here the last poll began before the deadline and waited up to a whole "
+               "timeout_seconds, so it returned the record that came after the pause — poll "
+               "with the time left until the deadline, never more." if overshot else
+               ": a timeout restarted after each record lets a steady trickle keep it running "
+               "for ever."),
+            expected=f"consume returns within about {TRICKLE_TIMEOUT:g} s, handling no record "
+                     "after that",
             actual=f"it returned {handled!r} after {took:.1f} s" if not job.alive
             else f"still running after {took:.1f} s",
             lesson=OFFSETS,
-            fix="compute one deadline = start + timeout_seconds before the loop and poll with "
-                "the time left until it")
+            fix="poll(min(0.2, deadline - time.monotonic())) and stop once the deadline passed"
+            if overshot else "compute one deadline = start + timeout_seconds before the loop "
+                             "and poll with the time left until it")
+
+
+class EffectFailure(ValueError, KeyError, TypeError, RuntimeError):
+    """The check's injected effect failure: whichever of these a consume catches, it is one."""
 
 
 def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
@@ -614,7 +644,7 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
         consumer_module.apply_effect(conn, event_type, payload)
         if payload.get("order_id") == failing_order and not failed:
             failed.append(failing_order)
-            raise RuntimeError("the effect failed (injected by the check)")
+            raise EffectFailure("the effect failed (injected by the check)")
 
     first = group_consumer(kafka, topic, group)
     # expected: the injected failure, propagated
@@ -626,7 +656,9 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
         raise CheckFailure(
             "The second record's effect raised, but consume() carried on. A consumer that skips "
             "a failed record (and commits past it) loses it; stop, and let the record come again "
-            "(a dead letter topic is the next lab).",
+            "(a dead letter topic is the next lab). The error was a ValueError, KeyError, "
+            "TypeError and RuntimeError at once: a consume that catches any of them (\"a record "
+            "we can never handle\") skips this one, and a record without event-id with it.",
             expected="consume() raises the effect's error", actual="it returned normally",
             evidence=state(outbox), lesson=OFFSETS)
     if offset not in (None, 1):

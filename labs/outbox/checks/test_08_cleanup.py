@@ -28,7 +28,9 @@ SEE = READ["cleanup"]
 DAY = 86400.0
 WEEK = 7 * DAY
 HOUR = 3600.0
-RETENTION = 6.5 * DAY
+# Not a whole number of hours: a retention rounded to hours (or days) is off by minutes.
+RETENTION = 6.5 * DAY + 37 * 60 + 13
+RETENTION_TEXT = "6.5 days 37 min 13 s"
 # hours after (+) or before (−) the retention boundary the edge rows were published
 EDGE_HOURS = (-8, -6.5, -5, -4, -3, -2, -1, -0.25, 0.25, 1, 2, 3, 4, 5, 6.5, 8)
 ROW_COLUMNS = ("id", "created_at", "published_at", "attempt_count", "last_error")
@@ -69,7 +71,7 @@ def test_deletes_only_old_published_rows(outbox, learner):
             "Retention counts from published_at, not created_at: an event that waited out an "
             "outage has just reached the consumers, and its replay and audit window starts now.",
             expected="the 3 rows created 10 days ago and published 1 hour ago are still there "
-                     "(retention 6.5 days)",
+                     f"(retention {RETENTION_TEXT})",
             actual=f"{len(late_gone)} of them deleted (did the filter compare created_at?)",
             evidence="deleted ids (created 10 days ago, published 1 hour ago):\n" +
                      "\n".join(late_gone), lesson=SEE)
@@ -82,28 +84,33 @@ def test_deletes_only_old_published_rows(outbox, learner):
         low, high = max(gone, default=None), min(kept, default=None)
         shift = local_offset_hours() - SESSION_ZONES[session_zone()]
         zone_shift = (low is None or low < shift) and (high is None or shift < high)
+        rounded = not zone_shift and all(abs(h) < 1 for h in wrong_edge.values())
         raise CheckFailure(
-            "Cleanup's cutoff is hours off: "
-            + (f"rows published 6.5 days + {', '.join(f'{h:g}' for h in kept_old)} h ago were "
-               "kept" if kept_old else "")
+            f"Cleanup's cutoff is {'minutes' if rounded else 'hours'} off (retention "
+            f"{RETENTION_TEXT}): "
+            + (f"rows published {RETENTION_TEXT} + {', '.join(f'{h:g}' for h in kept_old)} h "
+               "ago were kept" if kept_old else "")
             + ("; " if kept_old and gone_new else "")
-            + (f"rows published 6.5 days − {', '.join(f'{h:g}' for h in gone_new)} h ago were "
-               "deleted" if gone_new else "")
+            + (f"rows published {RETENTION_TEXT} − {', '.join(f'{h:g}' for h in gone_new)} h "
+               "ago were deleted" if gone_new else "")
             + ". The cutoff is clock_timestamp() − retention_seconds, on the database's clock."
+            + (" Only rows within an hour of the boundary are wrong: the retention was rounded "
+               "to a coarser unit (whole hours?), and retention_seconds is not a whole number "
+               "of hours." if rounded else "")
             + (f" The check's database runs in {session_zone()} while this process runs at UTC"
                f"{local_offset_hours():+g}; a cutoff from a naive datetime.now() is local wall "
                "time that PostgreSQL reads in the session's zone: off by exactly that."
                if zone_shift else ""),
-            expected="rows published more than 6.5 days ago deleted, newer ones kept, however "
-                     "close to the boundary",
+            expected=f"rows published more than {RETENTION_TEXT} ago deleted, newer ones "
+                     "kept, however close to the boundary",
             actual=f"{len(wrong_edge)} row(s) near the boundary on the wrong side",
-            evidence=table([{"published": f"{RETENTION / DAY:g} days {-h:+g} h ago",
+            evidence=table([{"published": f"{RETENTION_TEXT} {-h:+g} h ago",
                              "kept": i in left_ids, "should be kept": h > 0}
                             for i, h in sorted(edge.items(), key=lambda e: e[1])],
                            ("published", "kept", "should be kept"), limit=20),
             lesson=SEE,
             fix="compute the cutoff in SQL: published_at < clock_timestamp() - "
-                "make_interval(secs => :retention_seconds)" if zone_shift else None)
+                "make_interval(secs => :retention_seconds)" if zone_shift or rounded else None)
     recent = [r for r in left if r["published_at"] is not None]
     kept_edge = sum(1 for h in EDGE_HOURS if h > 0)
     gone_edge = len(EDGE_HOURS) - kept_edge
@@ -112,7 +119,8 @@ def test_deletes_only_old_published_rows(outbox, learner):
         old_left = outbox_rows(outbox, "published_at < clock_timestamp() - "
                                        "make_interval(secs => :r)", r=RETENTION)
         raise CheckFailure(
-            "Rows published more than retention_seconds ago (6.5 days here) must be deleted; "
+            f"Rows published more than retention_seconds ago ({RETENTION_TEXT} here) must be "
+            "deleted; "
             "rows published since stay for replay and audit.",
             expected=f"delete_published returns {250 + gone_edge}; {28 + kept_edge} rows left",
             actual=f"returned {deleted!r}; {len(left)} rows left, {len(recent)} of them published",

@@ -173,6 +173,7 @@ def test_publish_age_quantiles(outbox, learner):
           and isinstance(wide, int | float) and wide >= 4000)
     if ok:
         require_quantile_rank(outbox, metrics)
+        require_ages_over_a_day(outbox, metrics)
         return
     on_created = all(inside(got[k], CREATED_WINDOW[k]) for k in got)
     from_now = all(inside(got[k], FROM_NOW[k]) for k in got)
@@ -224,6 +225,39 @@ def require_quantile_rank(engine: Any, metrics: Any) -> None:
 
 
 RANK_P50, RANK_P95 = (9.999, 10.501), (18.999, 19.051)
+
+# Nine events that waited out an outage of 3 days: ages 3 days + 1234.5 + 1 … 9 s.
+OUTAGE = 3 * DAY + 1234.5
+OUTAGE_P50 = OUTAGE + 5
+
+
+def require_ages_over_a_day(engine: Any, metrics: Any) -> None:
+    """Publish ages of 3 days and more, published 45 s ago: the age is seconds however many
+    days it spans (a timedelta's .seconds drops the days, an interval's months are not days)."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM outbox_event"))
+        conn.execute(text(
+            "INSERT INTO outbox_event (id, aggregate_type, aggregate_id, event_type, "
+            "aggregate_version, payload, headers, created_at, published_at) "
+            "SELECT gen_random_uuid(), 'order', gen_random_uuid(), 'order.placed.v1', 1, "
+            "'{}'::jsonb, '{}'::jsonb, "
+            "clock_timestamp() - make_interval(secs => 45 + :outage + g), "
+            "clock_timestamp() - interval '45 s' FROM generate_series(1, 9) g"),
+            {"outage": OUTAGE})
+    p50 = call(metrics.publish_age_seconds, engine, 0.5)
+    if inside(p50, (OUTAGE_P50 - 0.6, OUTAGE_P50 + 0.6)):
+        return
+    days_dropped = isinstance(p50, int | float) and abs(p50 - (OUTAGE_P50 - 3 * DAY)) < 2
+    raise CheckFailure(
+        "Nine events published 45 s ago had waited 3 days and 1235.5 … 1243.5 s (a relay "
+        "stuck through an outage): their p50 publish age is ≈ 3 days + 1239.5 s, in seconds, "
+        "the number the SLO alert must see."
+        + (" It came back without the 3 days: the age was a timedelta and its .seconds (the "
+           "seconds part, under a day) was read instead of all of it." if days_dropped else ""),
+        expected=f"p50 ≈ {OUTAGE_P50:.1f} s",
+        actual=f"p50 {p50!r}", lesson=SEE,
+        fix="timedelta.total_seconds(), or extract(epoch FROM published_at - created_at) in SQL"
+        if days_dropped else None)
 
 
 def inside(value: object, bounds: tuple[float, float]) -> bool:

@@ -86,7 +86,7 @@ SET lease_until = NULL, lease_owner = NULL, last_error = :error,
         :max_delay,
         :base * power(2.0, LEAST(GREATEST(attempt_count - 1, 0), 60)) * (0.9 + 0.2 * random())
     ) * interval '1 second'
-WHERE id = :id AND published_at IS NULL
+WHERE id = :id AND published_at IS NULL AND attempt_count = :attempts
 """)
 
 
@@ -157,6 +157,7 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
                 error = batch.errors.get(
                     event.id, f"no delivery report within {ack_timeout_seconds} s")
                 conn.execute(FAIL_SQL, {"id": event.id, "error": error[:2000],
+                                        "attempts": event.attempt_count,
                                         "base": float(backoff_base_seconds),
                                         "max_delay": float(backoff_max_seconds)})
     return len(batch.acknowledged)

@@ -150,11 +150,12 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
             conn.execute(
                 update(_outbox)
                 .where(and_(_outbox.c.id == bindparam("event_id"),
-                            _outbox.c.published_at.is_(None)))
+                            _outbox.c.published_at.is_(None),
+                            _outbox.c.attempt_count == bindparam("attempts")))
                 .values(lease_until=None, last_error=bindparam("error"),
                         next_attempt_at=func.clock_timestamp() + func.make_interval(
                             0, 0, 0, 0, 0, 0, bindparam("delay", type_=Float))),
-                [{"event_id": event.id,
+                [{"event_id": event.id, "attempts": event.attempt_count,
                   "error": errors.get(event.id,
                                       f"no delivery report within {ack_timeout_seconds} s"),
                   "delay": next_delay(event.attempt_count, backoff_base_seconds,

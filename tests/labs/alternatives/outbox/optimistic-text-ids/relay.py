@@ -91,7 +91,7 @@ SET lease_until = NULL,
         LEAST(CAST(:max AS float8),
               CAST(:base AS float8) * power(2.0::float8, LEAST(GREATEST(attempt_count - 1, 0), 60)))
         * (0.9 + 0.2 * random())
-WHERE id = :id AND published_at IS NULL
+WHERE id = :id AND published_at IS NULL AND attempt_count = :attempts
 """)
 
 
@@ -131,8 +131,10 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
     with engine.begin() as conn:
         for event_id in acked:
             conn.execute(_MARK, {"id": event_id})
+        attempts = {e.id: e.attempt_count for e in events}
         for event_id, error in errors.items():
             conn.execute(_FAIL, {"id": event_id, "error": error[:1000],
+                                 "attempts": attempts[event_id],
                                  "base": backoff_base_seconds, "max": backoff_max_seconds})
     return len(acked)
 

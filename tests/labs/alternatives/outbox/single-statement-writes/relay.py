@@ -69,9 +69,10 @@ UPDATE outbox_event AS e
 SET lease_until = NULL,
     last_error = f.error,
     next_attempt_at = clock_timestamp() + make_interval(secs => f.delay)
-FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float8[]))
-     AS f(id, error, delay)
-WHERE e.id = f.id AND e.published_at IS NULL
+FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float8[]),
+            CAST(:attempts AS integer[]))
+     AS f(id, error, delay, attempts)
+WHERE e.id = f.id AND e.published_at IS NULL AND e.attempt_count = f.attempts
 """)
 
 
@@ -126,6 +127,7 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
         if failed:
             conn.execute(BACKOFF_SQL, {
                 "ids": [event.id for event in failed],
+                "attempts": [event.attempt_count for event in failed],
                 "errors": [(refused.get(event.id) or
                             (str(snapshot[event.id]) if event.id in snapshot else
                              f"no acknowledgement after {ack_timeout_seconds} s"))[:2000]

@@ -98,9 +98,10 @@ UPDATE outbox_event AS e
 SET lease_until = NULL,
     last_error = f.error,
     next_attempt_at = clock_timestamp() + f.delay * interval '1 second'
-FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS double precision[]))
-     AS f(id, error, delay)
-WHERE e.id = f.id AND e.published_at IS NULL
+FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS double precision[]),
+            CAST(:attempts AS integer[]))
+     AS f(id, error, delay, attempts)
+WHERE e.id = f.id AND e.published_at IS NULL AND e.attempt_count = f.attempts
 """)
 
 
@@ -140,6 +141,7 @@ def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[
         if failed:
             conn.execute(FAIL_SQL, {
                 "ids": [event.id for event in failed],
+                "attempts": [event.attempt_count for event in failed],
                 "errors": [(reports.get(event.id)
                             or f"no delivery report within {ack_timeout_seconds} s")[:2000]
                            for event in failed],
