@@ -32,7 +32,9 @@ REQUEST = "bean-scopes#web-scopes-request-session-application"
 SHORTER_LIVED = "bean-scopes#shorter-lived-into-longer-lived-the-injection-trap"
 
 RACERS = 4
-WINDOW = 2.0            # seconds the first constructor waits for a second one, once all called
+WINDOW = 1.0            # seconds the first constructor waits for a second one, once all called
+LATE = 3                # threads that ask while after_init wraps the bean
+LATE_WINDOW = 1.0       # seconds after_init waits for them to get something back
 
 
 def _refreshed(learner: Any, app: Any, shape: str, lesson: str) -> Any:
@@ -66,7 +68,7 @@ def _outcomes(jobs: list[Any]) -> list[Any]:
 # ---- singleton -----------------------------------------------------------------------------
 
 RACED = """\
-    from markers import component, lazy
+    from markers import BeanPostProcessor, component, lazy
     import {probe} as probe
 
 
@@ -82,6 +84,22 @@ RACED = """\
             probe.second.wait(probe.WINDOW)  # ... and had time to start a second constructor
 
 
+    class GuardedRateTable:         # what the post-processor hands out instead of the table
+        def __init__(self, target):
+            self.target = target
+
+
+    @component
+    class Guard(BeanPostProcessor):
+        def after_init(self, bean, name):
+            if name != "rateTable":
+                return bean
+            if not probe.wrapping.is_set():
+                probe.wrapping.set()        # the late threads ask for rateTable now ...
+                probe.late_returned.wait(probe.LATE_WINDOW)   # ... and must wait for this
+            return GuardedRateTable(bean)
+
+
     @component
     class Ledger:
         def __init__(self):
@@ -94,9 +112,13 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
     app.write("rates.py", RACED)
     probe = app.probe
     probe.second, probe.all_called, probe.WINDOW = threading.Event(), threading.Event(), WINDOW
-    ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger", SINGLETON_THREADS)
+    probe.wrapping, probe.late_returned = threading.Event(), threading.Event()
+    probe.LATE_WINDOW = LATE_WINDOW
+    ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger, Guard(BeanPostProcessor) "
+                                   "wrapping rateTable in a GuardedRateTable", SINGLETON_THREADS)
     barrier = threading.Barrier(RACERS, timeout=30)
     called: list[int] = []
+    returned: list[int] = []
     guard = threading.Lock()
 
     def racer(index: int) -> tuple[Any, Any]:
@@ -107,8 +129,24 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
                 probe.all_called.set()
         return ctx.get_bean("rateTable"), ctx.get_bean("ledger")
 
+    def late(index: int) -> Any:
+        """Asks once after_init has begun wrapping the bean: it must wait for the wrapper."""
+        probe.wrapping.wait(30)
+        try:
+            return ctx.get_bean("rateTable")
+        finally:
+            with guard:
+                returned.append(index)
+                if len(returned) == LATE:
+                    probe.late_returned.set()
+
     jobs = [in_thread(racer, i) for i in range(RACERS)]
-    got = _outcomes(jobs)
+    late_jobs = [in_thread(late, i) for i in range(LATE)]
+    try:
+        got = _outcomes(jobs)
+    finally:
+        probe.wrapping.set()        # a racer that failed leaves no late thread waiting
+    late_got = _outcomes(late_jobs)
     made = _events(app, "init")
     tables = {id(t) for t, _ in got}
     ledgers = {id(ledger) for _, ledger in got}
@@ -138,6 +176,32 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
             fix="Make the singleton under a lock, and look in the cache again once you hold "
                 "it (double-checked): the threads that lost the race find the bean made."
             if made.count("rateTable") > 1 else None,
+        )
+    wrapper = got[0][0]
+    early = [t for t in late_got if t is not wrapper]
+    if early:
+        kinds = " and ".join(sorted({type(t).__name__ for t in early}))
+        raise CheckFailure(
+            "A singleton is handed out only once it is finished: a thread that asks for it "
+            "while another thread is still making it (here, while a post-processor's "
+            "after_init wraps it) waits, and gets what after_init returned, never the object "
+            "half-way through its lifecycle.",
+            expected=f"the {LATE} threads that asked during after_init wait for it and get the "
+                     f"{type(wrapper).__name__} the {RACERS} racers got",
+            actual=f"{len(early)} of {LATE} threads that called get_bean('rateTable') while "
+                   f"after_init was wrapping it got {kinds}, not the "
+                   f"{type(wrapper).__name__} that after_init returned",
+            evidence=f"after_init of rateTable waited up to {LATE_WINDOW} s for the {LATE} "
+                     "late threads' get_bean to return\n"
+                     + table([(f"racer {i}", type(t).__name__, id(t))
+                              for i, (t, _) in enumerate(got)]
+                             + [(f"late {i}", type(t).__name__, id(t))
+                                for i, t in enumerate(late_got)],
+                             ("thread", "rateTable", "id")),
+            lesson=SINGLETON_THREADS,
+            fix="Put a singleton in the cache only once after_init has returned, and let the "
+                "threads that come meanwhile wait for it (read the cache under the lock)."
+            if all(type(t).__name__ == "RateTable" for t in early) else None,
         )
 
 
