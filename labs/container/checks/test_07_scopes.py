@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from dojo.checks import CheckFailure, call, in_thread, raised, table
+from dojo.checks import CheckFailure, NotWritten, call, in_thread, raised, table
 
 pytestmark = pytest.mark.stage("scopes")
 
@@ -293,7 +293,7 @@ BASKETS = """\
 
     from typing import Annotated
 
-    from markers import Autowired, component, pre_destroy, scope
+    from markers import Autowired, bean, component, configuration, pre_destroy, scope
     import {probe} as probe
 
 
@@ -331,6 +331,22 @@ BASKETS = """\
 
         def current(self):
             return self.basket.itself()
+
+
+    class Receipt:
+        def __init__(self):
+            probe.events.append(("init", f"receipt {id(self)}"))
+
+        def close(self):
+            probe.events.append(("destroy", f"receipt {id(self)}"))
+
+
+    @configuration
+    class TillConfig:
+        @scope("request")
+        @bean(destroy_method="close")
+        def receipt(self) -> Receipt:
+            return Receipt()
     """
 
 
@@ -339,24 +355,31 @@ def _baskets(learner: Any, make_app: Any, lesson: str) -> tuple[Any, Any, Any]:
     app.write("baskets.py", BASKETS)
     ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard); "
                                    "singletons Checkout(basket: Basket) and Till (basket: an "
-                                   "Autowired field)", lesson)
+                                   "Autowired field); TillConfig's @scope('request') "
+                                   "@bean(destroy_method='close') receipt", lesson)
     return app, ctx, learner.module("scopes")
 
 
-def _in_request(scopes: Any, ctx: Any, app: Any, meet: Callable[[], Any]) -> dict[str, Any]:
+def _in_request(scopes: Any, ctx: Any, app: Any, meet: Callable[[], Any],
+                receipt: bool = False) -> dict[str, Any]:
     """In one request: get_bean('basket'), meet(), again, meet(); destroyed when it ended.
 
     Run concurrently with meet() a barrier, every second lookup happens while all the
-    requests are open and none starts or ends.
+    requests are open and none starts or ends. With `receipt`, the request also gets the
+    request-scoped @bean receipt.
     """
     seen: dict[str, Any] = {}
     with scopes.request():
         seen["first"] = ctx.get_bean("basket")
+        if receipt:
+            seen["receipt"] = ctx.get_bean("receipt")
         meet()
         seen["second"] = ctx.get_bean("basket")
         meet()
         seen["destroyed_inside"] = f"basket {id(seen['first'])}" in _events(app, "destroy")
     seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    if receipt:
+        seen["receipt_closed"] = _events(app, "destroy").count(f"receipt {id(seen['receipt'])}")
     return seen
 
 
@@ -385,23 +408,76 @@ class _RequestFailed(Exception):
 
 
 def _failed_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
-    """A request that ends with an exception after one lookup; destroyed when it ended."""
+    """A request that ends with an exception after its lookups; destroyed when it ended."""
     seen: dict[str, Any] = {"destroyed_inside": False}
     try:
         with scopes.request():
             seen["first"] = seen["second"] = ctx.get_bean("basket")
+            seen["receipt"] = ctx.get_bean("receipt")
             raise _RequestFailed("the check ends this request with an exception")
     except _RequestFailed:
         pass
     seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    seen["receipt_closed"] = _events(app, "destroy").count(f"receipt {id(seen['receipt'])}")
     return seen
+
+
+def _lookup(ctx: Any, name: str) -> Any:
+    """What get_bean(name) returned, or the exception it raised (a stub's still fails)."""
+    try:
+        return ctx.get_bean(name)
+    except NotWritten:
+        raise
+    except Exception as error:  # ScopeNotActiveError, or the learner's own
+        return error
+
+
+def _nested_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
+    """A request with another inside it: the outer basket, the inner one, the outer again."""
+    seen: dict[str, Any] = {}
+    with scopes.request():
+        seen["outer"] = ctx.get_bean("basket")
+        with scopes.request():
+            seen["inner"] = ctx.get_bean("basket")
+        seen["inner_destroyed"] = _events(app, "destroy").count(f"basket {id(seen['inner'])}")
+        seen["again"] = _lookup(ctx, "basket")
+        seen["outer_destroyed_inside"] = _events(app, "destroy").count(
+            f"basket {id(seen['outer'])}")
+    seen["outer_destroyed"] = _events(app, "destroy").count(f"basket {id(seen['outer'])}")
+    return seen
+
+
+def _nested_problems(nested: dict[str, Any]) -> list[str]:
+    outer, inner, again = nested["outer"], nested["inner"], nested["again"]
+    problems = []
+    if inner is outer:
+        problems.append("a request started inside another got the outer request's basket, "
+                        "not one of its own")
+    elif nested["inner_destroyed"] != 1:
+        problems.append(f"the nested request's basket: destroyed {nested['inner_destroyed']} "
+                        "time(s) when the nested request ended")
+    if isinstance(again, BaseException):
+        problems.append("once a nested request had ended, get_bean('basket') in the outer "
+                        f"request, still open, raised {type(again).__name__}: {again}")
+    elif again is not outer:
+        problems.append("once a nested request had ended, get_bean('basket') in the outer "
+                        "request gave " + ("the nested request's basket" if again is inner
+                                           else "another basket") + ", not the outer one")
+    if nested["outer_destroyed_inside"]:
+        problems.append("the outer request's basket was destroyed before the outer request "
+                        "ended")
+    elif nested["outer_destroyed"] != 1:
+        problems.append(f"the outer request's basket: destroyed {nested['outer_destroyed']} "
+                        "time(s) when the outer request ended")
+    return problems
 
 
 def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
     app, ctx, scopes = _baskets(learner, make_app, REQUEST)
     made_at_refresh = [w for w in _events(app, "init") if w.startswith("basket")]
     outside = raised(ctx.get_bean, "basket")
-    runs = [call(_in_request, scopes, ctx, app, lambda: None) for _ in range(2)]
+    nested = call(_nested_request, scopes, ctx, app)
+    runs = [call(_in_request, scopes, ctx, app, lambda: None, True) for _ in range(2)]
     runs.append(call(_failed_request, scopes, ctx, app))
     closed = raised(ctx.close)
     after_close = [_events(app, "destroy").count(f"basket {id(r['first'])}") for r in runs]
@@ -421,24 +497,62 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
                                else f"{run['destroyed_after']} time(s) when it ended"))
         elif after_close[index] != 1:
             problems.append(f"request {index}'s basket{how}: destroyed again by close()")
+    receipts = [(index, run["receipt_closed"]) for index, run in enumerate(runs)
+                if run["receipt_closed"] != 1]
+    if receipts:
+        problems.append("receipt, a request-scoped @bean(destroy_method='close'): its close() "
+                        "ran " + ", ".join(
+                            f"{n} time(s) when request {index}"
+                            + (" (ended by an exception)" if index == 2 else "") + " ended"
+                            for index, n in receipts))
+    receipts_only = bool(receipts) and len(problems) == 1 and all(n == 0 for _, n in receipts)
+    nested_problems = _nested_problems(nested)
+    problems += nested_problems
     if closed is not None:
         problems.append(f"close() raised {type(closed).__name__}: {closed}")
     if problems:
+        fix = None
+        if receipts_only and not nested_problems and closed is None:
+            fix = ("When a request ends, destroy each of its beans as close() destroys a "
+                   "singleton: its @pre_destroy methods, then a @bean's destroy_method.")
+        elif nested_problems and len(problems) == len(nested_problems) and isinstance(
+                nested["again"], scopes.ScopeNotActiveError):
+            fix = ("When a request ends, reset the ContextVar with the token its set() "
+                   "returned: the request around it is then the current one again "
+                   "(set(None) forgets it).")
         raise CheckFailure(
             "A request-scoped bean belongs to the request in progress: made on its first "
             "lookup in the request, the same object for the rest of it, destroyed (its "
-            "@pre_destroy) when the request ends, by an exception too, and not to be had "
-            "outside a request; close() destroys singletons only.",
-            expected="ScopeNotActiveError outside a request; one basket per request, "
-                     "destroyed once when its `with scopes.request()` block ends",
+            "@pre_destroy, a @bean's destroy_method) when the request ends, by an exception "
+            "too, and not to be had outside a request; a request started inside another has "
+            "beans of its own, and once it ends the outer request is the one in progress "
+            "again; close() destroys singletons only.",
+            expected="ScopeNotActiveError outside a request; one basket and one receipt per "
+                     "request, destroyed once when its `with scopes.request()` block ends; in "
+                     "a nested request another basket, and the outer request's basket again "
+                     "once it has ended",
             actual="; ".join(problems),
-            evidence="three requests, one after the other, the last ended by an exception:\n"
-                     + table([(*row, n) for row, n in zip(_request_rows(runs), after_close,
-                                                          strict=True)],
-                             (*REQUEST_COLUMNS, "destroyed, after close()"))
+            evidence="first a request with another inside it:\n"
+                     + table([("outer", id(nested["outer"]), nested["outer_destroyed"]),
+                              ("nested", id(nested["inner"]), nested["inner_destroyed"]),
+                              ("outer, after the nested one", _shown(nested["again"]), "")],
+                             ("lookup", "basket", "destroyed"))
+                     + "\nthen three requests, one after the other, the last ended by an "
+                       "exception:\n"
+                     + table([(*row, run["receipt_closed"], n) for row, run, n in zip(
+                         _request_rows(runs), runs, after_close, strict=True)],
+                             (*REQUEST_COLUMNS, "receipt closed", "destroyed, after close()"))
                      + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
             lesson=REQUEST,
+            fix=fix,
         )
+
+
+def _shown(found: Any) -> Any:
+    """A basket's id, or the exception a lookup raised."""
+    if isinstance(found, BaseException):
+        return f"{type(found).__name__}: {found}"
+    return id(found)
 
 
 def test_concurrent_requests_in_threads_each_have_their_own_bean(learner, make_app):
