@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import sys
 import threading
 import types
 import typing
@@ -404,11 +405,7 @@ class ApplicationContext:
     def _fields(self, name: str, cls: type, creating: list[str]) -> dict[str, Any]:
         """Values of the class's `Annotated[T, Autowired()]` fields, resolved like parameters."""
         values: dict[str, Any] = {}
-        written = [v for klass in cls.__mro__ for v in vars(klass).get("__annotations__", {})
-                   .values()]
-        if not any("Autowired" in str(v) for v in written):
-            return values               # no field to inject: other annotations stay unread
-        for field_name, hint in typing.get_type_hints(cls, include_extras=True).items():
+        for field_name, hint in _field_hints(cls).items():
             if typing.get_origin(hint) is not typing.Annotated or not any(
                     isinstance(extra, markers.Autowired) for extra in hint.__metadata__):
                 continue
@@ -469,6 +466,27 @@ def _members(cls: type) -> list[tuple[str, Any]]:
     for klass in reversed(cls.__mro__):
         found.update(vars(klass))
     return list(found.items())
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The class-level annotations of a class and its bases, each evaluated on its own: one
+    that cannot be (a name imported only under TYPE_CHECKING) is not a field to inject and
+    stays unread, unless it mentions Autowired, whose error then surfaces."""
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        module = sys.modules.get(klass.__module__)
+        for field_name, written in inspect.get_annotations(klass).items():
+            # a function carrying only this annotation, evaluated in the class's module
+            shim = types.FunctionType((lambda: None).__code__, getattr(module, "__dict__", {}))
+            shim.__annotations__ = {field_name: written}
+            try:
+                hints[field_name] = typing.get_type_hints(
+                    shim, localns=dict(vars(klass)), include_extras=True)[field_name]
+            except Exception:
+                if "Autowired" in str(written):
+                    raise
+                hints.pop(field_name, None)
+    return hints
 
 
 def _parameter_hints(fn: Any) -> dict[str, Any]:

@@ -77,30 +77,42 @@ def transactional_methods(cls: type) -> dict[str, markers.TransactionAttribute]:
 
 
 class TransactionalProxy:
-    """Stands in for the target: marked methods run through the manager, the rest delegate."""
+    """Stands in for the target: marked methods run through the manager, the rest delegate.
+
+    Every attribute read goes to the target (`__getattribute__`, not `__getattr__`), so the
+    proxy's own state, kept in slots and read with `object.__getattribute__`, never hides an
+    attribute of the bean that happens to share its name.
+    """
+
+    __slots__ = ("_dojo_target", "_dojo_manager", "_dojo_methods")
 
     def __init__(self, target: Any, manager: TransactionManager,
                  methods: dict[str, markers.TransactionAttribute]) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_manager", manager)
-        object.__setattr__(self, "_methods", methods)
+        object.__setattr__(self, "_dojo_target", target)
+        object.__setattr__(self, "_dojo_manager", manager)
+        object.__setattr__(self, "_dojo_methods", methods)
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)   # a bound method of the target: self is the target
-        attribute = self._methods.get(name)
+    def __getattribute__(self, name: str) -> Any:
+        target = _own(self, "_dojo_target")
+        value = getattr(target, name)         # a bound method of the target: self is the target
+        attribute = _own(self, "_dojo_methods").get(name)
         if attribute is None or not callable(value):
             return value
+        manager = _own(self, "_dojo_manager")
 
         @functools.wraps(value)
         def through_the_proxy(*args: Any, **kwargs: Any) -> Any:
-            return self._manager.run(attribute, value, *args, **kwargs)
+            return manager.run(attribute, value, *args, **kwargs)
         return through_the_proxy
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._target, name, value)
+        setattr(_own(self, "_dojo_target"), name, value)
 
     def __repr__(self) -> str:
-        return f"TransactionalProxy({self._target!r})"
+        return f"TransactionalProxy({_own(self, '_dojo_target')!r})"
+
+
+_own = object.__getattribute__      # the proxy's own slots, past its __getattribute__
 
 
 class TransactionalPostProcessor(markers.BeanPostProcessor):

@@ -292,6 +292,86 @@ def test_init_callbacks_run_after_injection(learner, make_app):
         )
 
 
+INHERITED = """\
+    from markers import ContextRefreshed, component, event_listener, post_construct, pre_destroy
+    import {probe} as probe
+
+
+    class Resource:             # not a bean: two levels above the component
+        @post_construct
+        def open_resource(self):
+            probe.events.append(("callback", "Resource.open_resource"))
+
+        @pre_destroy
+        def release_resource(self):
+            probe.events.append(("callback", "Resource.release_resource"))
+
+
+    class Announcing(Resource):
+        @event_listener(ContextRefreshed)
+        def announce(self, event):
+            probe.events.append(("callback", "Announcing.announce"))
+
+
+    class Audited:              # a second base class, a mixin
+        @pre_destroy
+        def flush_audit(self):
+            probe.events.append(("callback", "Audited.flush_audit"))
+
+
+    @component
+    class PriceFeed(Announcing, Audited):
+        def __init__(self):
+            probe.events.append(("init", "priceFeed"))
+
+        @post_construct
+        def subscribe(self):
+            probe.events.append(("callback", "PriceFeed.subscribe"))
+    """
+
+# (callback, what it is, where the class got it)
+INHERITED_CALLBACKS = [
+    ("PriceFeed.subscribe", "@post_construct", "its own"),
+    ("Resource.open_resource", "@post_construct", "from Resource, its base's base"),
+    ("Announcing.announce", "@event_listener(ContextRefreshed)", "from Announcing, its base"),
+    ("Resource.release_resource", "@pre_destroy", "from Resource, its base's base"),
+    ("Audited.flush_audit", "@pre_destroy", "from Audited, its second base"),
+]
+
+
+def test_inherited_callbacks_run_like_the_beans_own(learner, make_app):
+    app = make_app("shop")
+    app.write("feeds.py", INHERITED)
+    ctx = _refreshed(learner, app, "PriceFeed(Announcing, Audited) with a @post_construct of "
+                                   "its own; Announcing(Resource) has a ContextRefreshed "
+                                   "listener, Resource a @post_construct and a @pre_destroy, "
+                                   "Audited a @pre_destroy; none of the bases is a bean",
+                     imports=[])
+    closed = raised(ctx.close)
+    ran = Counter(what for kind, what in app.probe.events if kind == "callback")
+    rows = [(callback, kind, where, ran[callback]) for callback, kind, where in INHERITED_CALLBACKS]
+    wrong = [row for row in rows if row[3] != 1]
+    if wrong or closed is not None:
+        inherited_only = all(row[2] != "its own" for row in wrong) and all(
+            row[3] == 0 for row in wrong) and closed is None
+        raise CheckFailure(
+            "A bean's callbacks are its methods, inherited ones included: a @post_construct, "
+            "@pre_destroy or ContextRefreshed listener written on a base class runs once, "
+            "like one written on the bean's own class (Spring finds them along the whole "
+            "class hierarchy).",
+            expected="each of the five callbacks ran once (refresh(), then close())",
+            actual="; ".join([f"{row[0]} ({row[1]}, {row[2]}) ran {row[3]} time(s)"
+                              for row in wrong]
+                             + ([f"close() raised {type(closed).__name__}: {closed}"]
+                                if closed is not None else [])),
+            evidence=table(rows, ("callback", "kind", "the bean's class has it", "ran")),
+            lesson=SINGLETON_LIFE,
+            fix="Look the callbacks up along the class's __mro__ (or with dir() / "
+                "inspect.getmembers on the class), not in its own __dict__."
+            if wrong and inherited_only else None,
+        )
+
+
 def test_context_refreshed_comes_after_every_singleton(learner, make_app):
     app = make_app("shop")
     app.write("startup.py", """\
@@ -463,7 +543,50 @@ DESTROYED = """\
             _gone("metrics")
 
 
+    @component
+    class Catalogue:            # written (and named) before the beans that take it ...
+        @pre_destroy
+        def stop(self):
+            _gone("catalogue")
+
+
+    @component
+    class Currency:
+        @pre_destroy
+        def stop(self):
+            _gone("currency")
+
+
+    @component
+    class Gateway:
+        @pre_destroy
+        def stop(self):
+            _gone("gateway")
+
+
+    @component
+    class Shelf:                # ... under a parameter name that is not the bean's
+        def __init__(self, index: Catalogue):
+            self.index = index
+
+        @pre_destroy
+        def stop(self):
+            _gone("shelf")
+
+
+    @component
+    class Invoicer:
+        money: Annotated[Currency, Autowired()]
+
+        @pre_destroy
+        def stop(self):
+            _gone("invoicer")
+
+
     class Mailer:
+        def __init__(self, smtp):
+            self.smtp = smtp
+
         def shutdown(self):
             _gone("mailer")
 
@@ -471,8 +594,8 @@ DESTROYED = """\
     @configuration
     class MailConfig:
         @bean(destroy_method="shutdown")
-        def mailer(self) -> Mailer:
-            return Mailer()
+        def mailer(self, smtp: Gateway) -> Mailer:
+            return Mailer(smtp)
 
         @pre_destroy
         def stop(self):
@@ -497,7 +620,11 @@ DESTROYED = """\
 
 # dependant -> dependency: the first must be destroyed before the second
 EDGES = [("api", "orderService"), ("orderService", "orderRepo"), ("orderRepo", "pool"),
-         ("scheduler", "clock"), ("reporter", "metrics"), ("mailer", "mailConfig")]
+         ("scheduler", "clock"), ("reporter", "metrics"), ("mailer", "mailConfig"),
+         ("shelf", "catalogue"), ("invoicer", "currency"), ("mailer", "gateway")]
+# the edges no constructor parameter names after its bean: a field, or another name
+NOT_BY_NAME = {("api", "orderService"), ("orderService", "orderRepo"), ("reporter", "metrics"),
+               ("shelf", "catalogue"), ("invoicer", "currency"), ("mailer", "gateway")}
 
 
 def test_close_destroys_in_reverse_dependency_order(learner, make_app):
@@ -505,8 +632,10 @@ def test_close_destroys_in_reverse_dependency_order(learner, make_app):
     app.write("shop.py", DESTROYED)
     ctx = _refreshed(learner, app, "Api → OrderService → OrderRepo → Pool (written in that "
                                    "order); Clock, then Scheduler(clock); Reporter with a field "
-                                   "metrics; MailConfig's @bean(destroy_method='shutdown') "
-                                   "mailer; @lazy Archive; prototype Draft", imports=[])
+                                   "metrics; Catalogue, Currency, Gateway, then Shelf(index: "
+                                   "Catalogue), Invoicer with a field money: Currency; "
+                                   "MailConfig's @bean(destroy_method='shutdown') mailer(smtp: "
+                                   "Gateway); @lazy Archive; prototype Draft", imports=[])
     call(ctx.get_bean, "draft")
     call(ctx.close)
     order = [bean for kind, bean in app.probe.events if kind == "destroy"]
@@ -517,14 +646,17 @@ def test_close_destroys_in_reverse_dependency_order(learner, make_app):
                 if counts[bean] != 1]
     problems += [f"{bean} destroyed, but the context never made it as a singleton"
                  for bean in ("archive", "draft") if counts[bean]]
-    rows = []
+    rows, reversed_edges = [], set()
     for dependant, dependency in EDGES:
         ok = dependant in position and dependency in position \
             and position[dependant] < position[dependency]
         rows.append((dependant, dependency, ok))
         if not ok and counts[dependant] == 1 and counts[dependency] == 1:
+            reversed_edges.add((dependant, dependency))
             problems.append(f"{dependency} destroyed before {dependant}, which needs it")
     if problems:
+        by_name = bool(reversed_edges) and reversed_edges <= NOT_BY_NAME \
+            and len(problems) == len(reversed_edges)
         raise CheckFailure(
             "close() destroys each singleton once, before every bean it depends on "
             "(constructor parameters, fields, a @bean's configuration), calling its "
@@ -536,6 +668,102 @@ def test_close_destroys_in_reverse_dependency_order(learner, make_app):
             evidence="destroyed, in order: " + (", ".join(order) or "nothing") + "\n"
                      + table(rows, ("dependant", "dependency", "dependant destroyed first")),
             lesson=SHUTDOWN,
+            fix="Only the edges no parameter names after its bean were broken: take the order "
+                "from what was actually injected (record it as beans are made, or destroy in "
+                "the reverse of the order beans were finished), not from parameter names."
+            if by_name else None,
+        )
+
+
+FAILING_DESTROY = """\
+    from __future__ import annotations
+
+    from markers import bean, component, configuration, pre_destroy
+    import {probe} as probe
+
+
+    class FlushFailed(Exception):
+        pass
+
+
+    class Pool:
+        def dispose(self):
+            probe.events.append(("destroy", "pool"))
+
+
+    @configuration
+    class PoolConfig:
+        @bean(destroy_method="dispose")
+        def pool(self) -> Pool:
+            return Pool()
+
+
+    @component
+    class Cache:
+        @pre_destroy
+        def stop(self):
+            probe.events.append(("destroy", "cache"))
+
+
+    @component
+    class Sessions:
+        def __init__(self, pool: Pool, cache: Cache):
+            self.pool, self.cache = pool, cache
+
+        @pre_destroy
+        def stop(self):
+            probe.events.append(("destroy", "sessions"))
+            probe.failure = FlushFailed("sessions could not flush")
+            raise probe.failure
+    """
+
+
+def _carries(error, original):
+    """Whether `error` is `original`, or holds it (its cause or context, an exception group)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if error is original:
+            return True
+        seen.add(id(error))
+        if any(_carries(inner, original) for inner in getattr(error, "exceptions", ())):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def test_close_goes_on_past_a_failing_destroy_callback(learner, make_app):
+    app = make_app("shop")
+    app.write("store.py", FAILING_DESTROY)
+    ctx = _refreshed(learner, app, "Sessions(pool: Pool, cache: Cache), whose @pre_destroy "
+                                   "raises FlushFailed; pool is PoolConfig's "
+                                   "@bean(destroy_method='dispose'), Cache has a @pre_destroy",
+                     imports=[])
+    closed = raised(ctx.close)
+    destroyed = Counter(bean for kind, bean in app.probe.events if kind == "destroy")
+    failure = getattr(app.probe, "failure", None)
+    problems = [f"{bean} destroyed {destroyed[bean]} time(s)"
+                for bean in ("sessions", "pool", "cache") if destroyed[bean] != 1]
+    if closed is not None and (failure is None or not _carries(closed, failure)):
+        problems.append(f"close() raised {type(closed).__name__}: {closed}, which is not "
+                        "the FlushFailed that sessions' @pre_destroy raised")
+    if problems:
+        stopped = destroyed["sessions"] == 1 and not destroyed["pool"] \
+            and not destroyed["cache"] and closed is not None and closed is failure
+        raise CheckFailure(
+            "One bean whose destroy callback raises must not keep the others alive: close() "
+            "goes on and destroys every other singleton (Spring logs the failure and goes "
+            "on), so the pool and the cache that sessions needed are still released.",
+            expected="sessions, then pool (its destroy_method) and cache, each destroyed once; "
+                     "close() raises nothing, or the FlushFailed (itself or as the cause of "
+                     "an error of its own)",
+            actual="; ".join(problems),
+            evidence="destroyed, in order: " + (", ".join(
+                bean for kind, bean in app.probe.events if kind == "destroy") or "nothing")
+                     + "\nclose() raised: "
+                     + ("nothing" if closed is None else f"{type(closed).__name__}: {closed}"),
+            lesson=SHUTDOWN,
+            fix="Catch what each destroy callback raises, go on with the next bean, and raise "
+                "(or log) the first failure once every bean is destroyed." if stopped else None,
         )
 
 

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from dojo.checks import CheckFailure, call, in_thread, raised, table
+from dojo.checks import CheckFailure, NotWritten, call, in_thread, raised, table
 
 pytestmark = pytest.mark.stage("scopes")
 
@@ -32,7 +32,9 @@ REQUEST = "bean-scopes#web-scopes-request-session-application"
 SHORTER_LIVED = "bean-scopes#shorter-lived-into-longer-lived-the-injection-trap"
 
 RACERS = 4
-WINDOW = 2.0            # seconds the first constructor waits for a second one, once all called
+WINDOW = 1.0            # seconds the first constructor waits for a second one, once all called
+LATE = 3                # threads that ask while after_init wraps the bean
+LATE_WINDOW = 1.0       # seconds after_init waits for them to get something back
 
 
 def _refreshed(learner: Any, app: Any, shape: str, lesson: str) -> Any:
@@ -66,7 +68,7 @@ def _outcomes(jobs: list[Any]) -> list[Any]:
 # ---- singleton -----------------------------------------------------------------------------
 
 RACED = """\
-    from markers import component, lazy
+    from markers import BeanPostProcessor, component, lazy
     import {probe} as probe
 
 
@@ -82,6 +84,22 @@ RACED = """\
             probe.second.wait(probe.WINDOW)  # ... and had time to start a second constructor
 
 
+    class GuardedRateTable:         # what the post-processor hands out instead of the table
+        def __init__(self, target):
+            self.target = target
+
+
+    @component
+    class Guard(BeanPostProcessor):
+        def after_init(self, bean, name):
+            if name != "rateTable":
+                return bean
+            if not probe.wrapping.is_set():
+                probe.wrapping.set()        # the late threads ask for rateTable now ...
+                probe.late_returned.wait(probe.LATE_WINDOW)   # ... and must wait for this
+            return GuardedRateTable(bean)
+
+
     @component
     class Ledger:
         def __init__(self):
@@ -94,9 +112,13 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
     app.write("rates.py", RACED)
     probe = app.probe
     probe.second, probe.all_called, probe.WINDOW = threading.Event(), threading.Event(), WINDOW
-    ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger", SINGLETON_THREADS)
+    probe.wrapping, probe.late_returned = threading.Event(), threading.Event()
+    probe.LATE_WINDOW = LATE_WINDOW
+    ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger, Guard(BeanPostProcessor) "
+                                   "wrapping rateTable in a GuardedRateTable", SINGLETON_THREADS)
     barrier = threading.Barrier(RACERS, timeout=30)
     called: list[int] = []
+    returned: list[int] = []
     guard = threading.Lock()
 
     def racer(index: int) -> tuple[Any, Any]:
@@ -107,8 +129,24 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
                 probe.all_called.set()
         return ctx.get_bean("rateTable"), ctx.get_bean("ledger")
 
+    def late(index: int) -> Any:
+        """Asks once after_init has begun wrapping the bean: it must wait for the wrapper."""
+        probe.wrapping.wait(30)
+        try:
+            return ctx.get_bean("rateTable")
+        finally:
+            with guard:
+                returned.append(index)
+                if len(returned) == LATE:
+                    probe.late_returned.set()
+
     jobs = [in_thread(racer, i) for i in range(RACERS)]
-    got = _outcomes(jobs)
+    late_jobs = [in_thread(late, i) for i in range(LATE)]
+    try:
+        got = _outcomes(jobs)
+    finally:
+        probe.wrapping.set()        # a racer that failed leaves no late thread waiting
+    late_got = _outcomes(late_jobs)
     made = _events(app, "init")
     tables = {id(t) for t, _ in got}
     ledgers = {id(ledger) for _, ledger in got}
@@ -138,6 +176,32 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
             fix="Make the singleton under a lock, and look in the cache again once you hold "
                 "it (double-checked): the threads that lost the race find the bean made."
             if made.count("rateTable") > 1 else None,
+        )
+    wrapper = got[0][0]
+    early = [t for t in late_got if t is not wrapper]
+    if early:
+        kinds = " and ".join(sorted({type(t).__name__ for t in early}))
+        raise CheckFailure(
+            "A singleton is handed out only once it is finished: a thread that asks for it "
+            "while another thread is still making it (here, while a post-processor's "
+            "after_init wraps it) waits, and gets what after_init returned, never the object "
+            "half-way through its lifecycle.",
+            expected=f"the {LATE} threads that asked during after_init wait for it and get the "
+                     f"{type(wrapper).__name__} the {RACERS} racers got",
+            actual=f"{len(early)} of {LATE} threads that called get_bean('rateTable') while "
+                   f"after_init was wrapping it got {kinds}, not the "
+                   f"{type(wrapper).__name__} that after_init returned",
+            evidence=f"after_init of rateTable waited up to {LATE_WINDOW} s for the {LATE} "
+                     "late threads' get_bean to return\n"
+                     + table([(f"racer {i}", type(t).__name__, id(t))
+                              for i, (t, _) in enumerate(got)]
+                             + [(f"late {i}", type(t).__name__, id(t))
+                                for i, t in enumerate(late_got)],
+                             ("thread", "rateTable", "id")),
+            lesson=SINGLETON_THREADS,
+            fix="Put a singleton in the cache only once after_init has returned, and let the "
+                "threads that come meanwhile wait for it (read the cache under the lock)."
+            if all(type(t).__name__ == "RateTable" for t in early) else None,
         )
 
 
@@ -229,7 +293,7 @@ BASKETS = """\
 
     from typing import Annotated
 
-    from markers import Autowired, component, pre_destroy, scope
+    from markers import Autowired, bean, component, configuration, pre_destroy, scope
     import {probe} as probe
 
 
@@ -267,6 +331,22 @@ BASKETS = """\
 
         def current(self):
             return self.basket.itself()
+
+
+    class Receipt:
+        def __init__(self):
+            probe.events.append(("init", f"receipt {id(self)}"))
+
+        def close(self):
+            probe.events.append(("destroy", f"receipt {id(self)}"))
+
+
+    @configuration
+    class TillConfig:
+        @scope("request")
+        @bean(destroy_method="close")
+        def receipt(self) -> Receipt:
+            return Receipt()
     """
 
 
@@ -275,24 +355,31 @@ def _baskets(learner: Any, make_app: Any, lesson: str) -> tuple[Any, Any, Any]:
     app.write("baskets.py", BASKETS)
     ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard); "
                                    "singletons Checkout(basket: Basket) and Till (basket: an "
-                                   "Autowired field)", lesson)
+                                   "Autowired field); TillConfig's @scope('request') "
+                                   "@bean(destroy_method='close') receipt", lesson)
     return app, ctx, learner.module("scopes")
 
 
-def _in_request(scopes: Any, ctx: Any, app: Any, meet: Callable[[], Any]) -> dict[str, Any]:
+def _in_request(scopes: Any, ctx: Any, app: Any, meet: Callable[[], Any],
+                receipt: bool = False) -> dict[str, Any]:
     """In one request: get_bean('basket'), meet(), again, meet(); destroyed when it ended.
 
     Run concurrently with meet() a barrier, every second lookup happens while all the
-    requests are open and none starts or ends.
+    requests are open and none starts or ends. With `receipt`, the request also gets the
+    request-scoped @bean receipt.
     """
     seen: dict[str, Any] = {}
     with scopes.request():
         seen["first"] = ctx.get_bean("basket")
+        if receipt:
+            seen["receipt"] = ctx.get_bean("receipt")
         meet()
         seen["second"] = ctx.get_bean("basket")
         meet()
         seen["destroyed_inside"] = f"basket {id(seen['first'])}" in _events(app, "destroy")
     seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    if receipt:
+        seen["receipt_closed"] = _events(app, "destroy").count(f"receipt {id(seen['receipt'])}")
     return seen
 
 
@@ -321,23 +408,76 @@ class _RequestFailed(Exception):
 
 
 def _failed_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
-    """A request that ends with an exception after one lookup; destroyed when it ended."""
+    """A request that ends with an exception after its lookups; destroyed when it ended."""
     seen: dict[str, Any] = {"destroyed_inside": False}
     try:
         with scopes.request():
             seen["first"] = seen["second"] = ctx.get_bean("basket")
+            seen["receipt"] = ctx.get_bean("receipt")
             raise _RequestFailed("the check ends this request with an exception")
     except _RequestFailed:
         pass
     seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+    seen["receipt_closed"] = _events(app, "destroy").count(f"receipt {id(seen['receipt'])}")
     return seen
+
+
+def _lookup(ctx: Any, name: str) -> Any:
+    """What get_bean(name) returned, or the exception it raised (a stub's still fails)."""
+    try:
+        return ctx.get_bean(name)
+    except NotWritten:
+        raise
+    except Exception as error:  # ScopeNotActiveError, or the learner's own
+        return error
+
+
+def _nested_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
+    """A request with another inside it: the outer basket, the inner one, the outer again."""
+    seen: dict[str, Any] = {}
+    with scopes.request():
+        seen["outer"] = ctx.get_bean("basket")
+        with scopes.request():
+            seen["inner"] = ctx.get_bean("basket")
+        seen["inner_destroyed"] = _events(app, "destroy").count(f"basket {id(seen['inner'])}")
+        seen["again"] = _lookup(ctx, "basket")
+        seen["outer_destroyed_inside"] = _events(app, "destroy").count(
+            f"basket {id(seen['outer'])}")
+    seen["outer_destroyed"] = _events(app, "destroy").count(f"basket {id(seen['outer'])}")
+    return seen
+
+
+def _nested_problems(nested: dict[str, Any]) -> list[str]:
+    outer, inner, again = nested["outer"], nested["inner"], nested["again"]
+    problems = []
+    if inner is outer:
+        problems.append("a request started inside another got the outer request's basket, "
+                        "not one of its own")
+    elif nested["inner_destroyed"] != 1:
+        problems.append(f"the nested request's basket: destroyed {nested['inner_destroyed']} "
+                        "time(s) when the nested request ended")
+    if isinstance(again, BaseException):
+        problems.append("once a nested request had ended, get_bean('basket') in the outer "
+                        f"request, still open, raised {type(again).__name__}: {again}")
+    elif again is not outer:
+        problems.append("once a nested request had ended, get_bean('basket') in the outer "
+                        "request gave " + ("the nested request's basket" if again is inner
+                                           else "another basket") + ", not the outer one")
+    if nested["outer_destroyed_inside"]:
+        problems.append("the outer request's basket was destroyed before the outer request "
+                        "ended")
+    elif nested["outer_destroyed"] != 1:
+        problems.append(f"the outer request's basket: destroyed {nested['outer_destroyed']} "
+                        "time(s) when the outer request ended")
+    return problems
 
 
 def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
     app, ctx, scopes = _baskets(learner, make_app, REQUEST)
     made_at_refresh = [w for w in _events(app, "init") if w.startswith("basket")]
     outside = raised(ctx.get_bean, "basket")
-    runs = [call(_in_request, scopes, ctx, app, lambda: None) for _ in range(2)]
+    nested = call(_nested_request, scopes, ctx, app)
+    runs = [call(_in_request, scopes, ctx, app, lambda: None, True) for _ in range(2)]
     runs.append(call(_failed_request, scopes, ctx, app))
     closed = raised(ctx.close)
     after_close = [_events(app, "destroy").count(f"basket {id(r['first'])}") for r in runs]
@@ -357,24 +497,62 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
                                else f"{run['destroyed_after']} time(s) when it ended"))
         elif after_close[index] != 1:
             problems.append(f"request {index}'s basket{how}: destroyed again by close()")
+    receipts = [(index, run["receipt_closed"]) for index, run in enumerate(runs)
+                if run["receipt_closed"] != 1]
+    if receipts:
+        problems.append("receipt, a request-scoped @bean(destroy_method='close'): its close() "
+                        "ran " + ", ".join(
+                            f"{n} time(s) when request {index}"
+                            + (" (ended by an exception)" if index == 2 else "") + " ended"
+                            for index, n in receipts))
+    receipts_only = bool(receipts) and len(problems) == 1 and all(n == 0 for _, n in receipts)
+    nested_problems = _nested_problems(nested)
+    problems += nested_problems
     if closed is not None:
         problems.append(f"close() raised {type(closed).__name__}: {closed}")
     if problems:
+        fix = None
+        if receipts_only and not nested_problems and closed is None:
+            fix = ("When a request ends, destroy each of its beans as close() destroys a "
+                   "singleton: its @pre_destroy methods, then a @bean's destroy_method.")
+        elif nested_problems and len(problems) == len(nested_problems) and isinstance(
+                nested["again"], scopes.ScopeNotActiveError):
+            fix = ("When a request ends, reset the ContextVar with the token its set() "
+                   "returned: the request around it is then the current one again "
+                   "(set(None) forgets it).")
         raise CheckFailure(
             "A request-scoped bean belongs to the request in progress: made on its first "
             "lookup in the request, the same object for the rest of it, destroyed (its "
-            "@pre_destroy) when the request ends, by an exception too, and not to be had "
-            "outside a request; close() destroys singletons only.",
-            expected="ScopeNotActiveError outside a request; one basket per request, "
-                     "destroyed once when its `with scopes.request()` block ends",
+            "@pre_destroy, a @bean's destroy_method) when the request ends, by an exception "
+            "too, and not to be had outside a request; a request started inside another has "
+            "beans of its own, and once it ends the outer request is the one in progress "
+            "again; close() destroys singletons only.",
+            expected="ScopeNotActiveError outside a request; one basket and one receipt per "
+                     "request, destroyed once when its `with scopes.request()` block ends; in "
+                     "a nested request another basket, and the outer request's basket again "
+                     "once it has ended",
             actual="; ".join(problems),
-            evidence="three requests, one after the other, the last ended by an exception:\n"
-                     + table([(*row, n) for row, n in zip(_request_rows(runs), after_close,
-                                                          strict=True)],
-                             (*REQUEST_COLUMNS, "destroyed, after close()"))
+            evidence="first a request with another inside it:\n"
+                     + table([("outer", id(nested["outer"]), nested["outer_destroyed"]),
+                              ("nested", id(nested["inner"]), nested["inner_destroyed"]),
+                              ("outer, after the nested one", _shown(nested["again"]), "")],
+                             ("lookup", "basket", "destroyed"))
+                     + "\nthen three requests, one after the other, the last ended by an "
+                       "exception:\n"
+                     + table([(*row, run["receipt_closed"], n) for row, run, n in zip(
+                         _request_rows(runs), runs, after_close, strict=True)],
+                             (*REQUEST_COLUMNS, "receipt closed", "destroyed, after close()"))
                      + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
             lesson=REQUEST,
+            fix=fix,
         )
+
+
+def _shown(found: Any) -> Any:
+    """A basket's id, or the exception a lookup raised."""
+    if isinstance(found, BaseException):
+        return f"{type(found).__name__}: {found}"
+    return id(found)
 
 
 def test_concurrent_requests_in_threads_each_have_their_own_bean(learner, make_app):

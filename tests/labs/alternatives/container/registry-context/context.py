@@ -243,14 +243,23 @@ class ApplicationContext:
                 entry.definition = self.definitions[name]
 
     def close(self) -> None:
-        """Destroy a bean once every bean that asked for it is gone (a topological order)."""
+        """Destroy a bean once every bean that asked for it is gone (a topological order).
+
+        A bean whose destroy callback fails is counted as gone (the rest of its callbacks are
+        skipped); the failures come back together, in one ExceptionGroup, at the end."""
         alive = [n for n in self._raw if self._registry[n].definition.scope == "singleton"]
+        failures: list[Exception] = []
         while alive:
             ready = [n for n in alive if not (self._needed_by.get(n, set()) & set(alive))]
             for name in ready or alive[:1]:          # a cycle cannot happen; never loop forever
                 alive.remove(name)
-                self._destroy(name, self._raw.pop(name))
+                try:
+                    self._destroy(name, self._raw.pop(name))
+                except Exception as error:
+                    failures.append(error)
                 self._objects.pop(name, None)
+        if failures:
+            raise ExceptionGroup("destroy callbacks failed", failures)
 
     def _destroy(self, name: str, raw: Any) -> None:
         for _, method in inspect.getmembers(type(raw), callable):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import logging
 import threading
 import time
 import typing
@@ -237,9 +238,14 @@ class ApplicationContext:
                     getattr(raw, attr)(refreshed)
 
     def close(self) -> None:
-        """Pop the disposal stack: the last bean finished is the first destroyed."""
+        """Pop the disposal stack: the last bean finished is the first destroyed. A failing
+        callback is logged and the stack goes on, as Spring's DisposableBeanAdapter does."""
         while self._disposal:
-            self._dispose(*self._disposal.pop())
+            raw, extra = self._disposal.pop()
+            try:
+                self._dispose(raw, extra)
+            except Exception:
+                logging.getLogger(__name__).exception("destroying %r failed", raw)
         self._objects = {k: v for k, v in self._objects.items() if k == "environment"}
 
     @staticmethod
