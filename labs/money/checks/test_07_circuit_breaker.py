@@ -301,12 +301,12 @@ def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
                 "slow_call_rate_threshold * calls, not >" if outcome == "ok" else None,
             lesson=READ["slow"])
     # a call that fails after slow_call_seconds is slow too: a provider that times out is the
-    # slowest of all (window 2: a fast success, then a timeout of 0.35 s, slow from 0.25 s)
+    # slowest of all (window 2: a fast success, then a timeout of 0.45 s, slow from 0.4 s)
     b = _breaker(kit, window_size=2, minimum_calls=2, failure_rate_threshold=100.0,
-                 slow_call_seconds=0.25, slow_call_rate_threshold=50.0, open_seconds=30.0,
+                 slow_call_seconds=0.4, slow_call_rate_threshold=50.0, open_seconds=30.0,
                  half_open_calls=1)
-    fx = kit.client(timeout=0.35, breaker=b)
-    kit.provider.script(delay=0.6)
+    fx = kit.client(timeout=0.45, breaker=b)
+    kit.provider.script(delay=0.8)
     timed_out = _calls(kit, "fill", 1, fx) + _calls(kit, "slow", 1, fx)
     kit.provider.script(place="fill")
     sent_before = len(kit.provider.order_requests())
@@ -314,7 +314,7 @@ def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
     sent = len(kit.provider.order_requests()) - sent_before
     if not ([r[0] for r in timed_out] == ["ok", "error"] and outcome == "open" and not sent):
         raise CheckFailure(
-            "A fast success and then a call that timed out after 0.35 s (slow_call_seconds=0.25, "
+            "A fast success and then a call that timed out after 0.45 s (slow_call_seconds=0.4, "
             "window 2, minimum 2): the timeout is a failure and slow, a 50 % slow-call rate "
             "that reaches slow_call_rate_threshold=50 (failure_rate_threshold=100 is not "
             "reached).",
@@ -480,12 +480,12 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
     opening = _calls(kit, "fail", 9, fx)
     kit.provider.script(place="slow", delay=1.2)
     opening.append(_order(kit, fx))
-    kit.clock.advance(29.6)
-    _assert_still_open(kit, b, fx, opening[-1], "The 10th failure, a timeout of 0.7 s,",
-                       29.6, "the call that trips it")
+    _assert_still_open(kit, b, fx, opening[-1], time.monotonic(),
+                       "The 10th failure, a timeout of 0.7 s,", 29.6, "the call that trips it")
     kit.clock.advance(0.8)
     kit.provider.script(place="slow", delay=0.6)
     probe = [_order(kit, fx)]
+    probe_ended = time.monotonic()
     kit.provider.script(place="fill")
     sent_before = len(kit.provider.order_requests())
     outcome, value, _ = _order(kit, fx)
@@ -501,16 +501,18 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
             fix="judge a half-open probe by its duration as well as its outcome: a slow success "
                 "reopens it like a failure" if probe[0][0] == "ok" else None,
             lesson=READ["half-open"])
-    kit.clock.advance(29.55)
-    _assert_still_open(kit, b, fx, probe[0], "A slow half-open probe of 0.6 s,", 29.55,
-                       "the probe that reopens it")
+    _assert_still_open(kit, b, fx, probe[0], probe_ended, "A slow half-open probe of 0.6 s,",
+                       29.55, "the probe that reopens it")
 
 
 def _assert_still_open(kit: ClientKit, b: Any, fx: Any, tripped: tuple[str, Any, float],
-                       what: str, later: float, which: str) -> None:
-    """`later` s (less than open_seconds=30) after the call `tripped` ended and opened the
-    breaker, it is still OPEN: a call raises CircuitOpen and nothing is sent."""
+                       ended: float, what: str, later: float, which: str) -> None:
+    """`later` s (less than open_seconds=30) after the call `tripped` ended (at monotonic
+    `ended`) and opened the breaker, it is still OPEN: a call raises CircuitOpen and nothing
+    is sent. The clock skips what is left of `later`, so a loaded machine does not eat the
+    margin."""
     kit.provider.script(place="fill")
+    kit.clock.advance(later - (time.monotonic() - ended))
     sent_before = len(kit.provider.order_requests())
     outcome, value, _ = _order(kit, fx)
     sent = len(kit.provider.order_requests()) - sent_before
