@@ -327,10 +327,10 @@ def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
             lesson=READ["slow"])
     # 1 slow call in 3 is 33.33 %, which reaches 33.3 (a whole percentage, 33, would not)
     b = _breaker(kit, window_size=3, minimum_calls=3, failure_rate_threshold=100.0,
-                 slow_call_seconds=0.25, slow_call_rate_threshold=33.3, open_seconds=30.0,
+                 slow_call_seconds=0.2, slow_call_rate_threshold=33.3, open_seconds=30.0,
                  half_open_calls=1)
     fx = kit.client(timeout=2.0, breaker=b)
-    kit.provider.script(delay=0.4)
+    kit.provider.script(delay=0.3)
     third = _calls(kit, "fill", 2, fx) + _calls(kit, "slow", 1, fx)
     kit.provider.script(place="fill")
     sent_before = len(kit.provider.order_requests())
@@ -338,7 +338,7 @@ def test_breaker_opens_on_slow_calls(client_kit: ClientKit) -> None:
     sent = len(kit.provider.order_requests()) - sent_before
     if not (all(r[0] == "ok" for r in third) and outcome == "open" and not sent):
         raise CheckFailure(
-            "2 fast calls and then 1 of 0.4 s (slow_call_seconds=0.25, window 3, minimum 3): a "
+            "2 fast calls and then 1 of 0.3 s (slow_call_seconds=0.2, window 3, minimum 3): a "
             "33.33 % slow-call rate reaches slow_call_rate_threshold=33.3, so the breaker "
             "opens.",
             expected="the 3 calls succeed; the next raises CircuitOpen without reaching the "
@@ -476,14 +476,14 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
                  slow_call_seconds=0.2, slow_call_rate_threshold=100.0, open_seconds=30.0,
                  half_open_calls=1)
     # opened by a timeout: open_seconds count from the moment it opened, when that call ended
-    fx = kit.client(timeout=0.7, breaker=b)
+    fx = kit.client(timeout=0.5, breaker=b)
     opening = _calls(kit, "fail", 9, fx)
-    kit.provider.script(place="slow", delay=1.2)
+    kit.provider.script(place="slow", delay=0.9)
     opening.append(_order(kit, fx))
     _assert_still_open(kit, b, fx, opening[-1], time.monotonic(),
-                       "The 10th failure, a timeout of 0.7 s,", 29.6, "the call that trips it")
+                       "The 10th failure, a timeout of 0.5 s,", 29.8, "the call that trips it")
     kit.clock.advance(0.8)
-    kit.provider.script(place="slow", delay=0.6)
+    kit.provider.script(place="slow", delay=0.4)
     probe = [_order(kit, fx)]
     probe_ended = time.monotonic()
     kit.provider.script(place="fill")
@@ -501,8 +501,8 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
             fix="judge a half-open probe by its duration as well as its outcome: a slow success "
                 "reopens it like a failure" if probe[0][0] == "ok" else None,
             lesson=READ["half-open"])
-    _assert_still_open(kit, b, fx, probe[0], probe_ended, "A slow half-open probe of 0.6 s,",
-                       29.55, "the probe that reopens it")
+    _assert_still_open(kit, b, fx, probe[0], probe_ended, "A slow half-open probe of 0.4 s,",
+                       29.8, "the probe that reopens it")
 
 
 def _assert_still_open(kit: ClientKit, b: Any, fx: Any, tripped: tuple[str, Any, float],
