@@ -57,6 +57,7 @@ class CircuitBreaker:
         self._opened_at: datetime | None = None
         self._probes_started = 0
         self._probes_ok = 0
+        self._half_opened = 0  # which half-open period a probe was admitted in
 
     @property
     def state(self) -> str:
@@ -70,13 +71,14 @@ class CircuitBreaker:
                 (self.clock() - self._opened_at).total_seconds() >= self.config.open_seconds):
             self._state = HALF_OPEN
             self._probes_started = self._probes_ok = 0
+            self._half_opened += 1
 
     def _open(self) -> None:
         self._state = OPEN
         self._opened_at = self.clock()
         self._window.clear()
 
-    def _admit(self) -> str:
+    def _admit(self) -> tuple[str, int]:
         with self._lock:
             self._maybe_half_open()
             if self._state == OPEN:
@@ -87,13 +89,14 @@ class CircuitBreaker:
                     raise CircuitOpen("the provider's circuit is half-open and its probes "
                                       "are taken: not calling it")
                 self._probes_started += 1
-            return self._state
+            return self._state, self._half_opened
 
-    def _record(self, admitted_as: str, failed: bool, slow: bool) -> None:
+    def _record(self, admitted: tuple[str, int], failed: bool, slow: bool) -> None:
+        admitted_as, period = admitted
         with self._lock:
             if admitted_as == HALF_OPEN:
-                if self._state != HALF_OPEN:
-                    return  # another probe already decided
+                if self._state != HALF_OPEN or period != self._half_opened:
+                    return  # another probe already decided (this period or an earlier one)
                 if failed or slow:
                     self._open()
                     return
@@ -117,14 +120,14 @@ class CircuitBreaker:
     def call(self, fn: Callable[[], T]) -> T:
         """Run `fn()` through the breaker; an exception from it counts as a failure and is
         raised again. Raises CircuitOpen, without calling `fn`, when the circuit is open."""
-        admitted_as = self._admit()
+        admitted = self._admit()
         started = time.monotonic()
         try:
             result = fn()
         except BaseException:
-            self._record(admitted_as, failed=True,
+            self._record(admitted, failed=True,
                          slow=time.monotonic() - started >= self.config.slow_call_seconds)
             raise
-        self._record(admitted_as, failed=False,
+        self._record(admitted, failed=False,
                      slow=time.monotonic() - started >= self.config.slow_call_seconds)
         return result

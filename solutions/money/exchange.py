@@ -218,6 +218,10 @@ def exchange(engine: Engine, fx: FxClient, clock: Clock, *, idempotency_key: str
     exchange as it stands now, without debiting or ordering again.
     """
     sell_amount = money(sell_amount)
+    try:
+        uuid.UUID(str(quote_id))
+    except ValueError:  # not a quote id at all; the uuid column would raise DataError
+        raise QuoteNotFound(f"no quote {quote_id}") from None
     started, order = _start(engine, clock, idempotency_key=idempotency_key,
                             quote_id=quote_id, from_account_id=from_account_id,
                             to_account_id=to_account_id, sell_amount=sell_amount)

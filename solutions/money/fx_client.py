@@ -99,7 +99,10 @@ class FxClient:
         status, payload = self._call("GET", f"/v1/rates?{query}")
         if status != 200 or "rate" not in payload:
             raise ProviderError(f"no rate for {sell_currency}->{buy_currency}: {payload}")
-        return _decimal(payload, "rate")
+        rate = _decimal(payload, "rate")
+        if not rate.is_finite() or rate <= 0:  # "0" or "NaN" is no price to quote
+            raise ProviderError(f"unusable rate for {sell_currency}->{buy_currency}: {payload}")
+        return rate
 
     def place_order(self, key: str, *, sell_currency: str, buy_currency: str,
                     sell_amount: Decimal, rate: Decimal) -> OrderResult:

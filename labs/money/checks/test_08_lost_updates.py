@@ -292,6 +292,76 @@ def test_nothing_is_held_while_the_rule_computes(accounts: ModuleType, bank: Eng
     if interest.error is not None:
         raise CheckFailure("apply_interest() raised.", expected="an InterestResult",
                            actual=first_line(interest.error), lesson=READ["locking"])
+    # the retry: the first call's write finds the account changed (the rule deposits while it
+    # computes), and the second call, the recompute, must hold nothing either
+    account_id = funded("1000.00")
+    rule = RetryStallingRule(accounts, bank, account_id)
+    interest = start_interest(accounts, bank, account_id, rule)
+    try:
+        time.sleep(0.1)
+        held = held_during_call(bank, ("account", "posting", "ledger_entry"))
+    finally:
+        rule.go.set()
+        interest.join(15)
+    assert_nothing_held(held, "apply_interest's rule, called again after its first write found "
+                              "the account changed (a deposit of 12.34),", "locking",
+                        note="the recompute is an attempt like the first: read, close the "
+                             "connection, call the rule, then write in a new transaction; a "
+                             "retry inside the write transaction holds it through the rule")
+    if interest.error is not None:
+        raise CheckFailure("apply_interest() raised after a deposit made its first write miss.",
+                           expected="it reads again, recomputes and writes",
+                           actual=first_line(interest.error), lesson=READ["locking"])
+
+
+class RetryStallingRule(StallingRule):
+    """Deposits 12.34 into the account on its first call (so that attempt's write misses), and
+    stalls on its second call, the recompute, until the check releases it."""
+
+    def __init__(self, accounts: ModuleType, bank: Engine, account_id: int) -> None:
+        super().__init__(stall_first=False)
+        self.accounts, self.bank, self.account_id = accounts, bank, account_id
+
+    def __call__(self, balance: Decimal) -> Decimal:
+        with self._lock:
+            self.seen.append(balance)
+            calls = len(self.seen)
+        if calls == 1:
+            self.accounts.deposit(self.bank, self.account_id, Decimal("12.34"))
+        elif calls == 2:
+            self.entered.set()
+            self.go.wait(10)
+        return self.compute(balance)
+
+
+def test_zero_interest_changes_nothing(accounts: ModuleType, bank: Engine,
+                                       funded: Any) -> None:
+    # 1 % of 0.37 is 0.0037: 0.00 to the cent; an empty account earns a bare 0
+    for label, amount, rule in (("one_percent (0.00 on 0.37)", "0.37", one_percent),
+                                ("a rule that returns Decimal('0')", "0",
+                                 lambda balance: Decimal("0"))):
+        account_id = funded(amount)
+        try:
+            result: Any = call(accounts.apply_interest, bank, account_id, rule)
+        except CheckFailure:
+            raise  # a stub: not written yet
+        except Exception as exc:
+            result = exc
+        final = balance_of(bank, account_id)
+        if isinstance(result, BaseException) or final != Decimal(amount):
+            raise CheckFailure(
+                f"apply_interest with {label} on an account holding {fmt(Decimal(amount))}: "
+                "zero interest is an answer, not an error.",
+                expected=f"it returns and the balance stays {fmt(Decimal(amount))} (the "
+                         "README's rules return a Decimal >= 0)",
+                actual=(f"it raised {first_line(result)}" if isinstance(result, BaseException)
+                        else f"it returned {result}") + f"; balance {fmt(final)}",
+                fix="accept 0 from the rule: no interest, so nothing to write; refuse only a "
+                    "negative result (the amount check of deposit and withdraw refuses 0, so it "
+                    "does not fit here)"
+                if isinstance(result, ValueError) else None,
+                lesson=READ["locking"])
+    assert_ledger_agrees(bank, "after zero interest")
 
 
 class MovingRule:
@@ -344,11 +414,18 @@ def test_interest_sees_exchanges_settled_while_it_computed(kit: Any, funded: Any
     quote = kit.quote(fx)
     rule = StallingRule()
     interest = start_interest(accounts, bank, target, rule)
-    result = kit.start(fx, quote, source, target, "100.00", "credit")
+    # ... and its source debited, while another interest computes on the source
+    debit_rule = StallingRule()
+    debit_interest = start_interest(accounts, bank, source, debit_rule)
+    result = kit.start(fx, quote, source, target, "137.29", "credit")
     rule.go.set()
+    debit_rule.go.set()
     interest.join(15)
+    debit_interest.join(15)
     credited = kit.provider.orders[str(result.exchange_id)].bought_amount \
         if str(result.exchange_id) in kit.provider.orders else Decimal(0)
+    cases.append(("an exchange's debit of the source", source, Decimal("362.71"),
+                  debit_interest, debit_rule))
     cases.append(("an exchange's credit of the target", target, Decimal("200.00") + credited,
                   interest, rule))
     # the source is refunded by reconcile while interest computes on it
@@ -373,8 +450,9 @@ def test_interest_sees_exchanges_settled_while_it_computed(kit: Any, funded: Any
         final = balance_of(bank, account_id)
         if final != expected or job.value.balance_before != start:
             raise CheckFailure(
-                f"{label} committed while apply_interest was computing, and apply_interest "
-                "did not notice: its optimistic check only sees changes that bump version.",
+                f"{label[0].upper()}{label[1:]} committed while apply_interest was computing, "
+                "and apply_interest did not notice: its optimistic check only sees changes "
+                "that bump version.",
                 expected=f"the rule called again with {fmt(start)} and the balance "
                          f"{fmt(start)} + {fmt(one_percent(start))} = {fmt(expected)}",
                 actual=f"balance {fmt(final)}; the rule was given: "
@@ -383,7 +461,9 @@ def test_interest_sees_exchanges_settled_while_it_computed(kit: Any, funded: Any
                 evidence=f"the postings of account {account_id} sum to "
                          f"{fmt(posted_sum(bank, account_id))}"
                          + ("" if final == posted_sum(bank, account_id) else " (a lost update)"),
-                fix="the exchange's settlement (the credit of the target and the refund of the "
-                    "source) must SET version = version + 1 like every other balance change",
+                fix=("the exchange's debit of the source" if "debit" in label else
+                     "the exchange's settlement (the credit of the target and the refund of the "
+                     "source)") + " must SET version = version + 1 like every other balance "
+                    "change",
                 lesson=(READ["locking"], READ["lost-update"]))
     assert_ledger_agrees(bank, "after interest racing exchange settlements")
