@@ -285,6 +285,24 @@ def describe_errors(outcomes: Sequence[Any], limit: int = 4) -> str:
     return "\n".join(lines)
 
 
+def keyed_requests(url: str, account_id: int, other_id: int) -> list[str]:
+    """In a process of its own (another hash seed): a keyed deposit of 12.37 to account_id and
+    a keyed transfer of 3.21 from it to other_id, through the learner's accounts module.
+    Returns their entry ids."""
+    import accounts  # the learner's: its directory is first on the child's sys.path
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, pool_size=2, max_overflow=0)
+    try:
+        deposited = accounts.deposit(engine, account_id, Decimal("12.37"),
+                                     idempotency_key="proc-dep")
+        moved = accounts.transfer(engine, account_id, other_id, Decimal("3.21"),
+                                  idempotency_key="proc-tr")
+        return [str(deposited.entry_id), str(moved.entry_id)]
+    finally:
+        engine.dispose()
+
+
 def process_hammer(impl_dir: str, url: str, account_id: int, seed: int, operations: int,
                    index: int) -> list[list[str]]:
     """One hammering process: `operations` deposits and withdrawals on one account through the
