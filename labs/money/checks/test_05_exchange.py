@@ -7,6 +7,7 @@ connection, or convert and then answer after the caller's timeout."""
 
 from __future__ import annotations
 
+import http.client
 import time
 from decimal import Decimal
 from typing import Any
@@ -426,11 +427,15 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
 
 
 def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
-    source, target = _accounts(kit, usd="300.00")
+    source, target = _accounts(kit, usd="500.00")
     fx = kit.client(TIMEOUT)
     for mode, key, meaning in (
             ("fill-then-fail", "ex-500", "converted, then answered 500"),
-            ("drop", "ex-reset", "closed the connection without an answer")):
+            ("drop", "ex-reset", "closed the connection without an answer"),
+            ("fill-then-cut", "ex-cut", "converted, then sent half the body its "
+                                        "Content-Length announced and closed the connection"),
+            ("fill-then-garble", "ex-html", "converted, then answered 200 with an HTML page "
+                                            "instead of JSON")):
         quote = _quote(kit, fx)
         kit.provider.script(place=mode)
         try:
@@ -445,7 +450,11 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
                 actual=f"{first_line(exc)}; {_money(kit, source, target)}",
                 evidence=kit.provider.history(),
                 fix="catch OSError (a reset, RemoteDisconnected, a timeout while reading) around "
-                    "the request and raise ProviderError" if isinstance(exc, OSError) else None,
+                    "the request and raise ProviderError" if isinstance(exc, OSError) else
+                "catch http.client.HTTPException (IncompleteRead: a body cut short) around the "
+                "request and raise ProviderError" if isinstance(exc, http.client.HTTPException)
+                else "a body that is not JSON is no answer: catch json.loads' ValueError and "
+                     "raise ProviderError" if isinstance(exc, ValueError) else None,
                 lesson=READ["reconcile"]) from exc
         if result.status != "PENDING":
             raise CheckFailure(
@@ -459,7 +468,7 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
     if not (balance_of(kit.engine, source) == Decimal("100.00") and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
-            "Two PENDING exchanges of 100.00 from 300.00.",
+            "Four PENDING exchanges of 100.00 from 500.00.",
             expected="source 100.00 USD, target 0.00 EUR",
             actual=_money(kit, source, target), evidence=ledger_table(kit.engine, source),
             lesson=READ["exchange"])
