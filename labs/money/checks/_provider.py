@@ -44,6 +44,10 @@ PLACE_MODES = {
     "slow": "waits `delay` s, then converts and answers",
     "stall": "waits until release(), then converts and answers",
     "drop": "closes the connection without converting or answering",
+    "fill-then-cut": "converts, then answers 200 with half the body its Content-Length "
+                     "announces and closes the connection (IncompleteRead)",
+    "fill-then-garble": "converts, then answers 200 with an HTML page instead of JSON (a "
+                        "proxy's error page)",
 }
 STATUS_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s",
                 "stall": "waits until release(), then answers"}
@@ -302,6 +306,12 @@ class FxProvider:
             return
         if mode == "fill-then-late":
             time.sleep(delay)
+        if mode == "fill-then-cut":
+            handler.cut(call, *order.answer())
+            return
+        if mode == "fill-then-garble":
+            handler.garble(call)
+            return
         handler.answer(call, *order.answer())
 
     def status(self, handler: _Handler, key: str) -> None:
@@ -368,6 +378,36 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except OSError:
             pass  # the caller gave up (timed out) before the answer came: that is the point
+
+    def cut(self, call: Call, code: int, payload: dict[str, Any]) -> None:
+        """Announce the whole body, send half of it, close: http.client's IncompleteRead."""
+        body = json.dumps(payload).encode()
+        call.code = code
+        call.answered_at = self.owner._now()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+        except OSError:
+            pass
+        self.drop()
+
+    def garble(self, call: Call) -> None:
+        """200 with a body that is not JSON."""
+        body = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+        call.code = 200
+        call.answered_at = self.owner._now()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass
 
     def drop(self) -> None:
         self.close_connection = True

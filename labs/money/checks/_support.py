@@ -83,7 +83,8 @@ def postings_of(engine: Engine, account_id: int) -> list[dict[str, Any]]:
 
 def ledger_problems(engine: Engine, account_ids: Sequence[int] | None = None) -> list[str]:
     """What is wrong with the ledger: customer balances that differ from their postings,
-    entries whose postings do not sum to zero per currency, negative customer balances."""
+    entries whose postings do not sum to zero per currency, postings in another currency than
+    their account's, negative customer balances."""
     problems = []
     filter_ids = "AND a.id = ANY(:ids)" if account_ids is not None else ""
     params = {"ids": list(account_ids)} if account_ids is not None else {}
@@ -101,6 +102,14 @@ def ledger_problems(engine: Engine, account_ids: Sequence[int] | None = None) ->
              ORDER BY entry_id LIMIT 5"""):
         problems.append(f"entry {r['entry_id']}: its {r['currency']} postings "
                         f"({r['legs']}) sum to {fmt(r['imbalance'])}, not 0")
+    for r in rows(engine, """
+            SELECT p.id, p.entry_id, p.currency, a.id AS account_id, a.kind,
+                   a.currency AS account_currency
+              FROM posting p JOIN account a ON a.id = p.account_id
+             WHERE p.currency <> a.currency ORDER BY p.id LIMIT 5"""):
+        problems.append(f"posting {r['id']} of entry {r['entry_id']}: {r['currency']} on "
+                        f"account {r['account_id']}, a {r['account_currency']} "
+                        f"{r['kind']} account (a posting is in its account's currency)")
     for r in rows(engine, "SELECT id, balance FROM account WHERE kind = 'CUSTOMER' "
                           "AND balance < 0 ORDER BY id"):
         problems.append(f"account {r['id']}: negative balance {fmt(r['balance'])}")
@@ -115,8 +124,8 @@ def assert_ledger_agrees(engine: Engine, what: str, account_ids: Sequence[int] |
     if problems:
         raise CheckFailure(
             f"{what}: the balances and the ledger disagree.",
-            expected="every customer balance equals the sum of its postings, and every entry's "
-                     "postings sum to zero per currency",
+            expected="every customer balance equals the sum of its postings, every entry's "
+                     "postings sum to zero per currency, each in its account's currency",
             actual=f"{len(problems)} problem(s)", evidence="\n".join(problems[:10]),
             lesson=see(read))
 
@@ -274,6 +283,24 @@ def describe_errors(outcomes: Sequence[Any], limit: int = 4) -> str:
     if len(outcomes) > limit:
         lines.append(f"… and {len(outcomes) - limit} more")
     return "\n".join(lines)
+
+
+def keyed_requests(url: str, account_id: int, other_id: int) -> list[str]:
+    """In a process of its own (another hash seed): a keyed deposit of 12.37 to account_id and
+    a keyed transfer of 3.21 from it to other_id, through the learner's accounts module.
+    Returns their entry ids."""
+    import accounts  # the learner's: its directory is first on the child's sys.path
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url, pool_size=2, max_overflow=0)
+    try:
+        deposited = accounts.deposit(engine, account_id, Decimal("12.37"),
+                                     idempotency_key="proc-dep")
+        moved = accounts.transfer(engine, account_id, other_id, Decimal("3.21"),
+                                  idempotency_key="proc-tr")
+        return [str(deposited.entry_id), str(moved.entry_id)]
+    finally:
+        engine.dispose()
 
 
 def process_hammer(impl_dir: str, url: str, account_id: int, seed: int, operations: int,

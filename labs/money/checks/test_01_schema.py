@@ -7,13 +7,14 @@ and prove that the database itself refuses what must never be stored."""
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from _support import READ, TABLES
 from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, first_line, require_tables, rows, sqlstate
+from dojo.checks import CheckFailure, first_line, require_tables, rows, scalar, sqlstate
 from dojo.checks.database import columns
 
 pytestmark = pytest.mark.stage("schema")
@@ -184,6 +185,8 @@ def test_ledger_is_append_only(bank: Engine) -> None:
             expected="INSERT INTO ledger_entry (id, kind) and two INSERT INTO posting "
                      "(entry_id, account_id, amount, currency) commit",
             actual=first_line(setup), fix="give any extra column a default", lesson=READ["schema"])
+    # the +10.00 posting, by its id: the edits below must not lose it when one moves it
+    posting_id = scalar(bank, "SELECT min(id) FROM posting WHERE account_id = :a", a=a)
     # every column, not only the amount: moving a posting to another account or entry
     # rewrites history as surely as changing its amount
     attempts: dict[str, tuple[str, dict[str, Any]]] = {
@@ -201,6 +204,10 @@ def test_ledger_is_append_only(bank: Engine) -> None:
     }
     accepted = [label for label, statement in attempts.items() if _attempt(bank, [statement])
                 is None]
+    # and every other column, the schema's own included (a reversal's link, a created_at): a
+    # trigger BEFORE UPDATE OF <the README's columns> lets those be rewritten
+    accepted += [label for label, (sql, params) in _other_column_edits(bank, entry, lonely)
+                 if _edited(bank, sql, {**params, "p": posting_id})]
     # an entry without postings: a plain foreign key cannot be what refuses its deletion
     if _attempt(bank, [("DELETE FROM ledger_entry WHERE id = :e", {"e": lonely})]) is None:
         accepted.append("DELETE FROM ledger_entry")
@@ -213,9 +220,60 @@ def test_ledger_is_append_only(bank: Engine) -> None:
                      "audit or reconciliation can explain a balance. Mistakes are corrected with "
                      "a new REVERSAL entry",
             fix="a BEFORE UPDATE OR DELETE trigger on posting and ledger_entry that raises, "
-                "whatever column changes (not UPDATE OF amount), and BEFORE TRUNCATE, for each "
-                "statement",
+                "whatever column changes (not UPDATE OF a list of columns), and BEFORE "
+                "TRUNCATE, for each statement",
             lesson=READ["schema"])
+
+
+# The columns test_ledger_is_append_only edits by name; the others are found in the catalog.
+EDITED_BY_NAME = {"posting": {"amount", "account_id", "entry_id"}, "ledger_entry": {"kind"}}
+
+
+def _edited(engine: Engine, sql: str, params: dict[str, Any]) -> bool:
+    """True when the UPDATE committed and changed a row."""
+    try:
+        with engine.begin() as conn:
+            return conn.execute(text(sql), params).rowcount > 0
+    except Exception:
+        return False
+
+
+def _other_column_edits(engine: Engine, entry: str, other_entry: str
+                        ) -> list[tuple[str, tuple[str, dict[str, Any]]]]:
+    """An UPDATE per remaining column of posting and ledger_entry that gives the entry (or the
+    posting :p) another value of the column's type: a changed value, so a trigger that
+    refuses only real changes refuses it too."""
+    edits = []
+    for table_name, where in (("posting", "id = :p"),
+                              ("ledger_entry", "id = :e")):
+        for r in rows(engine, """
+                SELECT column_name, data_type FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = :t
+                   AND is_identity = 'NO' AND is_generated = 'NEVER'
+                 ORDER BY ordinal_position""", t=table_name):
+            name, data_type = r["column_name"], r["data_type"]
+            if name in EDITED_BY_NAME[table_name]:
+                continue
+            column = f'"{name}"'
+            if data_type.startswith(("timestamp", "date")):
+                value = f"coalesce({column}, now()) - interval '1 day'"
+            elif data_type in ("smallint", "integer", "bigint", "numeric", "real",
+                               "double precision"):
+                value = f"coalesce({column}, 0) + 1"
+            elif data_type in ("text", "character varying", "character"):
+                value = f"CASE WHEN {column} IS DISTINCT FROM 'X' THEN 'X' ELSE 'Y' END"
+            elif data_type == "uuid":  # another entry's id: a reversal detached or re-pointed
+                value = f"CASE WHEN {column} IS DISTINCT FROM :other THEN :other ELSE :e END"
+            elif data_type == "boolean":
+                value = f"NOT coalesce({column}, false)"
+            elif data_type in ("json", "jsonb"):
+                value = "'{\"edited\": true}'"
+            else:
+                continue
+            edits.append((f"UPDATE {table_name} SET {name} = <another value>",
+                          (f"UPDATE {table_name} SET {column} = {value} WHERE {where}",
+                           {"e": entry, "other": other_entry})))
+    return edits
 
 
 def test_entries_must_balance_per_currency(bank: Engine) -> None:
@@ -241,6 +299,20 @@ def test_entries_must_balance_per_currency(bank: Engine) -> None:
             wrong.append(f"balanced entry {label}: refused with {first_line(error)}")
         if not should_commit and error is None:
             wrong.append(f"unbalanced entry {label}: committed")
+    # an imbalance below a cent is an imbalance: a sum rounded to cents (or compared with a
+    # tolerance) lets it commit. A column narrower than 4 decimals may round the amounts as
+    # they are stored; what counts is whether the stored postings sum to zero
+    for imbalance in ("0.0001", "0.0049"):
+        e4 = str(uuid.uuid4())
+        debit = Decimal("-37.4213")
+        credit = -debit + Decimal(imbalance)
+        error = _attempt(bank, [_entry(e4), _posting(e4, usd1, str(credit), "USD"),
+                                _posting(e4, usd2, str(debit), "USD")])
+        stored = scalar(bank, "SELECT coalesce(sum(amount), 0) FROM posting WHERE entry_id = :e",
+                        e=e4)
+        if error is None and stored != 0:
+            wrong.append(f"unbalanced entry +{credit}/{debit} USD (off by {imbalance}): "
+                         f"committed, its postings sum to {stored}")
     # the entry above committed balanced; a later transaction that adds one posting to it (a
     # "fee leg" added by another code path) unbalances it just the same
     if not any(label.startswith("balanced entry") for label in wrong):
@@ -257,9 +329,11 @@ def test_entries_must_balance_per_currency(bank: Engine) -> None:
             evidence="a CHECK constraint sees one row, so it cannot sum an entry; an immediate "
                      "trigger sees the first posting alone and refuses every entry; a trigger on "
                      "ledger_entry never sees a posting added to an entry that already exists",
-            fix="CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
-                "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
-                "currency, raising if any sum is not zero",
+            fix="compare each currency's sum with zero exactly: no round(), no tolerance"
+            if all("(off by " in w for w in wrong) else
+            "CREATE CONSTRAINT TRIGGER ... AFTER INSERT ON posting DEFERRABLE INITIALLY "
+            "DEFERRED FOR EACH ROW: it runs at COMMIT and sums the entry's postings per "
+            "currency, raising if any sum is not zero",
             lesson=READ["schema"])
 
 
@@ -276,15 +350,31 @@ def test_idempotency_keys_are_unique(bank: Engine) -> None:
             actual=first_line(first), fix="give the other columns defaults or NULL",
             lesson=READ["idempotency"])
     second = _attempt(bank, [statement])
+    # the key alone is unique: the same key for another request (a unique index on key and
+    # request_hash, say) is the reuse that must be refused, not stored next to the first
+    other_request = False
+    if sqlstate(second) == "23505":
+        another = _attempt(bank, [(
+            "INSERT INTO idempotency_key (key, request_hash, response) "
+            "VALUES (:k, 'f3a9c1', '{\"amount\": \"12.37\"}')", {"k": "retry-me"})])
+        if sqlstate(another) != "23505":
+            other_request, second = True, another
     if sqlstate(second) != "23505":
         raise CheckFailure(
-            "The same idempotency key could be stored twice.",
-            expected="the second INSERT of key 'retry-me' refused with SQLSTATE 23505 "
-                     "(unique_violation)",
-            actual="it committed" if second is None else first_line(second),
+            "The same idempotency key could be stored twice"
+            + (", for another request." if other_request else "."),
+            expected="a second INSERT of key 'retry-me', with the same request_hash or another, "
+                     "refused with SQLSTATE 23505 (unique_violation)",
+            actual=("the same key with request_hash 'f3a9c1' (the first row has 'abc'): "
+                    if other_request else "the same key and request_hash: ")
+                   + ("it committed" if second is None else first_line(second)),
             evidence="the unique index is what makes two racing retries wait for each other; "
-                     "without it both see 'no such key' and both move the money",
-            fix="key text PRIMARY KEY (or UNIQUE)", lesson=READ["idempotency"])
+                     "without it both see 'no such key' and both move the money. Unique over "
+                     "(key, request_hash), two different requests racing on one key both "
+                     "insert, and both move money",
+            fix="the key alone unique: key text PRIMARY KEY, not PRIMARY KEY (key, request_hash)"
+            if other_request else "key text PRIMARY KEY (or UNIQUE)",
+            lesson=READ["idempotency"])
     if response_type not in ("jsonb", "json"):
         raise CheckFailure(
             "The stored response should be structured.",

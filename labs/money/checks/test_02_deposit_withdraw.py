@@ -78,7 +78,12 @@ def test_amounts_are_exact_decimals(accounts: ModuleType, bank: Engine) -> None:
             "Every deposit and withdrawal is one ledger entry.",
             expected=f"{len(steps)} entries with a posting on account {account_id}",
             actual=f"{entries}", evidence=ledger_table(bank, account_id), lesson=READ["schema"])
-    assert_ledger_agrees(bank, "after six deposits and withdrawals", [account_id])
+    # a second currency: its clearing leg belongs on a clearing account of that currency
+    euros = call(accounts.open_account, bank, currency="EUR")
+    call(accounts.deposit, bank, euros, Decimal("12.34"))
+    call(accounts.withdraw, bank, euros, Decimal("2.17"))
+    assert_ledger_agrees(bank, "after six deposits and withdrawals in USD, and two in EUR",
+                         [account_id, euros])
 
 
 def test_float_amounts_are_refused(accounts: ModuleType, bank: Engine) -> None:
@@ -122,6 +127,22 @@ def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engin
             fix="zero rows from the conditional UPDATE: look the account up to tell 'no such "
                 "account' from 'insufficient funds'"
             if isinstance(missing, accounts.InsufficientFunds) else None, lesson=READ["race"])
+    # every operation on an id that names no account says so: balance() as much as a deposit
+    # (an empty account and no account are different answers)
+    for what, missing in (("balance(987654321)", raised(accounts.balance, bank, 987654321)),
+                          ("deposit(987654321, 1.00)",
+                           raised(accounts.deposit, bank, 987654321, Decimal("1.00")))):
+        if not isinstance(missing, accounts.AccountNotFound):
+            raise CheckFailure(
+                f"{what}: account 987654321 does not exist, and the call must say so.",
+                expected="accounts.AccountNotFound",
+                actual=first_line(missing) if missing is not None
+                else "it returned " + repr(call(accounts.balance, bank, 987654321))
+                if what.startswith("balance") else "it returned",
+                fix="read the account's row (its cached balance): no row means AccountNotFound; "
+                    "a sum of postings is 0 for an account that does not exist"
+                if missing is None and what.startswith("balance") else None,
+                lesson=READ["race"])
     for bad in ("0", "-5.00", "1.005"):
         error = raised(accounts.deposit, bank, account_id, Decimal(bad))
         if not isinstance(error, ValueError):

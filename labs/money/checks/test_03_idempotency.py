@@ -3,7 +3,9 @@ answer, also when the retries race each other; a key reused for another request 
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -21,7 +23,7 @@ from _support import (
 from sqlalchemy import Engine
 
 from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, raised, rows
-from dojo.checks.faults import run_concurrently, slow_sql
+from dojo.checks.faults import run_concurrently, run_in_subprocess, slow_sql
 from dojo.checks.observers import record_sql
 
 pytestmark = pytest.mark.stage("idempotency")
@@ -37,21 +39,47 @@ def _key_rows(engine: Engine, key: str) -> list[dict[str, Any]]:
                         "FROM idempotency_key WHERE key = :k", k=key)
 
 
+def _inexact(first: Any, retry: Any) -> list[str]:
+    """The amounts a replayed receipt gives back as what a float made of them: Decimal(10.1)
+    for Decimal('10.10')."""
+    if not (hasattr(first, "__dict__") and hasattr(retry, "__dict__")):
+        return []
+    found = []
+    for name, value in vars(first).items():
+        again = vars(retry).get(name)
+        if (isinstance(value, Decimal) and isinstance(again, Decimal | float) and again != value
+                and float(again) == float(value)):
+            found.append(f"{name}: {value!r} first, {again!r} on the retry")
+    return found
+
+
 def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine,
                                               funded: Any) -> None:
     account_id = funded("100.00")
-    first = call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="dep-1")
+    # amounts no binary fraction holds (10.10, 110.10): a receipt that went through a float on
+    # its way into the stored response does not come back equal
+    first = call(accounts.deposit, bank, account_id, Decimal("10.10"), idempotency_key="dep-1")
     call(accounts.deposit, bank, account_id, Decimal("5.00"))  # another request, no key
-    retry = call(accounts.deposit, bank, account_id, Decimal("10.00"), idempotency_key="dep-1")
+    retry = call(accounts.deposit, bank, account_id, Decimal("10.10"), idempotency_key="dep-1")
     balance = balance_of(bank, account_id)
-    if balance != Decimal("115.00"):
+    if balance != Decimal("115.10"):
         raise CheckFailure(
             "A retried deposit (same idempotency key) moved the money again.",
-            expected="100.00 + 10.00 (key dep-1, once) + 5.00 = 115.00",
+            expected="100.00 + 10.10 (key dep-1, once) + 5.00 = 115.10",
             actual=f"balance {fmt(balance)}", evidence=ledger_table(bank, account_id),
             fix="INSERT INTO idempotency_key ... ON CONFLICT DO NOTHING in the same transaction "
                 "as the money; zero rows inserted means 'seen before': return the stored response",
             lesson=READ["idempotency"])
+    inexact = _inexact(first, retry)
+    if inexact:
+        raise CheckFailure(
+            "The retry got the first receipt back with its amounts changed.",
+            expected=f"the stored receipt {first}, every amount the same Decimal",
+            actual="; ".join(inexact),
+            evidence="stored response: " + str(_key_rows(bank, "dep-1")),
+            fix="store the amounts as decimal strings in the jsonb (str(amount)) and read them "
+                "back with Decimal(text): a JSON number comes back as a float",
+            lesson=(READ["idempotency"], READ["numbers"]))
     if retry != first:
         raise CheckFailure(
             "The retry must get the first answer back, not a new one.",
@@ -63,15 +91,64 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
                      + str(_key_rows(bank, "dep-1")),
             fix="store the receipt in idempotency_key.response in the same transaction, and "
                 "return it on a retry", lesson=READ["idempotency"])
-    out = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
-    again = call(accounts.withdraw, bank, account_id, Decimal("1.00"), idempotency_key="wd-1")
-    if not (again == out and balance_of(bank, account_id) == Decimal("114.00")):
+    out = call(accounts.withdraw, bank, account_id, Decimal("1.01"), idempotency_key="wd-1")
+    again = call(accounts.withdraw, bank, account_id, Decimal("1.01"), idempotency_key="wd-1")
+    if not (again == out and balance_of(bank, account_id) == Decimal("114.09")):
         raise CheckFailure(
             "A retried withdrawal moved the money again or answered differently.",
-            expected=f"balance 114.00 and the same receipt {out}",
+            expected=f"balance 114.09 and the same receipt {out}",
             actual=f"balance {fmt(balance_of(bank, account_id))}, receipt {again}",
             lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after retried deposits and withdrawals", [account_id])
+
+
+def test_a_retry_from_another_process_replays(accounts: ModuleType, bank: Engine,
+                                              funded: Any, learner: Any) -> None:
+    """The key exists for the retry after a crash: it comes from another process (a restart,
+    another worker), whose str hashes differ (PYTHONHASHSEED)."""
+    account_id, other_id = funded("100.00"), funded("100.00")
+    url = bank.url.render_as_string(hide_password=False)
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    child = run_in_subprocess(f"{Path(__file__).with_name('_support.py')}:keyed_requests",
+                              url, account_id, other_id, timeout=30, path=[str(learner.dir)],
+                              env={"PYTHONHASHSEED": seed})
+    if child.value is None:
+        raise CheckFailure(
+            "A keyed deposit and transfer in another process did not complete.",
+            expected="deposit(account, 12.37, key 'proc-dep') and transfer(account, other, "
+                     "3.21, key 'proc-tr') return",
+            actual=(child.error.strip().splitlines() or [""])[-1] if child.error
+            else f"exit {child.exit_code}",
+            evidence=(child.error or child.stderr or "")[-800:], lesson=READ["idempotency"])
+    retries = [("deposit(account, 12.37, key 'proc-dep')",
+                lambda: accounts.deposit(bank, account_id, Decimal("12.37"),
+                                         idempotency_key="proc-dep")),
+               ("transfer(account, other, 3.21, key 'proc-tr')",
+                lambda: accounts.transfer(bank, account_id, other_id, Decimal("3.21"),
+                                          idempotency_key="proc-tr"))]
+    for (label, retry), entry_id in zip(retries, child.value, strict=True):
+        error, answer = None, None
+        try:
+            answer = retry()
+        except Exception as exc:
+            error = exc
+        balances = (balance_of(bank, account_id), balance_of(bank, other_id))
+        if (error is None and str(getattr(answer, "entry_id", "")) == entry_id
+                and balances == (Decimal("109.16"), Decimal("103.21"))):
+            continue
+        raise CheckFailure(
+            f"{label} first ran in another process; its retry here, with the same key and "
+            "the same request, did not replay it.",
+            expected=f"the stored receipt (entry {entry_id}), nothing moved again: balances "
+                     "109.16 and 103.21",
+            actual=(first_line(error) if error is not None else f"{answer}")
+                   + f"; balances {fmt(balances[0])} and {fmt(balances[1])}",
+            evidence="stored: " + str(_key_rows(bank, "proc-dep") + _key_rows(bank, "proc-tr")),
+            fix="the request hash must be the same in every process: hashlib.sha256 of a "
+                "canonical text of the request (json.dumps(..., sort_keys=True)), never "
+                "hash(), whose str hashes change with each process (PYTHONHASHSEED)"
+            if isinstance(error, accounts.IdempotencyConflict) else None,
+            lesson=READ["idempotency"])
 
 
 def test_refused_request_stores_nothing_under_its_key(accounts: ModuleType, bank: Engine,

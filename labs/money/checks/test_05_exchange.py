@@ -7,6 +7,7 @@ connection, or convert and then answer after the caller's timeout."""
 
 from __future__ import annotations
 
+import http.client
 import time
 from decimal import Decimal
 from typing import Any
@@ -426,11 +427,15 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
 
 
 def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
-    source, target = _accounts(kit, usd="300.00")
+    source, target = _accounts(kit, usd="500.00")
     fx = kit.client(TIMEOUT)
     for mode, key, meaning in (
             ("fill-then-fail", "ex-500", "converted, then answered 500"),
-            ("drop", "ex-reset", "closed the connection without an answer")):
+            ("drop", "ex-reset", "closed the connection without an answer"),
+            ("fill-then-cut", "ex-cut", "converted, then sent half the body its "
+                                        "Content-Length announced and closed the connection"),
+            ("fill-then-garble", "ex-html", "converted, then answered 200 with an HTML page "
+                                            "instead of JSON")):
         quote = _quote(kit, fx)
         kit.provider.script(place=mode)
         try:
@@ -445,7 +450,11 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
                 actual=f"{first_line(exc)}; {_money(kit, source, target)}",
                 evidence=kit.provider.history(),
                 fix="catch OSError (a reset, RemoteDisconnected, a timeout while reading) around "
-                    "the request and raise ProviderError" if isinstance(exc, OSError) else None,
+                    "the request and raise ProviderError" if isinstance(exc, OSError) else
+                "catch http.client.HTTPException (IncompleteRead: a body cut short) around the "
+                "request and raise ProviderError" if isinstance(exc, http.client.HTTPException)
+                else "a body that is not JSON is no answer: catch json.loads' ValueError and "
+                     "raise ProviderError" if isinstance(exc, ValueError) else None,
                 lesson=READ["reconcile"]) from exc
         if result.status != "PENDING":
             raise CheckFailure(
@@ -459,7 +468,7 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
     if not (balance_of(kit.engine, source) == Decimal("100.00") and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
-            "Two PENDING exchanges of 100.00 from 300.00.",
+            "Four PENDING exchanges of 100.00 from 500.00.",
             expected="source 100.00 USD, target 0.00 EUR",
             actual=_money(kit, source, target), evidence=ledger_table(kit.engine, source),
             lesson=READ["exchange"])
@@ -573,6 +582,128 @@ def test_exchanges_and_refunds_do_not_deadlock(kit: ExchangeKit) -> None:
                    + f"; statuses {sorted(statuses)}; {_money(kit, source, target)}",
             evidence=ledger_table(kit.engine, source), lesson=READ["exchange"])
     assert_ledger_agrees(kit.engine, "after concurrent refused exchanges", read="exchange")
+
+
+MIRROR_PAIRS = 2  # per round: this many U -> E and as many E -> U, all at once
+MIRROR_ROUNDS = 2
+MIRROR_LOCK = 0.04  # every row-locking statement of the mirror exchanges answers this late
+HOLD_DEBIT = 0.15  # every row-locking statement of the debit the credit meets answers this late
+# only the statements that lock an account row: the quote's lock is not what these checks watch
+LOCKING_ACCOUNT = r"^\s*update\s+account|\baccount\b.*\bfor\s+(no\s+key\s+)?update"
+
+
+def _deadlock_failure(log: Any, what: str, fix: str | None, slow: float) -> CheckFailure:
+    detail = log.errors("40P01")[0].error or ""
+    return CheckFailure(
+        what, expected="no deadlock (SQLSTATE 40P01), not even one your code retried",
+        actual=f"PostgreSQL detected {len(log.errors('40P01'))} deadlock(s)",
+        evidence=f"PostgreSQL said: {log.name_pids(detail)[:400]}\n\nstatements on account "
+                 f"(row locks answered {slow * 1000:.0f} ms late):\n"
+                 + log.timeline(log.pids_in(detail)[:2], limit=8,
+                                match=r"^\s*update\s+account|\bfor\s+(no\s+key\s+)?update"
+                                      r"|^\s*insert\s+into\s+exchange\b"),
+        fix=fix, lesson=(READ["exchange"], READ["deadlock"]))
+
+
+def test_exchanges_both_ways_do_not_deadlock(kit: ExchangeKit, database: Any) -> None:
+    """Two customers trading both ways: a USD account U and an EUR account E. First, mirror
+    exchanges (U -> E and E -> U) at the same instant, every row-locking statement answered
+    late: each debit holds its source row while the other's INSERT of its exchange row (a
+    foreign key to that account) asks for a KEY SHARE lock on it, which a FOR UPDATE blocks.
+    Then a credit into E (U -> E, FILLED) released while a debit out of E (E -> U) holds E's
+    row: a credit that takes the fx clearing account before the customer meets the debit,
+    which takes them the other way round."""
+    from dojo.checks.faults import run_concurrently, slow_sql
+    from dojo.checks.observers import record_sql
+
+    usd = int(call(kit.accounts.open_account, kit.engine, currency="USD"))
+    call(kit.accounts.deposit, kit.engine, usd, Decimal("731.45"))
+    eur = int(call(kit.accounts.open_account, kit.engine, currency="EUR"))
+    call(kit.accounts.deposit, kit.engine, eur, Decimal("658.20"))
+    fx = kit.client(timeout=5.0)
+    legs = {"USD": (usd, eur, "EUR"), "EUR": (eur, usd, "USD")}
+
+    def trade(sell: str, amount: str, key: str, engine: Any = None) -> Any:
+        source, target, buy = legs[sell]
+        return kit.remember(kit.exchange.exchange(
+            engine or kit.engine, fx, kit.clock, idempotency_key=key,
+            quote_id=kit.quote(fx, sell=sell, buy=buy).id, from_account_id=source,
+            to_account_id=target, sell_amount=Decimal(amount)), Decimal(amount))
+
+    broken: list[str] = []
+    with record_sql(kit.engine) as log:
+        for round_no in range(MIRROR_ROUNDS):
+            jobs = [(("USD", "EUR")[i % 2], f"{3 + i}.{17 + round_no * 11}",
+                     f"mirror-{round_no}-{i}") for i in range(2 * MIRROR_PAIRS)]
+            # the provider holds every order until all the debits are in: only the debits
+            # meet here, never a credit
+            kit.provider.script(place="stall")
+            with slow_sql(kit.engine, MIRROR_LOCK, match=LOCKING_ACCOUNT):
+                racing = in_thread(run_concurrently, lambda i, jobs=jobs: trade(*jobs[i]),
+                                   2 * MIRROR_PAIRS, timeout=40)
+                held, deadline = 0, time.monotonic() + 20
+                while (held < 2 * MIRROR_PAIRS and not log.errors("40P01")
+                       and time.monotonic() < deadline and not racing.join(0)):
+                    held += kit.provider.wait_stalled(1, timeout=0.05)
+                kit.provider.script(place="fill")
+                kit.provider.release()
+                racing.join(40)
+            if isinstance(racing.error, CheckFailure):
+                raise racing.error  # a stub: not written yet
+            broken += [first_line(o.error) for o in racing.value or () if not o.ok]
+    if log.errors("40P01"):
+        raise _deadlock_failure(
+            log, f"Exchanges between a USD and an EUR account in both directions at once "
+                 f"({MIRROR_PAIRS} each way) deadlocked.",
+            "the debit takes the source's row lock with the UPDATE that debits it (or FOR NO "
+            "KEY UPDATE): FOR UPDATE also blocks the KEY SHARE lock that another exchange's "
+            "foreign key to this account takes when it inserts its exchange row"
+            if log.matching(r"\baccount\b.*\bfor\s+update\b") else None, MIRROR_LOCK)
+    # a credit into E, released while a debit out of E holds E's row
+    observer = database.make_admin_engine()
+    slow_engine = database.make_engine(pool_size=3, max_overflow=0)
+    try:
+        if not ensure_pgrowlocks(observer):
+            raise RuntimeError("the check needs the pgrowlocks extension to read row locks")
+        kit.provider.script(place="stall")
+        credit = in_thread(trade, "USD", "41.73", "credit-into-eur")
+        stalled = kit.provider.wait_stalled(1, timeout=10)
+        kit.provider.script(place="fill")
+        with record_sql(slow_engine) as debit_log, record_sql(kit.engine) as credit_log, \
+                slow_sql(slow_engine, HOLD_DEBIT, match=LOCKING_ACCOUNT):
+            debit = in_thread(trade, "EUR", "23.09", "debit-out-of-eur", slow_engine)
+            deadline = time.monotonic() + 10
+            while stalled and time.monotonic() < deadline and not debit.join(0.005):
+                if any(r["row_id"] == eur and "Update" in str(r["modes"])
+                       for r in row_locks(observer, "account")):
+                    break
+            kit.provider.release()
+            credit.join(30)
+            debit.join(30)
+    finally:
+        kit.provider.release()
+        slow_engine.dispose()
+        observer.dispose()
+    for job in (credit, debit):
+        if isinstance(job.error, CheckFailure):
+            raise job.error  # a stub: not written yet
+    for deadlocked in (debit_log, credit_log):
+        if deadlocked.errors("40P01"):
+            raise _deadlock_failure(
+                deadlocked, "A credit into an EUR account (its exchange FILLED) and a debit out "
+                "of the same account (an exchange to USD) deadlocked: they took the customer's "
+                "and the EUR fx clearing account's rows in opposite orders.",
+                "the debit, the credit and the refund take the customer's row and the clearing "
+                "account's in one order: the customer first, say, in every operation",
+                HOLD_DEBIT)
+    broken += [first_line(j.error) for j in (credit, debit) if j.error is not None]
+    if broken:
+        raise CheckFailure(
+            "Exchanges between a USD and an EUR account in both directions must all complete.",
+            expected="every exchange() returns COMPLETED (the provider fills at once)",
+            actual=f"{len(broken)} raised: {broken[0]}", evidence=kit.provider.history(),
+            lesson=READ["exchange"])
+    assert_ledger_agrees(kit.engine, "after exchanges both ways", read="exchange")
 
 
 def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:

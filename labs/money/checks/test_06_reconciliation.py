@@ -44,13 +44,16 @@ def _accounts(kit: ExchangeKit) -> tuple[int, int]:
 
 
 def _pending(kit: ExchangeKit, fx: Any, source: int, target: int, mode: str, count: int = 1,
-             prefix: str = "ex", quotes: list[Any] | None = None) -> list[str]:
+             prefix: str = "ex", quotes: list[Any] | None = None,
+             taken: list[Any] | None = None) -> list[str]:
     """`count` exchanges of 100.00 USD the provider leaves unanswered in `mode`; their ids.
-    Each on a new quote, or on the given `quotes` (taken earlier)."""
+    Each on a new quote, or on the given `quotes` (taken earlier); `taken` collects them."""
     kit.provider.script(place=mode)
     ids = []
     for n in range(count):
         quote = quotes[n] if quotes else kit.quote(fx)
+        if taken is not None:
+            taken.append(quote)
         result = kit.start(fx, quote, source, target, "100.00", f"{prefix}-{n}")
         if result.status != "PENDING":
             raise CheckFailure(
@@ -115,7 +118,9 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
     kit.provider.script(delay=1.0, fill_rate=FILL_RATE)
     # the young exchange's quote is taken first: an exchange's age is its own, not its quote's
     early_quote = kit.quote(fx, ttl=120)
-    old = _pending(kit, fx, source, target, "fill-then-fail", count=2, prefix="old")
+    old_quotes: list[Any] = []
+    old = _pending(kit, fx, source, target, "fill-then-fail", count=2, prefix="old",
+                   taken=old_quotes)
     kit.clock.advance(17.25)
     edge = _pending(kit, fx, source, target, "fill-then-late", count=1, prefix="edge")
     kit.clock.advance(30)  # `edge` is now exactly 30 s old, `old` 47.25 s
@@ -164,6 +169,28 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
             "reconcile() reports what it settled.",
             expected=f"ReconcileReport(completed={len(old + edge)}, ...)", actual=f"{report!r}",
             lesson=READ["reconcile"])
+    # the client retries the first one (its call answered PENDING): reconcile completed it
+    # since, and a retry returns the exchange as it stands
+    try:
+        retry: Any = kit.exchange.exchange(
+            kit.engine, fx, kit.clock, idempotency_key="old-0", quote_id=old_quotes[0].id,
+            from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00"))
+    except Exception as exc:
+        retry = exc
+    if not (str(getattr(retry, "exchange_id", "")) == old[0]
+            and getattr(retry, "status", None) == "COMPLETED"):
+        raise CheckFailure(
+            f"Exchange {old[0]} answered PENDING (the provider's 500), and reconcile() "
+            "completed it since; a retry with its key (the same request) answered something "
+            "else.",
+            expected=f"exchange {old[0]} with status COMPLETED: a retry returns the exchange as "
+                     "it stands",
+            actual=first_line(retry) if isinstance(retry, BaseException) else f"{retry}",
+            evidence=kit.provider.history(16),
+            fix="on a retry, read the exchange's row by the exchange id stored with the key: a "
+                "response stored by the call itself is not what reconcile() settles"
+            if getattr(retry, "status", None) == "PENDING" else None,
+            lesson=(READ["reconcile"], READ["idempotency"]))
     _assert_consistent(kit, source, target, "after reconciling filled orders")
 
 

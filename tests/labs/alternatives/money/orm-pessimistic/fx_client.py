@@ -12,6 +12,7 @@ each answer into what the caller can act on:
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -74,6 +75,8 @@ class FxClient:
             raise ProviderError(f"{method} {path}: {error.reason}") from error
         except OSError as error:  # reset, refused, broken pipe, RemoteDisconnected
             raise ProviderError(f"{method} {path}: {error}") from error
+        except http.client.HTTPException as error:  # a body cut short (IncompleteRead)
+            raise ProviderError(f"{method} {path}: {type(error).__name__}: {error}") from error
         if status >= 500:
             raise ProviderError(f"{method} {path}: the provider answered {status}")
         try:
