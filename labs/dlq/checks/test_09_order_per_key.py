@@ -368,6 +368,51 @@ def test_a_replayed_duplicate_still_leaves_the_park(lab, ledger_db, clock):
             evidence=order_table(events, ids, names), lesson=SEE)
 
 
+def test_a_key_read_outside_its_partition_comes_back(lab, ledger_db, clock):
+    """acc-42's producer placed its records in another partition than murmur2 gives the key,
+    after other records; replay sends them to the key's partition, at lower offsets."""
+    from dojo.checks.partitioning import partition_for
+
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    home = partition_for(KEY.encode(), topics.partitions)
+    placed = (home + 1) % topics.partitions
+    head = with_label(healthy(KEY, 10_000, partition=placed), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal", partition=placed)
+    fillers = [healthy(f"acc-{n}", 300 + n, partition=placed) for n in range(1, 6)]
+    inputs = lab.produce(topics.source, [*fillers, head, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    report, sent = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
+    fixed = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    late = lab.produce(topics.source, [healthy(KEY, 1_733)])
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs + late, fixed, read=SEE)
+    events = [head, follower, late[0].item]
+    names = [f"deposit 100.00 (read at p{placed}@{inputs[-2].offset}, declined)",
+             f"withdrawal 80.00 (read at p{placed}@{inputs[-1].offset})",
+             "deposit 17.33 (after the replay)"]
+    ids = key_order(ledger_db, events)
+    firsts = [v[0] if len(v) == 1 else None for v in ids.values()]
+    if None in firsts or firsts != sorted(f for f in firsts if f is not None):
+        copies = [f"p{p.acked_partition}@{p.acked_offset}" for p in sent.to(topics.source)
+                  if p.acked_offset is not None]
+        raise CheckFailure(
+            f"{KEY}'s records were read from p{placed}, where their producer had placed them "
+            f"(offsets {inputs[-2].offset} and {inputs[-1].offset}); replay sent them to the "
+            f"key's own partition p{home}, at {', '.join(copies) or 'offsets unknown'}. The "
+            "key never left the park: an offset is a position in one partition, and one of "
+            f"p{home} is not later or earlier than one of p{placed}. Guard the parked state "
+            "with the offset per partition.",
+            expected="the deposit, the withdrawal, then the later deposit booked once each",
+            actual=f"replay reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}",
+            evidence=order_table(events, ids, names), lesson=SEE)
+
+
 def test_a_head_whose_dead_letter_write_failed_keeps_its_own_failure(lab, ledger_db, clock):
     """The DLT broker is unreachable while acc-42's declined deposit is dead-lettered; the
     consumer stops with it unfinished. The next life writes it with its own exception."""
