@@ -23,12 +23,14 @@ CREATE TABLE processed_events (
 --   waiting           how many of the key's messages are in the DLT, not yet replayed
 --   head_fingerprint  sha256 of the value that must come back first (NULL: the next replayed
 --                     message of the key is the head)
---   last_offset       the source offset that last changed the row, so that a redelivery
---                     after a crash does not count the same message twice
+--   last_offsets      per source partition, the offset that last changed the row, so that
+--                     a redelivery after a crash does not count the same message twice
+--                     ({"0": 17, "2": 30}: a replayed copy goes to its key's partition,
+--                     which need not be where the original was read)
 CREATE TABLE parked_keys (
     key              bytea       PRIMARY KEY,
     waiting          integer     NOT NULL CHECK (waiting >= 0),
     head_fingerprint text,
-    last_offset      bigint      NOT NULL,
+    last_offsets     jsonb       NOT NULL,
     parked_at        timestamptz NOT NULL DEFAULT clock_timestamp()
 );

@@ -647,7 +647,7 @@ class Crafted:
     """A record the check put in the DLT, as the README's consumer would have written it."""
 
     item: Item
-    exception: str  # simple class name
+    exception: str  # simple class name, or module.Name for a class outside payments
     replays: int | None  # x-replay-count on the DLT record (None: never replayed)
     partition: int  # in the DLT (and the source: the same number)
     offset: int  # in the DLT
@@ -659,15 +659,16 @@ def spring_headers(source: str, partition: int, offset: int, exception: str,
                    replays: int | None, group: str = "payments-consumer-group") -> list:
     import struct
 
-    module = "payments"
+    # "sqlalchemy.exc.OperationalError": a class of another, nested module
+    fqcn = exception if "." in exception else f"payments.{exception}"
     headers = [("kafka_dlt-original-topic", source.encode()),
                ("kafka_dlt-original-partition", struct.pack(">i", partition)),
                ("kafka_dlt-original-offset", struct.pack(">q", offset)),
                ("kafka_dlt-original-timestamp", struct.pack(">q", int(time.time() * 1000))),
                ("kafka_dlt-original-timestamp-type", b"CreateTime"),
                ("kafka_dlt-original-consumer-group", group.encode()),
-               ("kafka_dlt-exception-fqcn", f"{module}.{exception}".encode()),
-               ("kafka_dlt-exception-cause-fqcn", f"{module}.{exception}".encode()),
+               ("kafka_dlt-exception-fqcn", fqcn.encode()),
+               ("kafka_dlt-exception-cause-fqcn", fqcn.encode()),
                ("kafka_dlt-exception-message", f"{exception} (written by the check)".encode()),
                ("x-dlt-attempts", b"1"),
                ("x-dlt-first-failure-at", b"2025-01-16T11:33:00.752Z"),

@@ -115,7 +115,9 @@ class ScriptedDownstream:
     """A gateway that answers from a script: `scripts[event_id]` lists the outcomes of that
     event's successive authorize() calls ("timeout", "unavailable", "declined", "ok"); past
     the list (or without one) it answers ok. `down_while(clock)` True makes every call fail
-    with DownstreamUnavailable, ping() included: an outage for everyone.
+    with DownstreamUnavailable, ping() included: an outage for everyone; with
+    `down_as="timeout"` authorize() times out instead (a load balancer that accepts and hangs)
+    while ping() still fails.
     """
 
     def __init__(self, payments: Any, clock: Any,
@@ -123,8 +125,10 @@ class ScriptedDownstream:
                  *, down_while: Callable[[], bool] | None = None,
                  on_call: Callable[[Call], None] | None = None,
                  latency: float = 0.0,
-                 override: Callable[[str | None], str | None] | None = None) -> None:
+                 override: Callable[[str | None], str | None] | None = None,
+                 down_as: str = "unavailable") -> None:
         self.payments = payments
+        self.down_as = down_as
         self.clock = clock
         self.scripts = {k: list(v) for k, v in (scripts or {}).items()}
         self.down_while = down_while or (lambda: False)
@@ -168,6 +172,8 @@ class ScriptedDownstream:
         now = self.clock.monotonic()
         if self.down_while():
             self._record(Call("authorize", event_id, now, "down"))
+            if self.down_as == "timeout":
+                raise self.payments.DownstreamTimeout(self.message("timeout", event_id))
             raise self.payments.DownstreamUnavailable(
                 "gateway answered 503: service unavailable") from ConnectionRefusedError(
                     111, "connection refused by gateway-7f9c:8443")

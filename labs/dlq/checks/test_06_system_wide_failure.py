@@ -59,7 +59,7 @@ class Outage:
                 self.on_start()
 
 
-def outage_run(lab, engine, clock, *, open_seconds=OPEN):
+def outage_run(lab, engine, clock, *, open_seconds=OPEN, down_as="unavailable"):
     topics = lab.topics()
     settings = lab.settings(topics, open_seconds=open_seconds,
                             max_poll_interval_ms=POLL_INTERVAL_MS)
@@ -71,7 +71,8 @@ def outage_run(lab, engine, clock, *, open_seconds=OPEN):
 
     outage = Outage(clock, 5, second_wave)
     downstream = ScriptedDownstream(lab.payments, clock, down_while=outage.down,
-                                    on_call=outage.on_call, override=outage.flaky)
+                                    on_call=outage.on_call, override=outage.flaky,
+                                    down_as=down_as)
     audit = CommitAudit(lab, engine, topics, clock)
     lags = []
 
@@ -86,8 +87,10 @@ def outage_run(lab, engine, clock, *, open_seconds=OPEN):
 
 
 def test_outage_is_not_dead_lettered(lab, ledger_db, clock):
-    topics, settings, inputs, downstream, outage, run, lags, _ = outage_run(lab, ledger_db,
-                                                                            clock)
+    # This outage shows as timeouts (a load balancer that accepts and hangs), the probing
+    # check's as 503s: ping() decides, not the class of the last failure.
+    topics, settings, inputs, downstream, outage, run, lags, _ = outage_run(
+        lab, ledger_db, clock, down_as="timeout")
     dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     flaked = next((i for i in inputs if i.item.event_id == outage.flaked), None)
     writes = run.producer.to(topics.dead_letter)
@@ -113,7 +116,9 @@ def test_outage_is_not_dead_lettered(lab, ledger_db, clock):
                      + timeline(run, downstream, inputs, limit=10), lesson=SEE)
     if dlt:
         raise CheckFailure(
-            "The gateway was down for everyone for 12 s (authorize() and ping() both failed). "
+            "The gateway was down for everyone for 12 s: every authorize() timed out and "
+            "ping() failed too (whatever the last failure was, a 503 or a timeout, a failing "
+            "ping() is what says the gateway is down for everyone). "
             "That is not a problem of any one message: dead-lettering them fills the DLT with "
             "healthy payments and forces a bulk replay. Open the circuit and pause instead; the "
             "topic is the buffer.",
@@ -191,3 +196,34 @@ def test_open_circuit_pauses_and_probes_gently(lab, ledger_db, clock):
                      table(calls, ("when", "call", "outcome"), limit=12)
                      + ("\ncommits ahead of the ledger and the DLT:\n" + audit.table()
                         if audit.violations else ""), lesson=SEE)
+
+
+def test_a_stop_while_the_circuit_is_open_dead_letters_nothing(lab, ledger_db, clock):
+    """A rolling deploy during an outage stops the consumer while it holds a record."""
+    topics = lab.topics()
+    settings = lab.settings(topics, open_seconds=OPEN, max_poll_interval_ms=POLL_INTERVAL_MS)
+    inputs = lab.produce(topics.source, [healthy("acc-7", 317), healthy("acc-8", 523),
+                                         healthy("acc-9", 641)])
+    downstream = ScriptedDownstream(lab.payments, clock, down_while=lambda: True)
+    audit = CommitAudit(lab, ledger_db, topics, clock)
+
+    def probed_twice():  # the circuit is open: one probe after the ping that opened it
+        return sum(c.what == "ping" for c in downstream.calls) >= 2
+
+    run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6,
+                  producer=audit.producer, before_commit=audit, stop_when=probed_twice)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    if dlt or audit.violations:
+        raise CheckFailure(
+            "The consumer was stopped (a deploy, a scale-down) while the gateway was down for "
+            "everyone and it held a record with its circuit open. That record is unfinished: "
+            "it stays uncommitted and out of the DLT, and the next consumer life takes it up "
+            "again. Dead-lettering it on the way out sends a healthy payment to the DLT.",
+            expected="nothing in the DLT, nothing committed",
+            actual=f"{len(dlt)} record(s) in the DLT, "
+                   f"{len(audit.violations)} commit(s) of unbooked records",
+            evidence=("DLT:\n" + dlt_table(dlt, inputs) + "\n" if dlt else "")
+                     + ("commits ahead of the ledger:\n" + audit.table() + "\n"
+                        if audit.violations else "")
+                     + "what happened:\n" + timeline(run, downstream, inputs, limit=12),
+            lesson=SEE)

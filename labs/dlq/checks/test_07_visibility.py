@@ -258,17 +258,34 @@ def test_alert_fires_on_any_dead_letter(lab):
               (0, None, {"InvalidEvent": 0, "PaymentDeclined": 0}), None),
              ("2 new InvalidEvent dead letters", (0, None, {"InvalidEvent": 2}),
               "InvalidEvent"),
+             # a difference of two counts(): the types that had no new write read 0
+             ("3 new PaymentDeclined, 0 KeyParked, 0 UndecodableEvent",
+              (0, None, {"KeyParked": 0, "PaymentDeclined": 3, "UndecodableEvent": 0}),
+              "PaymentDeclined"),
              ("13 waiting, the oldest for 41.6 s, no new writes", (13, 41.6, {}), "13"),
              ("13 waiting, the oldest for 90 min", (13, 5400.0, {}), "13")]
-    rows, wrong = [], []
+    rows, wrong, phantom = [], [], []
     for situation, args, want in cases:
         got = call(metrics_module.alert_reason, *args)
         ok = got is None if want is None else \
             (isinstance(got, str) and re.search(rf"\b{want}\b", got) is not None)
+        zero = [name for name, n in args[2].items() if n == 0]
+        named = [name for name in zero
+                 if isinstance(got, str) and re.search(rf"\b{name}\b", got)]
         rows.append((situation, "None" if want is None else f"a page naming {want}",
-                     repr(got), "" if ok else "WRONG"))
+                     repr(got), "" if ok and not named else "WRONG"))
         if not ok:
             wrong.append(situation)
+        elif named:
+            phantom.append(f"{situation}: names {', '.join(named)}")
+    if phantom and not wrong:
+        raise CheckFailure(
+            "The page names exception types that had no new dead letter: in "
+            "new_writes_by_type a count of 0 means none was written since the last look. "
+            "Whoever is paged goes looking for dead letters that do not exist.",
+            expected="a page naming only the types with a count above 0",
+            actual="; ".join(phantom),
+            evidence=table(rows, ("situation", "expected", "alert_reason()", "")), lesson=SEE)
     if wrong:
         raise CheckFailure(
             "This is a money flow: one dead letter is already an incident. alert_reason() "

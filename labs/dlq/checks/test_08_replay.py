@@ -213,40 +213,60 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
         ("acc-3", "DownstreamUnavailable", start_ms, "at failed_after exactly"),
         ("acc-4", "InvalidEvent", start_ms + 1_000, "inside the window"),
         ("acc-5", "DownstreamUnavailable", start_ms + 1_000, "inside the window"),
+        # a class of a nested module: its name is what follows the last dot
+        ("acc-8", "sqlalchemy.exc.OperationalError", start_ms + 1_125, "inside the window"),
         ("acc-6", "DownstreamUnavailable", start_ms + 2_000, "at failed_before exactly"),
         ("acc-7", "DownstreamUnavailable", start_ms + 3_000, "after the window")]
+    wanted_types = {"DownstreamUnavailable", "OperationalError"}
     dead = craft_dead_letters(lab, topics, [(healthy(k, 101 + n), e, None)
                                             for n, (k, e, _, _) in enumerate(specs)],
                               timestamps=[t for _, _, t, _ in specs])
+    # An empty collection of types wants none of them (None is the one that means all): a
+    # job whose type list came out empty must replay nothing.
+    report = replay(lab, topics, lab.kafka.group_id("dlt-replayer-none"), clock,
+                    exception_types=[])
+    sent = lab.read(topics.source, topics.partitions, fence=True)
+    if sent:
+        raise CheckFailure(
+            "replay(exception_types=[]) re-published records: an empty list of types wants "
+            "no class name, so every record is outside the filter (None, not an empty list, "
+            "means no type filter).",
+            expected="nothing re-published, every record skipped",
+            actual=f"{len(sent)} of {len(dead)} re-published; report {report!r}",
+            evidence=table([(r.key_text, r.partition, r.offset) for r in sent],
+                           ("key", "partition", "offset")), lesson=SEE)
     since, until = start_ms / 1000, (start_ms + 2_000) / 1000
     report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock,
-                    exception_types={"DownstreamUnavailable"}, failed_after=since,
-                    failed_before=until)
+                    exception_types=wanted_types, failed_after=since, failed_before=until)
     back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
     for c, (_, _, _, when) in zip(dead, specs, strict=True):
-        want = c.exception == "DownstreamUnavailable" and since <= c.timestamp_ms / 1000 < until
+        name = c.exception.rsplit(".", 1)[-1]
+        want = name in wanted_types and since <= c.timestamp_ms / 1000 < until
         got = c.item.value in back
         rows.append(((c.item.key or b"").decode(), c.exception, when,
                      "yes" if want else "no", "yes" if got else "no"))
         if want != got:
-            wrong.append(when)
+            wrong.append(when if "." not in c.exception else f"{c.exception} {when}")
     if wrong:
         edge = [w for w in wrong if "exactly" in w]
+        nested = [w for w in wrong if "." in w.split(" ")[0]]
         raise CheckFailure(
             "After a fix for one cause (the gateway outage of a given minute, say), only the "
             "records of that cause and that time are replayed: filter on the exception class "
-            "name (kafka_dlt-exception-fqcn without its module) and on when the record was "
-            "dead-lettered (its DLT timestamp in ms / 1000), in the half-open window "
-            "failed_after ≤ t < failed_before, so adjacent windows [t0, t1), [t1, t2) replay "
-            "each record once.",
-            expected="only the DownstreamUnavailable records from failed_after (included) to "
-                     "failed_before (excluded) replayed",
+            "name (kafka_dlt-exception-fqcn after its last dot: sqlalchemy.exc.OperationalError "
+            "is OperationalError) and on when the record was dead-lettered (its DLT timestamp "
+            "in ms / 1000), in the half-open window failed_after ≤ t < failed_before, so "
+            "adjacent windows [t0, t1), [t1, t2) replay each record once.",
+            expected="only the DownstreamUnavailable and OperationalError records from "
+                     "failed_after (included) to failed_before (excluded) replayed",
             actual=f"{len(wrong)} records on the wrong side"
                    + (f", on the window's edge: {', '.join(edge)}" if edge else "")
+                   + (f", of a nested module: {', '.join(nested)}" if nested else "")
                    + f"; report {report!r}",
-            evidence=f"failed_after={since!r}, failed_before={until!r}\n" + table(
-                rows, ("key", "exception", "dead-lettered", "replay?", "replayed")),
+            evidence=f"exception_types={sorted(wanted_types)!r}, failed_after={since!r}, "
+                     f"failed_before={until!r}\n" + table(
+                         rows, ("key", "exception", "dead-lettered", "replay?", "replayed")),
             lesson=SEE)
 
 

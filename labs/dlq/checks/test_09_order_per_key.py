@@ -5,6 +5,10 @@ key's later record overtake one that stays behind."""
 
 from __future__ import annotations
 
+import tempfile
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +23,7 @@ from _support import (
 )
 from _tools import ScriptedDownstream, healthy, invalid, with_label
 
-from dojo.checks import CheckFailure, call, table
+from dojo.checks import CheckFailure, NotWritten, call, table
 from dojo.checks.observers import ProducerTap
 
 pytestmark = pytest.mark.stage("order-per-key")
@@ -40,23 +44,24 @@ def replay_all(lab, topics, group, clock, **options):
     return report, sent
 
 
-def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2, scripts=None):
+def park_a_key(lab, engine, clock, *, audit=None, extra=(), followers=2, scripts=None,
+               metrics=None, before=()):
     """acc-42's first deposit is declined; one or two more acc-42 payments and other keys
-    follow (and `extra` items at the end)."""
+    follow (`before` items first, `extra` items at the end)."""
     topics = lab.topics()
     settings = lab.settings(topics)
     head = with_label(healthy(KEY, 10_000), "declined")
     behind = [healthy(KEY, 8_000, kind="withdrawal"), healthy(KEY, 500)][:followers]
     others = [healthy(f"acc-{n}", 100 + n) for n in range(1, 7)]
-    items = [others[0], head, others[1], behind[0], others[2], others[3], *behind[1:],
-             others[4], others[5], *extra]
+    items = [*before, others[0], head, others[1], behind[0], others[2], others[3],
+             *behind[1:], others[4], others[5], *extra]
     followers = behind
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock,
                                     {head.event_id: ["declined"] * 9, **(scripts or {})})
     kwargs = {"producer": audit(topics).producer, "before_commit": audit(topics)} \
         if audit else {}
-    run = lab.run(engine, topics, settings, downstream, clock, **kwargs)
+    run = lab.run(engine, topics, settings, downstream, clock, metrics=metrics, **kwargs)
     require_done(run, inputs, downstream, read=SEE)
     return topics, settings, inputs, head, followers, others
 
@@ -93,8 +98,9 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             audits["one"] = CommitAudit(lab, ledger_db, topics, clock)
         return audits["one"]
 
+    metrics = call(lab.module("metrics").DeadLetterMetrics)
     topics, _, inputs, head, followers, others = park_a_key(
-        lab, ledger_db, clock, audit=audit,
+        lab, ledger_db, clock, audit=audit, metrics=metrics,
         extra=(poison_head, poison_follower, stuck_head, stuck_follower),
         scripts={stuck_head.event_id: ["timeout", "unavailable"] * 10})
     dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
@@ -177,6 +183,21 @@ def test_later_messages_of_a_parked_key_wait_in_the_dead_letter_topic(lab, ledge
             expected="KeyParked on every record parked behind its key",
             actual=f"{len(not_parked_kind)} without it: {', '.join(not_parked_kind)}",
             evidence=table(rows, ("message", "at", "in DLT", "booked")), lesson=SEE)
+    in_dlt = Counter((r.text("kafka_dlt-exception-fqcn") or "?").rsplit(".", 1)[-1]
+                     for r in dlt)
+    counted = Counter({str(k).rsplit(".", 1)[-1]: n for k, n in call(metrics.counts).items()})
+    if +counted != +in_dlt:
+        raise CheckFailure(
+            "The dead-letter counter does not agree with the DLT. A record parked behind its "
+            "key is a dead-letter write like any other: count it under its class name "
+            "(KeyParked) once the DLT acknowledged it. The alert and the dashboards read the "
+            "counter, and a parked key is what someone must look at.",
+            expected=str(dict(sorted(in_dlt.items()))),
+            actual=f"counts() == {dict(sorted(counted.items()))}",
+            evidence=table([(k, in_dlt.get(k, 0), counted.get(k, 0))
+                            for k in sorted(set(in_dlt) | set(counted))],
+                           ("exception type", "in the DLT", "counted")),
+            lesson=READ["visibility"])
     violations = audits["one"].violations
     if violations:
         raise CheckFailure(
@@ -311,6 +332,182 @@ def test_a_redelivered_replayed_head_is_counted_once(lab, ledger_db, clock):
             expected=f"the new payment of {KEY} parked behind the follower, neither booked",
             actual="booked: " + ", ".join("the new payment" if e is late[0].item
                                           else "a follower" for e in early),
+            lesson=SEE)
+
+
+def test_a_replayed_duplicate_still_leaves_the_park(lab, ledger_db, clock):
+    """A producer retry sends acc-42's first payment again, after the key was parked: the copy
+    is parked behind the head, and on replay it is a duplicate (apply_once returns False) that
+    must still count as one fewer waiting, as a head booked just before a crash must."""
+    first = healthy(KEY, 1_357)
+    topics, settings, inputs, head, followers, _ = park_a_key(
+        lab, ledger_db, clock, followers=1, before=(first,), extra=(first,))
+    report, _ = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
+    fixed = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    late = lab.produce(topics.source, [healthy(KEY, 2_531)])
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs + late, fixed, read=SEE)
+    events = [first, head, followers[0], late[0].item]
+    names = ["deposit 13.57 (booked before the decline; its copy parked)",
+             "deposit 100.00 (was declined)", "withdrawal 80.00",
+             "deposit 25.31 (after the replay)"]
+    ids = key_order(ledger_db, events)
+    if any(len(v) != 1 for v in ids.values()):
+        raise CheckFailure(
+            f"{KEY}'s first payment was booked, then a copy of it (a producer retry) arrived "
+            "after the key was parked and waited in the DLT behind the head. On replay that "
+            "copy is a duplicate: apply_once books nothing, yet the record has left the DLT, "
+            "so it is one fewer waiting all the same (as is a head booked just before a crash "
+            "and delivered again). Counted only when something was booked now, the key never "
+            "comes free.",
+            expected="every payment of the key booked once, the one after the replay too",
+            actual=f"replay reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}",
+            evidence=order_table(events, ids, names), lesson=SEE)
+
+
+def test_a_key_read_outside_its_partition_comes_back(lab, ledger_db, clock):
+    """acc-42's producer placed its records in another partition than murmur2 gives the key,
+    after other records; replay sends them to the key's partition, at lower offsets."""
+    from dojo.checks.partitioning import partition_for
+
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    home = partition_for(KEY.encode(), topics.partitions)
+    placed = (home + 1) % topics.partitions
+    head = with_label(healthy(KEY, 10_000, partition=placed), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal", partition=placed)
+    fillers = [healthy(f"acc-{n}", 300 + n, partition=placed) for n in range(1, 6)]
+    inputs = lab.produce(topics.source, [*fillers, head, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    report, sent = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
+    fixed = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    late = lab.produce(topics.source, [healthy(KEY, 1_733)])
+    run = lab.run(ledger_db, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs + late, fixed, read=SEE)
+    events = [head, follower, late[0].item]
+    names = [f"deposit 100.00 (read at p{placed}@{inputs[-2].offset}, declined)",
+             f"withdrawal 80.00 (read at p{placed}@{inputs[-1].offset})",
+             "deposit 17.33 (after the replay)"]
+    ids = key_order(ledger_db, events)
+    firsts = [v[0] if len(v) == 1 else None for v in ids.values()]
+    if None in firsts or firsts != sorted(f for f in firsts if f is not None):
+        copies = [f"p{p.acked_partition}@{p.acked_offset}" for p in sent.to(topics.source)
+                  if p.acked_offset is not None]
+        raise CheckFailure(
+            f"{KEY}'s records were read from p{placed}, where their producer had placed them "
+            f"(offsets {inputs[-2].offset} and {inputs[-1].offset}); replay sent them to the "
+            f"key's own partition p{home}, at {', '.join(copies) or 'offsets unknown'}. The "
+            "key never left the park: an offset is a position in one partition, and one of "
+            f"p{home} is not later or earlier than one of p{placed}. Guard the parked state "
+            "with the offset per partition.",
+            expected="the deposit, the withdrawal, then the later deposit booked once each",
+            actual=f"replay reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}",
+            evidence=order_table(events, ids, names), lesson=SEE)
+
+
+def test_a_head_whose_dead_letter_write_failed_keeps_its_own_failure(lab, ledger_db, clock):
+    """The DLT broker is unreachable while acc-42's declined deposit is dead-lettered; the
+    consumer stops with it unfinished. The next life writes it with its own exception."""
+    from confluent_kafka import Producer
+
+    from dojo.checks.faults import unreachable_bootstrap
+
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    inputs = lab.produce(topics.source, [head, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    broken = Producer(lab.producer_config(**{"bootstrap.servers": unreachable_bootstrap(),
+                                             "message.timeout.ms": 300, "log_level": 0}))
+    lab.run_until_stopped(ledger_db, topics, settings, downstream, clock, producer=broken,
+                          timeout=1.1)
+    broken.purge()
+    run = lab.run(ledger_db, topics, settings, downstream, clock)  # the DLT is back
+    require_done(run, inputs, downstream, read=SEE)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    rows = [(name, i.describe(), r.text("kafka_dlt-exception-fqcn"), r.text("x-dlt-attempts"))
+            for name, n, i in (("head (declined)", 0, inputs[0]), ("follower", 1, inputs[1]))
+            for r in found.get(n, [])]
+    heads = [r.text("kafka_dlt-exception-fqcn") or "" for r in found.get(0, [])]
+    if not heads or any(not h.endswith(".PaymentDeclined") for h in heads):
+        raise CheckFailure(
+            f"{KEY}'s declined deposit could not be written to the DLT (its broker was "
+            "unreachable) and the consumer stopped with it unfinished. The next life "
+            "dead-lettered it " + (f"as {', '.join(sorted(set(heads)))}" if heads else
+                                   "not at all")
+            + ": the key had been parked before the DLT acknowledged the head, and its "
+            "redelivery was taken for a record parked behind its own key. Its cause "
+            "(PaymentDeclined, attempts 1) is gone, and a replay filtered by that type "
+            "never finds it. Park the key after the DLT acknowledged the head (and before "
+            "the commit), or recognise the head when it comes again.",
+            expected=f"{KEY}'s deposit in the DLT as payments.PaymentDeclined, the withdrawal "
+                     "behind it as KeyParked",
+            actual="the deposit " + (f"as {', '.join(heads)}" if heads else "not in the DLT"),
+            evidence=table(rows, ("message", "input", "kafka_dlt-exception-fqcn",
+                                  "x-dlt-attempts")), lesson=SEE)
+
+
+CHECKS_DIR = Path(__file__).resolve().parent
+
+
+def test_a_key_parked_by_another_process_comes_back(lab, ledger_database, clock):
+    """The key is parked by one consumer process and its replayed head handled by another (a
+    restart, a rebalance): what identifies the head must mean the same in every process."""
+    from dojo.checks.faults import run_in_subprocess
+
+    engine = ledger_database.engine
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    inputs = lab.produce(topics.source, [head, follower])
+    with tempfile.TemporaryDirectory(prefix="dojo-dlq-park-") as tmp:
+        spec = {"db_url": ledger_database.url,
+                "consumer_base": lab.kafka.consumer_config(settings.group_id),
+                "producer_base": lab.kafka.producer_config(),
+                "partitions": topics.partitions, "settings": {**asdict(settings)},
+                "scripts": {head.event_id: ["declined"] * 9},
+                "ends": lab.ends[topics.source], "kill": {"mode": "none"},
+                "log": str(Path(tmp) / "life.jsonl"), "timeout": 20.0, "life_seconds": 40.0}
+        result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", [spec],
+                                   path=[lab.learner.dir, CHECKS_DIR], timeout=90)
+    outcome = (result.value or [{}])[0]
+    if outcome.get("stub"):
+        raise NotWritten(*outcome["stub"])
+    report, _ = replay_all(lab, topics, lab.kafka.group_id("dlt-replayer"), clock)
+    fixed = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(engine, topics, settings, fixed, clock, timeout=15)
+    require_done(run, inputs, fixed, read=SEE)
+    events = [head, follower]
+    ids = key_order(engine, events)
+    if any(len(v) != 1 for v in ids.values()):
+        dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+        raise CheckFailure(
+            f"{KEY} was parked by a consumer in one process; after the fix and a replay, a "
+            "consumer in another process did not take the replayed head for the head, so "
+            f"nothing of {KEY} came back. What the parked-keys table keeps to recognise the "
+            "head must be the same in every process: a digest of the value's bytes "
+            "(hashlib), or its source position, not Python's hash(), which each process "
+            "seeds anew (PYTHONHASHSEED).",
+            expected="the deposit, then the withdrawal, booked once each",
+            actual=f"replay reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}",
+            evidence="DLT:\n" + table([(f"p{r.partition}@{r.offset}",
+                                        r.text("kafka_dlt-exception-fqcn"),
+                                        r.text("x-replay-count") or "")
+                                       for r in dlt], ("record", "exception", "replay count"))
+                     + "\nlife in the other process: "
+                     + ((outcome.get("error") or "").strip()[-400:] or "ended cleanly"),
             lesson=SEE)
 
 

@@ -35,7 +35,7 @@ def replay(consumer_config: dict[str, Any], producer: Any, *, dead_letter_topic:
             group.id to `group_id`.
         producer: a confluent-kafka Producer for the re-published and parked records.
         exception_types: replay only records whose kafka_dlt-exception-fqcn class name is in
-            it (None: all).
+            it (None: all; an empty collection: none, every record is skipped).
         failed_after, failed_before: replay only records whose DLT timestamp (seconds since
             the epoch) is in [failed_after, failed_before).
         clock: for the rate limit (clock.sleep).

@@ -280,29 +280,37 @@ class PaymentConsumer:
         _, head = parked
         return self.is_replay(msg) and (head is None or head == fingerprint(msg.value()))
 
+    # Offsets are compared per partition: a replayed copy lands in its key's partition, which
+    # need not be where the key's earlier records were read (an original placed explicitly).
     def note_parked(self, msg: Any, *, waiting_delta: int, head: str | None = None) -> None:
         with self.engine.begin() as conn:
             conn.execute(text(
-                "INSERT INTO parked_keys (key, waiting, head_fingerprint, last_offset) "
-                "VALUES (:key, :delta, :head, :offset) "
+                "INSERT INTO parked_keys (key, waiting, head_fingerprint, last_offsets) "
+                f"VALUES (:key, :delta, :head, {_AT}) "
                 "ON CONFLICT (key) DO UPDATE SET "
                 "waiting = parked_keys.waiting + :delta, "
                 "head_fingerprint = COALESCE(:head, parked_keys.head_fingerprint), "
-                "last_offset = :offset "
-                "WHERE parked_keys.last_offset < :offset"),  # a redelivery counts once
+                f"last_offsets = parked_keys.last_offsets || {_AT} "
+                f"WHERE {_LAST.format(table='parked_keys.')} < :offset"),  # counts once
                 {"key": msg.key(), "delta": waiting_delta, "head": head,
-                 "offset": msg.offset()})
+                 "partition": str(msg.partition()), "offset": msg.offset()})
 
     def note_left_the_park(self, msg: Any) -> None:
-        """A replayed message of a parked key was booked: one fewer waits; the next replayed
-        message is the new head; the key is free once none waits."""
+        """A replayed message of a parked key was booked (or found booked): one fewer waits;
+        the next replayed message is the new head; the key is free once none waits."""
         with self.engine.begin() as conn:
             conn.execute(text(
                 "UPDATE parked_keys SET waiting = waiting - 1, head_fingerprint = NULL, "
-                "last_offset = :offset WHERE key = :key AND last_offset < :offset"),
-                {"key": msg.key(), "offset": msg.offset()})
+                f"last_offsets = last_offsets || {_AT} "
+                f"WHERE key = :key AND {_LAST.format(table='')} < :offset"),
+                {"key": msg.key(), "partition": str(msg.partition()), "offset": msg.offset()})
             conn.execute(text("DELETE FROM parked_keys WHERE key = :key AND waiting <= 0"),
                          {"key": msg.key()})
+
+
+# the record's position, and the last one that changed the key's row, in its partition
+_AT = "jsonb_build_object(CAST(:partition AS text), CAST(:offset AS bigint))"
+_LAST = "COALESCE(({table}last_offsets ->> CAST(:partition AS text))::bigint, -1)"
 
 
 def run(consumer: Any, producer: Any, engine: Engine, downstream: Downstream,
