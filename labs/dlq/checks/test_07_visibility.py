@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pytest
 from _support import (
@@ -207,6 +208,7 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
     for future in futures.values():
         future.result(timeout=15)
     del admin
+    _wait_for_low_watermark(config, topics.dead_letter, 1, gone[-1].offset + 1)
     group = lab.kafka.group_id("dlt-fresh")
     now = time.time()
     depth = call(metrics_module.dead_letter_depth, config, topics.dead_letter, group)
@@ -249,6 +251,32 @@ def test_depth_and_age_start_at_the_low_watermark(lab):
             fix="start each partition at max(committed offset, low watermark), not at the "
                 "committed offset alone" if behind_depth == 3 else None,
             lesson=SEE)
+
+
+def _wait_for_low_watermark(config: dict[str, Any], topic: str, partition: int,
+                            low: int) -> None:
+    """Until the broker itself reports the new low watermark: right after DeleteRecords an
+    Apache broker can answer a first request with NOT_LEADER_FOR_PARTITION (retriable), and
+    that is the broker settling, not the learner's code."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    probe = Consumer({**config, "group.id": f"dojo-probe-{time.monotonic_ns()}",
+                      "enable.auto.commit": False})
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                first, _end = probe.get_watermark_offsets(TopicPartition(topic, partition),
+                                                          timeout=5)
+                if first >= low:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                return  # the learner's code sees what the broker says, as it would anyway
+            time.sleep(0.1)
+    finally:
+        probe.close()
 
 
 def test_alert_fires_on_any_dead_letter(lab):
