@@ -151,6 +151,10 @@ class ScriptedDownstream:
             "declined-long": f"gateway declined {event_id}: {LONG_REASON}",
             "bug": "'risk_score'",
             "bug2": "'NoneType' object is not subscriptable",
+            "garbled": "Expecting value: line 1 column 1 (char 0)",
+            "bad-utf8": "'utf-8' codec can't decode byte 0xe9 in position 15: invalid "
+                        "continuation byte",
+            "bad-value": "invalid literal for int() with base 10: '12.5 '",
         }.get(outcome, "")
 
     def _error(self, outcome: str, event_id: str | None) -> BaseException | None:
@@ -160,7 +164,14 @@ class ScriptedDownstream:
             "timeout": p.DownstreamTimeout, "declined": p.PaymentDeclined,
             "declined-long": p.PaymentDeclined,
             "bug": lambda _: KeyError("risk_score"),  # a bug in the gateway client
-            "bug2": TypeError}
+            "bug2": TypeError,
+            # a garbled gateway response (a proxy's HTML page during a deploy): ValueErrors
+            # of the client's parsing, not a verdict on the payment
+            "garbled": lambda _: json.JSONDecodeError("Expecting value",
+                                                      "<html>502 Bad Gateway</html>", 0),
+            "bad-utf8": lambda _: UnicodeDecodeError("utf-8", b'{"status": "caf\xe9"}', 15,
+                                                     16, "invalid continuation byte"),
+            "bad-value": ValueError}
         return kinds[outcome](text) if outcome in kinds else None
 
     def authorize(self, event: Any) -> None:

@@ -284,10 +284,13 @@ def _spread(values):
 def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
     topics = lab.topics()
     settings = lab.settings(topics)
-    buggy = [healthy(f"acc-{n}", 211 * n + 3, label="transient") for n in range(1, 4)]
+    buggy = [healthy(f"acc-{n}", 211 * n + 3, label="transient") for n in range(1, 6)]
+    # a KeyError, a TypeError, and ValueErrors of a garbled response (JSON, UTF-8, a number)
     scripts = {buggy[0].event_id: ["bug", "timeout"], buggy[1].event_id: ["bug2"],
-               buggy[2].event_id: ["bug", "bug2", "unavailable"]}
-    items = [buggy[0], healthy("acc-7"), buggy[1], buggy[2], healthy("acc-8")]
+               buggy[2].event_id: ["bug", "bug2", "unavailable"],
+               buggy[3].event_id: ["garbled", "bad-utf8"], buggy[4].event_id: ["bad-value"]}
+    items = [buggy[0], healthy("acc-7"), buggy[1], buggy[2], buggy[3], healthy("acc-8"),
+             buggy[4]]
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock, scripts)
     run = lab.run(ledger_db, topics, settings, downstream, clock)
@@ -311,7 +314,8 @@ def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
                         for r in dead})
         raise CheckFailure(
             "authorize() raised an exception that is neither a TransientError nor a "
-            "PermanentError (a KeyError, a TypeError: a bug in the gateway's client). It says "
+            "PermanentError (a KeyError, a TypeError: a bug in the gateway's client; a "
+            "ValueError, a JSONDecodeError, a UnicodeDecodeError: a garbled response). It says "
             "nothing final about the payment, so it is treated as transient: retried in place "
             "with the backoff, and booked when an attempt works.",
             expected="each booked once after its failures, nothing dead-lettered",
