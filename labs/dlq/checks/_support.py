@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -547,6 +548,25 @@ def retries_of(downstream: Any, event_id: str | None) -> list[float]:
     """Gaps (clock seconds) between the successive authorize() calls for one event."""
     times = [c.at for c in downstream.authorizations(event_id)]
     return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+class SteppedWallClock(InstantClock):
+    """The checks' clock whose wall time (`now()`) can jump, as an NTP correction or a VM
+    resume makes it jump; `monotonic()` never does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wall_offset = 0.0
+
+    def __call__(self) -> datetime:
+        return super().__call__() + timedelta(seconds=self.wall_offset)
+
+    def now(self) -> float:
+        return super().now() + self.wall_offset
+
+    def step_wall(self, seconds: float) -> None:
+        """Move the wall clock (only) `seconds` on; negative steps it back."""
+        self.wall_offset += seconds
 
 
 def nominal_backoffs(settings: Any, retries: int) -> list[float]:

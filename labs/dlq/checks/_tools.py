@@ -123,6 +123,7 @@ class ScriptedDownstream:
                  *, down_while: Callable[[], bool] | None = None,
                  on_call: Callable[[Call], None] | None = None,
                  latency: float = 0.0,
+                 latency_of: Callable[[str | None, int], float | None] | None = None,
                  override: Callable[[str | None], str | None] | None = None) -> None:
         self.payments = payments
         self.clock = clock
@@ -130,6 +131,8 @@ class ScriptedDownstream:
         self.down_while = down_while or (lambda: False)
         self.on_call = on_call
         self.latency = latency  # clock seconds every authorize() takes (a slow gateway)
+        # (event id, attempt index from 0) -> the seconds that call takes instead, or None
+        self.latency_of = latency_of
         self.override = override  # (event id) -> an outcome instead of the script's, or None
         self.calls: list[Call] = []
         self._seen: dict[str | None, int] = {}
@@ -190,8 +193,10 @@ class ScriptedDownstream:
         if self.override is not None:
             outcome = self.override(event_id) or outcome
         self._record(Call("authorize", event_id, now, outcome))
-        if self.latency:
-            self.clock.advance(self.latency)
+        own = self.latency_of(event_id, n) if self.latency_of is not None else None
+        delay = self.latency if own is None else own
+        if delay:
+            self.clock.advance(delay)
         if outcome == "unavailable":
             self._unavailable(event_id)
         error = self._error(outcome, event_id)
