@@ -9,10 +9,11 @@ Nothing here reads the learner's internals: only the documented functions and ta
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -567,6 +568,20 @@ class SteppedWallClock(InstantClock):
     def step_wall(self, seconds: float) -> None:
         """Move the wall clock (only) `seconds` on; negative steps it back."""
         self.wall_offset += seconds
+
+
+class EndOfSecondClock(InstantClock):
+    """The checks' clock whose wall time (`now()`) always reads in the last half millisecond
+    of a second (x.9995 to x.9999): where milliseconds rounded instead of truncated become
+    1000. It keeps moving on (a jump of a second at each real second); `monotonic()` is the
+    InstantClock's."""
+
+    def now(self) -> float:
+        t = super().now()
+        return math.floor(t) + 0.9995 + (t - math.floor(t)) * 0.0004
+
+    def __call__(self) -> datetime:
+        return datetime.fromtimestamp(self.now(), UTC)
 
 
 def nominal_backoffs(settings: Any, retries: int) -> list[float]:

@@ -99,8 +99,15 @@ def with_label(item: Item, label: str) -> Item:
 
 # A reason longer than the header's 1000 characters, in a script whose letters take two
 # bytes each in UTF-8: a cut made on the bytes keeps about half of it, or splits a letter.
-LONG_REASON = ("счёт закрыт по решению суда, возврат средств невозможен; "
-               "обратитесь в отделение банка. ") * 18
+# Its lines break and indent as the gateway wrote them: whitespace is part of the message.
+# (Its lengths put byte 1000 of the header inside a letter.)
+LONG_REASON = ("счёт закрыт по решению суда,\n возврат средств невозможен; "
+               "обратитесь в  отделение банка.  ") * 18
+# A reason the gateway's client decoded with errors="surrogateescape": a lone surrogate,
+# which strict UTF-8 cannot encode.
+RAW_REASON = "motif: compte cl\udcf4tur\udce9 (r\u00e8gle 7)"
+# How many links the deep exception chain has: more than any cap a writer might pick.
+DEEP_CHAIN_LINKS = 1013
 
 
 @dataclass
@@ -150,8 +157,10 @@ class ScriptedDownstream:
         return {
             "timeout": f"gateway timed out after 2.0 s authorising {event_id}",
             "unavailable": f"gateway answered 503 for {event_id}",
-            "declined": f"gateway declined {event_id}: account closed",
+            "declined": f"gateway declined {event_id}:\n  account closed  (rule 7)",
             "declined-long": f"gateway declined {event_id}: {LONG_REASON}",
+            "declined-raw": f"gateway declined {event_id}: {RAW_REASON}",
+            "unavailable-deep": f"gateway answered 503 for {event_id}",
             "bug": "'risk_score'",
             "bug2": "'NoneType' object is not subscriptable",
             "garbled": "Expecting value: line 1 column 1 (char 0)",
@@ -165,7 +174,7 @@ class ScriptedDownstream:
         text = self.message(outcome, event_id)
         kinds: dict[str, Callable[[str], BaseException]] = {
             "timeout": p.DownstreamTimeout, "declined": p.PaymentDeclined,
-            "declined-long": p.PaymentDeclined,
+            "declined-long": p.PaymentDeclined, "declined-raw": p.PaymentDeclined,
             "bug": lambda _: KeyError("risk_score"),  # a bug in the gateway client
             "bug2": TypeError,
             # a garbled gateway response (a proxy's HTML page during a deploy): ValueErrors
@@ -199,6 +208,8 @@ class ScriptedDownstream:
             self.clock.advance(delay)
         if outcome == "unavailable":
             self._unavailable(event_id)
+        if outcome == "unavailable-deep":
+            raise self._deep_unavailable(event_id)
         error = self._error(outcome, event_id)
         if error is not None:
             raise error
@@ -222,6 +233,22 @@ class ScriptedDownstream:
         except BrokenPipeError:
             raise self.payments.DownstreamUnavailable(self.message("unavailable", event_id)) \
                 from read_failed
+
+    def _deep_unavailable(self, event_id: str | None) -> BaseException:
+        """A 503 at the top of a chain of DEEP_CHAIN_LINKS exceptions (a client wrapping a
+        pool error wrapping an SSL error …, over and over), links alternately explicit
+        (__cause__) and implicit (__context__ only); the root is a ConnectionAbortedError."""
+        error: BaseException = ConnectionAbortedError(103, "connection aborted by gateway-7f9c")
+        kinds = (OSError, TimeoutError, ConnectionError, RuntimeError)
+        for n in range(DEEP_CHAIN_LINKS - 2):
+            outer = kinds[n % len(kinds)](f"wrapped, level {n + 1}")
+            if n % 2:
+                outer.__cause__ = error
+            outer.__context__ = error
+            error = outer
+        top = self.payments.DownstreamUnavailable(self.message("unavailable-deep", event_id))
+        top.__cause__ = top.__context__ = error
+        return top
 
     def ping(self) -> None:
         now = self.clock.monotonic()
