@@ -468,15 +468,18 @@ def test_retry_budget_counts_the_wait_it_sleeps(lab, ledger_db):
     run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=20)
     require_done(run, inputs, downstream, read=READ["retry"])
 
-    rows, late, early = [], [], []
+    rows: list[tuple[str, ...]] = []
+    late: list[tuple[str, float, float]] = []
+    early: list[tuple[str, float]] = []
     for item, inp in zip(items, inputs, strict=True):
         label, took, step = how[item.event_id]
         calls = downstream.authorizations(item.event_id)
-        slept = (sum(s for at, s in clock.sleeps if calls[0].at <= at <= calls[1].at)
-                 if len(calls) >= 2 else None)
+        slept: float | None = (
+            float(sum(s for at, s in clock.sleeps if calls[0].at <= at <= calls[1].at))
+            if len(calls) >= 2 else None)
         ends = took + slept if slept is not None else None
         verdict = ""
-        if ends is not None and ends > budget + 1e-6:
+        if ends is not None and slept is not None and ends > budget + 1e-6:
             verdict = "RETRIED PAST THE HALF"
             late.append((label, took, slept))
         elif ends is None and took + high <= budget:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from _support import (
     READ,
-    EndOfSecondClock,
     SERVICE,
+    EndOfSecondClock,
     dlt_table,
     match_dlt,
     require_done,
@@ -219,7 +219,8 @@ def message_problem(raw, expected):
     kept = got[:-1] if got.endswith("…") else got[:-3] if got.endswith("...") else got
     if len(expected) <= MESSAGE_CHARS:
         if not _same_text(got, expected):
-            at = next((n for n, (a, b) in enumerate(zip(got, expected)) if a != b),
+            at = next((n for n, (a, b) in enumerate(zip(got, expected, strict=False))
+                       if a != b),
                       min(len(got), len(expected)))
             where = max(0, at - 12)
             return (f"kafka_dlt-exception-message should be str(exception), "
@@ -480,7 +481,7 @@ def _existing_topic_too_small(lab, deadletter, admin, small_one: str) -> None:
     if small_one == "the DLT":
         lab.kafka.topic(1, name=names.dead_letter)
         lab.kafka.created.append(names.parking_lot)
-        present = (grown, names.dead_letter)
+        present: tuple[str, ...] = (grown, names.dead_letter)
     else:
         lab.kafka.topic(3, name=names.dead_letter)
         lab.kafka.topic(1, name=names.parking_lot)
