@@ -103,11 +103,10 @@ def with_label(item: Item, label: str) -> Item:
 # (Its lengths put byte 1000 of the header inside a letter.)
 LONG_REASON = ("счёт закрыт по решению суда,\n возврат средств невозможен; "
                "обратитесь в  отделение банка.  ") * 18
-# A reason the gateway's client decoded with errors="surrogateescape": a lone surrogate,
-# which strict UTF-8 cannot encode.
-RAW_REASON = "motif: compte cl\udcf4tur\udce9 (r\u00e8gle 7)"
-# How many links the deep exception chain has: more than any cap a writer might pick.
-DEEP_CHAIN_LINKS = 1013
+# How many links the deep exception chain has: far deeper than real chains (two to six), so
+# a cap picked from them (5, 10, 32) shows; a generous guard (a recursion stopped at 50 links,
+# as in the alternative procedural-unique-violation) still reaches the end.
+DEEP_CHAIN_LINKS = 41
 
 
 @dataclass
@@ -159,7 +158,6 @@ class ScriptedDownstream:
             "unavailable": f"gateway answered 503 for {event_id}",
             "declined": f"gateway declined {event_id}:\n  account closed  (rule 7)",
             "declined-long": f"gateway declined {event_id}: {LONG_REASON}",
-            "declined-raw": f"gateway declined {event_id}: {RAW_REASON}",
             "unavailable-deep": f"gateway answered 503 for {event_id}",
             "bug": "'risk_score'",
             "bug2": "'NoneType' object is not subscriptable",
@@ -174,7 +172,7 @@ class ScriptedDownstream:
         text = self.message(outcome, event_id)
         kinds: dict[str, Callable[[str], BaseException]] = {
             "timeout": p.DownstreamTimeout, "declined": p.PaymentDeclined,
-            "declined-long": p.PaymentDeclined, "declined-raw": p.PaymentDeclined,
+            "declined-long": p.PaymentDeclined,
             "bug": lambda _: KeyError("risk_score"),  # a bug in the gateway client
             "bug2": TypeError,
             # a garbled gateway response (a proxy's HTML page during a deploy): ValueErrors
