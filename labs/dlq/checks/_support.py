@@ -9,9 +9,11 @@ Nothing here reads the learner's internals: only the documented functions and ta
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -547,6 +549,39 @@ def retries_of(downstream: Any, event_id: str | None) -> list[float]:
     """Gaps (clock seconds) between the successive authorize() calls for one event."""
     times = [c.at for c in downstream.authorizations(event_id)]
     return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+class SteppedWallClock(InstantClock):
+    """The checks' clock whose wall time (`now()`) can jump, as an NTP correction or a VM
+    resume makes it jump; `monotonic()` never does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wall_offset = 0.0
+
+    def __call__(self) -> datetime:
+        return super().__call__() + timedelta(seconds=self.wall_offset)
+
+    def now(self) -> float:
+        return super().now() + self.wall_offset
+
+    def step_wall(self, seconds: float) -> None:
+        """Move the wall clock (only) `seconds` on; negative steps it back."""
+        self.wall_offset += seconds
+
+
+class EndOfSecondClock(InstantClock):
+    """The checks' clock whose wall time (`now()`) always reads in the last half millisecond
+    of a second (x.9995 to x.9999): where milliseconds rounded instead of truncated become
+    1000. It keeps moving on (a jump of a second at each real second); `monotonic()` is the
+    InstantClock's."""
+
+    def now(self) -> float:
+        t = super().now()
+        return math.floor(t) + 0.9995 + (t - math.floor(t)) * 0.0004
+
+    def __call__(self) -> datetime:
+        return datetime.fromtimestamp(self.now(), UTC)
 
 
 def nominal_backoffs(settings: Any, retries: int) -> list[float]:

@@ -99,8 +99,14 @@ def with_label(item: Item, label: str) -> Item:
 
 # A reason longer than the header's 1000 characters, in a script whose letters take two
 # bytes each in UTF-8: a cut made on the bytes keeps about half of it, or splits a letter.
-LONG_REASON = ("счёт закрыт по решению суда, возврат средств невозможен; "
-               "обратитесь в отделение банка. ") * 18
+# Its lines break and indent as the gateway wrote them: whitespace is part of the message.
+# (Its lengths put byte 1000 of the header inside a letter.)
+LONG_REASON = ("счёт закрыт по решению суда,\n возврат средств невозможен; "
+               "обратитесь в  отделение банка.  ") * 18
+# How many links the deep exception chain has: far deeper than real chains (two to six), so
+# a cap picked from them (5, 10, 32) shows; a generous guard (a recursion stopped at 50 links,
+# as in the alternative procedural-unique-violation) still reaches the end.
+DEEP_CHAIN_LINKS = 41
 
 
 @dataclass
@@ -125,6 +131,7 @@ class ScriptedDownstream:
                  *, down_while: Callable[[], bool] | None = None,
                  on_call: Callable[[Call], None] | None = None,
                  latency: float = 0.0,
+                 latency_of: Callable[[str | None, int], float | None] | None = None,
                  override: Callable[[str | None], str | None] | None = None,
                  down_as: str = "unavailable") -> None:
         self.payments = payments
@@ -134,6 +141,8 @@ class ScriptedDownstream:
         self.down_while = down_while or (lambda: False)
         self.on_call = on_call
         self.latency = latency  # clock seconds every authorize() takes (a slow gateway)
+        # (event id, attempt index from 0) -> the seconds that call takes instead, or None
+        self.latency_of = latency_of
         self.override = override  # (event id) -> an outcome instead of the script's, or None
         self.calls: list[Call] = []
         self._seen: dict[str | None, int] = {}
@@ -151,10 +160,15 @@ class ScriptedDownstream:
         return {
             "timeout": f"gateway timed out after 2.0 s authorising {event_id}",
             "unavailable": f"gateway answered 503 for {event_id}",
-            "declined": f"gateway declined {event_id}: account closed",
+            "declined": f"gateway declined {event_id}:\n  account closed  (rule 7)",
             "declined-long": f"gateway declined {event_id}: {LONG_REASON}",
+            "unavailable-deep": f"gateway answered 503 for {event_id}",
             "bug": "'risk_score'",
             "bug2": "'NoneType' object is not subscriptable",
+            "garbled": "Expecting value: line 1 column 1 (char 0)",
+            "bad-utf8": "'utf-8' codec can't decode byte 0xe9 in position 15: invalid "
+                        "continuation byte",
+            "bad-value": "invalid literal for int() with base 10: '12.5 '",
         }.get(outcome, "")
 
     def _error(self, outcome: str, event_id: str | None) -> BaseException | None:
@@ -164,7 +178,14 @@ class ScriptedDownstream:
             "timeout": p.DownstreamTimeout, "declined": p.PaymentDeclined,
             "declined-long": p.PaymentDeclined,
             "bug": lambda _: KeyError("risk_score"),  # a bug in the gateway client
-            "bug2": TypeError}
+            "bug2": TypeError,
+            # a garbled gateway response (a proxy's HTML page during a deploy): ValueErrors
+            # of the client's parsing, not a verdict on the payment
+            "garbled": lambda _: json.JSONDecodeError("Expecting value",
+                                                      "<html>502 Bad Gateway</html>", 0),
+            "bad-utf8": lambda _: UnicodeDecodeError("utf-8", b'{"status": "caf\xe9"}', 15,
+                                                     16, "invalid continuation byte"),
+            "bad-value": ValueError}
         return kinds[outcome](text) if outcome in kinds else None
 
     def authorize(self, event: Any) -> None:
@@ -185,10 +206,14 @@ class ScriptedDownstream:
         if self.override is not None:
             outcome = self.override(event_id) or outcome
         self._record(Call("authorize", event_id, now, outcome))
-        if self.latency:
-            self.clock.advance(self.latency)
+        own = self.latency_of(event_id, n) if self.latency_of is not None else None
+        delay = self.latency if own is None else own
+        if delay:
+            self.clock.advance(delay)
         if outcome == "unavailable":
             self._unavailable(event_id)
+        if outcome == "unavailable-deep":
+            raise self._deep_unavailable(event_id)
         error = self._error(outcome, event_id)
         if error is not None:
             raise error
@@ -212,6 +237,22 @@ class ScriptedDownstream:
         except BrokenPipeError:
             raise self.payments.DownstreamUnavailable(self.message("unavailable", event_id)) \
                 from read_failed
+
+    def _deep_unavailable(self, event_id: str | None) -> BaseException:
+        """A 503 at the top of a chain of DEEP_CHAIN_LINKS exceptions (a client wrapping a
+        pool error wrapping an SSL error …, over and over), links alternately explicit
+        (__cause__) and implicit (__context__ only); the root is a ConnectionAbortedError."""
+        error: BaseException = ConnectionAbortedError(103, "connection aborted by gateway-7f9c")
+        kinds = (OSError, TimeoutError, ConnectionError, RuntimeError)
+        for n in range(DEEP_CHAIN_LINKS - 2):
+            outer = kinds[n % len(kinds)](f"wrapped, level {n + 1}")
+            if n % 2:
+                outer.__cause__ = error
+            outer.__context__ = error
+            error = outer
+        top = self.payments.DownstreamUnavailable(self.message("unavailable-deep", event_id))
+        top.__cause__ = top.__context__ = error
+        return top
 
     def ping(self) -> None:
         now = self.clock.monotonic()

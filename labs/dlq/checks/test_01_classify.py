@@ -4,6 +4,7 @@ dead-lettered."""
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from _support import (
     READ,
     BackoffWait,
+    SteppedWallClock,
     applied_ids,
     backoff_table,
     dlt_table,
@@ -37,6 +39,10 @@ from dojo.checks.observers import read_jsonl
 
 pytestmark = pytest.mark.stage("classify")
 SEE = READ["classify"]
+# edge records: a wrong rule goes unseen only while the draws stay below the nominal wait;
+# each edge record shows it with a chance of about 0.45 (a little less when the real time the
+# attempt itself took eats the 0.03 s margin), so 20 miss it well under once in 10,000
+EDGE_ROUNDS = 20
 
 
 def described(inputs) -> str:
@@ -284,10 +290,13 @@ def _spread(values):
 def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
     topics = lab.topics()
     settings = lab.settings(topics)
-    buggy = [healthy(f"acc-{n}", 211 * n + 3, label="transient") for n in range(1, 4)]
+    buggy = [healthy(f"acc-{n}", 211 * n + 3, label="transient") for n in range(1, 6)]
+    # a KeyError, a TypeError, and ValueErrors of a garbled response (JSON, UTF-8, a number)
     scripts = {buggy[0].event_id: ["bug", "timeout"], buggy[1].event_id: ["bug2"],
-               buggy[2].event_id: ["bug", "bug2", "unavailable"]}
-    items = [buggy[0], healthy("acc-7"), buggy[1], buggy[2], healthy("acc-8")]
+               buggy[2].event_id: ["bug", "bug2", "unavailable"],
+               buggy[3].event_id: ["garbled", "bad-utf8"], buggy[4].event_id: ["bad-value"]}
+    items = [buggy[0], healthy("acc-7"), buggy[1], buggy[2], buggy[3], healthy("acc-8"),
+             buggy[4]]
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock, scripts)
     run = lab.run(ledger_db, topics, settings, downstream, clock)
@@ -311,7 +320,8 @@ def test_unexpected_errors_from_the_gateway_are_retried(lab, ledger_db, clock):
                         for r in dead})
         raise CheckFailure(
             "authorize() raised an exception that is neither a TransientError nor a "
-            "PermanentError (a KeyError, a TypeError: a bug in the gateway's client). It says "
+            "PermanentError (a KeyError, a TypeError: a bug in the gateway's client; a "
+            "ValueError, a JSONDecodeError, a UnicodeDecodeError: a garbled response). It says "
             "nothing final about the payment, so it is treated as transient: retried in place "
             "with the backoff, and booked when an attempt works.",
             expected="each booked once after its failures, nothing dead-lettered",
@@ -420,3 +430,111 @@ def test_retry_window_stays_inside_max_poll_interval(lab, ledger_db, clock):
                    f"{len(times)} would have waited {following:.1f} s and started at "
                    f"{ended + following:.1f} s",
             evidence=schedule, lesson=READ["retry"])
+
+
+def test_retry_budget_counts_the_wait_it_sleeps(lab, ledger_db):
+    """Each record's first attempt takes L s, then fails; retry 1 would wait 6.1 s ± 5 %.
+    Half of 45,980 ms is 22.99 s. Records whose retry ends inside the half whatever the
+    draw must be retried; records whose retry cannot fit must not be; on the edge, a retry
+    is fine only when the wait actually slept still ends inside the half. Judged on the
+    clock's own numbers (L, and the sleep), so no real-time noise enters."""
+    clock = SteppedWallClock()
+    topics = lab.topics()
+    settings = lab.settings(topics, attempts=10, initial=6.1, multiplier=1.5, cap=9.0,
+                            jitter=0.05, max_poll_interval_ms=45_980)
+    budget = settings.max_poll_interval_ms / 1000 / 2  # 22.99 s
+    nominal = settings.retry.initial_backoff_seconds
+    low, high = nominal * (1 - settings.retry.jitter), nominal * (1 + settings.retry.jitter)
+    # fits: its retry ends by 22.705 s whatever the draw (0.285 s to spare for the real time
+    # the attempt itself took), and past 22 s whatever the draw
+    fits, edge, over = 16.3, budget - nominal - 0.03, budget - low + 0.06
+    plan: list[tuple[str, float, float]] = []  # (label, latency, wall-clock step)
+    plan += [("fits", fits, 0.0)] * 2 + [("fits, wall clock +1 h", fits, 3600.0)]
+    plan += [("cannot fit, wall clock −1 h", over, -3600.0)]
+    plan += [("edge", edge, 0.0)] * EDGE_ROUNDS
+    items = [healthy(f"acc-b{n}", 4817 + 37 * n, label="transient") for n in range(len(plan))]
+    how = {i.event_id: p for i, p in zip(items, plan, strict=True)}
+
+    def latency_of(event_id, n):
+        return how[event_id][1] if n == 0 and event_id in how else 0.0
+
+    def on_call(call):
+        step = how.get(call.event_id, ("", 0.0, 0.0))[2]
+        if step and call.what == "authorize" and len(downstream.authorizations(
+                call.event_id)) == 1:
+            clock.step_wall(step)
+
+    inputs = lab.produce(topics.source, items)
+    downstream = ScriptedDownstream(lab.payments, clock,
+                                    {i.event_id: ["timeout"] for i in items},
+                                    latency_of=latency_of, on_call=on_call)
+    run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=20)
+    require_done(run, inputs, downstream, read=READ["retry"])
+
+    rows: list[tuple[str, ...]] = []
+    late: list[tuple[str, float, float]] = []
+    early: list[tuple[str, float]] = []
+    for item, inp in zip(items, inputs, strict=True):
+        label, took, step = how[item.event_id]
+        calls = downstream.authorizations(item.event_id)
+        slept: float | None = (
+            float(sum(s for at, s in clock.sleeps if calls[0].at <= at <= calls[1].at))
+            if len(calls) >= 2 else None)
+        ends = took + slept if slept is not None else None
+        verdict = ""
+        if ends is not None and slept is not None and ends > budget + 1e-6:
+            verdict = "RETRIED PAST THE HALF"
+            late.append((label, took, slept))
+        elif ends is None and took + high <= budget:
+            verdict = "GAVE UP THOUGH IT FITTED"
+            early.append((label, took))
+        rows.append((inp.describe(), label, f"{took:.2f} s",
+                     "-" if slept is None else f"{slept:.3f} s",
+                     "dead-lettered" if ends is None else f"t+{ends:.3f} s", verdict))
+    evidence = table(rows, ("input", "case", "attempt 1 took", "then slept",
+                            "attempt 2 began", ""), limit=24)
+    if late:
+        stepped = [x for x in late if x[0].startswith("cannot")]
+        nominal_fit = [x for x in late if not x[0].startswith("cannot")
+                       and x[1] + nominal <= budget < x[1] + x[2]]
+        label, took, slept = late[0]
+        fix = None
+        if stepped and len(stepped) == len(late):
+            fix = ("measure the retry window on clock.monotonic(): clock.now() is wall time, "
+                   "which an NTP step moves back or forward")
+        elif nominal_fit and len(nominal_fit) == len(late):
+            fix = ("decide with the jittered wait you are about to sleep, not the nominal "
+                   "min(max_backoff, initial × multiplier^(n−1))")
+        raise CheckFailure(
+            "A retry began past half of max_poll_interval_ms. The rule: retry only when the "
+            "next wait, the one actually slept (jitter included), ends within half of "
+            "max_poll_interval_ms, on clock.monotonic() from the start of the first attempt."
+            + (" The wall clock (clock.now()) stepped back an hour during the first attempt "
+               "of one record, as an NTP correction does; monotonic time did not."
+               if stepped else ""),
+            expected=f"attempt 1's {took:.2f} s plus the wait slept ≤ {budget:.2f} s "
+                     f"(half of {settings.max_poll_interval_ms:,} ms)",
+            actual=f"{len(late)} record(s) retried past it; first: {label}, attempt 1 took "
+                   f"{took:.2f} s, then slept {slept:.3f} s (nominal {nominal:.2f} s): "
+                   f"attempt 2 began at {took + slept:.3f} s",
+            evidence=evidence, lesson=READ["retry"], fix=fix)
+    if early:
+        plain = [x for x in early if "wall" not in x[0]]
+        label, took = (plain or early)[0]
+        whole = bool(plain) and all(math.floor(budget) < t + low for _, t in plain)
+        raise CheckFailure(
+            "A record was dead-lettered after its first attempt although its retry fitted: "
+            f"attempt 1 took {took:.2f} s, and retry 1's wait ({nominal:.2f} s ± "
+            f"{settings.retry.jitter:.0%}, at most {high:.3f} s) ends by {took + high:.3f} s "
+            f"whatever the draw, inside half of {settings.max_poll_interval_ms:,} ms "
+            f"({budget:.2f} s)."
+            + (" One record's wall clock (clock.now()) jumped an hour forward during its "
+               "first attempt, as a VM resume does; monotonic time did not."
+               if not plain else ""),
+            expected="retried once, then booked",
+            actual=f"{len(early)} record(s) dead-lettered after one attempt; first: {label}",
+            evidence=evidence, lesson=READ["retry"],
+            fix=("half of the poll interval keeps its fraction: max_poll_interval_ms / 2000 "
+                 "seconds, not // 2000" if whole
+                 else "measure the retry window on clock.monotonic(), not clock.now()"
+                 if not plain else None))

@@ -5,6 +5,7 @@ encodings a Java tool reads; the DLT is named explicitly and has the source's pa
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -14,11 +15,13 @@ import pytest
 from _support import (
     READ,
     SERVICE,
+    EndOfSecondClock,
     dlt_table,
     match_dlt,
     require_done,
 )
 from _tools import (
+    DEEP_CHAIN_LINKS,
     Item,
     ScriptedDownstream,
     business_rule,
@@ -41,6 +44,15 @@ FAILURE_PREFIXES = ("kafka_dlt-", "x-dlt-")
 REPLAY_COUNT = "x-replay-count"
 MESSAGE_CHARS = 1000  # kafka_dlt-exception-message: at most this many characters
 KEPT_CHARS = 900  # of a longer message, at least this many kept (an ending "…" is fine)
+# The failure headers an earlier trip through a DLT left on a replayed record (one written by
+# a Java service: a stack trace, and a header of its own this lab does not write).
+OLD_TRIP = (("kafka_dlt-exception-fqcn",
+             b"org.springframework.kafka.listener.ListenerExecutionFailedException"),
+            ("kafka_dlt-exception-stacktrace",
+             b"java.net.SocketTimeoutException: Read timed out\n\tat java.base/sun.nio.ch."
+             b"NioSocketImpl.timedRead(NioSocketImpl.java:278)\n"),
+            ("x-dlt-attempts", b"17"), ("x-dlt-service", b"payments-legacy"),
+            ("x-dlt-origin-host", b"pay-legacy-7f9c"))
 FAILURE = ("kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn",
            "kafka_dlt-exception-message", "x-dlt-attempts", "x-dlt-first-failure-at",
            "x-dlt-last-failure-at", "x-dlt-service")
@@ -82,12 +94,16 @@ def dead_letter_some(lab, engine, clock, *, transient=False):
         # a replayed copy (x-replay-count 2) of a payment the gateway still declines, with a
         # reason longer than the message header may carry
         again = healthy("poison-r1", 1234, partition=2)
+        # reason longer than the message header may carry; it still carries the failure
+        # headers of its earlier trip, some of which this writer may not write itself
         again = Item("declined", again.key, again.value,
-                     again.headers + ((REPLAY_COUNT, b"2"),), again.event_id, again.account,
-                     again.cents, again.partition)
-        items += [stuck, declined, again]
+                     again.headers + OLD_TRIP + ((REPLAY_COUNT, b"2"),), again.event_id,
+                     again.account, again.cents, again.partition)
+        # a 503 at the top of a chain of 41 links
+        deep = with_label(healthy("poison-t2", 700, partition=2), "transient-deep")
+        items += [stuck, declined, again, deep]
         scripts = {stuck.event_id: ["unavailable"] * 20, declined.event_id: ["declined"] * 5,
-                   again.event_id: ["declined-long"] * 5}
+                   again.event_id: ["declined-long"] * 5, deep.event_id: ["unavailable-deep"] * 20}
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock, scripts)
     began = clock.now()
@@ -200,8 +216,14 @@ def message_problem(raw, expected):
     kept = got[:-1] if got.endswith("…") else got[:-3] if got.endswith("...") else got
     if len(expected) <= MESSAGE_CHARS:
         if got != expected:
+            at = next((n for n, (a, b) in enumerate(zip(got, expected, strict=False))
+                       if a != b),
+                      min(len(got), len(expected)))
+            where = max(0, at - 12)
             return (f"kafka_dlt-exception-message should be str(exception), "
-                    f"{_quoted(expected)}, not {_quoted(got)}")
+                    f"{_quoted(expected)}, not {_quoted(got)}"
+                    + (f"; from character {at} on: {expected[where:where + 28]!r} became "
+                       f"{got[where:where + 28]!r}" if at > 50 else ""))
         return None
     if len(got) > MESSAGE_CHARS or not expected.startswith(kept) or len(kept) < KEPT_CHARS:
         return (f"kafka_dlt-exception-message should be the first {MESSAGE_CHARS} characters "
@@ -222,7 +244,8 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                     "invalid": ("InvalidEvent", "InvalidEvent"),
                     "business-rule": ("BusinessRuleViolation", "BusinessRuleViolation"),
                     "declined": ("PaymentDeclined", "PaymentDeclined"),
-                    "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError")}
+                    "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError"),
+                    "transient-deep": ("DownstreamUnavailable", "ConnectionAbortedError")}
     attempts = settings.retry.max_attempts
     problems: list[tuple[Any, Any, list[str]]] = []
     for i, r in pairs:
@@ -237,7 +260,9 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                      "ConnectionResetError: its __context__; the DownstreamUnavailable was "
                      "raised while handling a BrokenPipeError, its __context__, not its "
                      "__cause__)"
-                     if i.label == "transient-exhausted" else "")
+                     if i.label == "transient-exhausted" else
+                     f" (a chain of {DEEP_CHAIN_LINKS} links, explicit and implicit in turn: "
+                     "follow it however deep it goes)" if i.label == "transient-deep" else "")
             wrong.append(f"kafka_dlt-exception-cause-fqcn should be the root cause, "
                          f"….{cause}{chain}, not {cq or 'missing'}: follow __cause__, else "
                          "__context__, to the end of the chain")
@@ -245,7 +270,7 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                                   expected_message(lab, i, scripts))
         if problem:
             wrong.append(problem)
-        want_attempts = str(attempts if i.label == "transient-exhausted" else 1)
+        want_attempts = str(attempts if i.label.startswith("transient") else 1)
         if r.text("x-dlt-attempts") != want_attempts:
             wrong.append(f"x-dlt-attempts should be {want_attempts} (decimal text), not "
                          f"{r.text('x-dlt-attempts')!r}")
@@ -269,10 +294,10 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                 wrong.append(f"{name} should be ISO-8601 UTC, like 2025-01-16T11:33:00.752Z")
         if len(times) == 2:
             spread = times[1] - times[0]
-            if i.label == "transient-exhausted" and not 1.8 <= spread <= 4.5:
+            if i.label.startswith("transient") and not 1.8 <= spread <= 4.5:
                 wrong.append(f"first and last failure should be ~2.8 s apart (three "
                              f"backoffs), not {spread:.2f} s")
-            if i.label != "transient-exhausted" and abs(spread) > 0.25:
+            if not i.label.startswith("transient") and abs(spread) > 0.25:
                 wrong.append("one attempt: first and last failure should be the same moment")
         if r.text("x-dlt-service") != SERVICE:
             wrong.append(f"x-dlt-service should be settings.service ({SERVICE!r})")
@@ -291,6 +316,54 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
             evidence=headers_table(r.headers, FAILURE), lesson=SEE)
 
 
+def test_failure_times_stay_exact_at_the_end_of_a_second(lab, ledger_db):
+    """Every clock.now() of this run falls in the last half millisecond of a second."""
+    clock = EndOfSecondClock()
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    items = [undecodable("poison-u7", partition=0), invalid("poison-i7", partition=1),
+             business_rule("poison-b7", partition=2)]
+    inputs = lab.produce(topics.source, items)
+    downstream = ScriptedDownstream(lab.payments, clock)
+    began = clock.now()
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    ended = clock.now()
+    require_done(run, inputs, downstream, read=READ["classify"])
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    wrong = []
+    for r in dlt:
+        for name in ("x-dlt-first-failure-at", "x-dlt-last-failure-at"):
+            raw = r.text(name) or ""
+            try:
+                parsed = datetime.fromisoformat(raw)
+                moment = parsed.replace(tzinfo=parsed.tzinfo or UTC).timestamp()
+            except ValueError:
+                moment = None
+            # truncated to the millisecond: x.999; rounded and carried: the next second's .000
+            if moment is None or not began - 0.0011 <= moment <= ended + 0.0011:
+                wrong.append((r.at, name, raw, "unreadable" if moment is None else
+                              f"{moment - began:+.4f} s from the run's first clock.now()"))
+    if wrong:
+        four = any(re.search(r"\.\d{4,}Z?$", raw) for _, _, raw, _ in wrong)
+        first = wrong[0]
+        raise CheckFailure(
+            "The failure times must be the clock's time of the failure, to the millisecond. "
+            "Here every clock.now() reads in the last half millisecond of a second "
+            f"(the run began at {iso_seconds(began)}): truncated, the milliseconds read .999; "
+            "rounded, 999.6 ms becomes 1000, which must carry into the seconds.",
+            expected=f"times between {iso_seconds(began)} and {iso_seconds(ended)}, like "
+                     "2025-01-16T11:33:00.999Z",
+            actual=f"{len(wrong)} wrong; first, {first[0]} {first[1]} = {first[2]!r} "
+                   f"({first[3]})",
+            evidence=table(wrong, ("record", "header", "value", "")), lesson=SEE,
+            fix="take the milliseconds with datetime.fromtimestamp(t, UTC).microsecond // "
+                "1000: round() gives 1000 at the end of a second" if four else None)
+
+
+def iso_seconds(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-2]
+
+
 def _subsequence(wanted, found):
     """True when `wanted` appears in `found` in the same order (other items may sit between)."""
     rest = iter(found)
@@ -300,9 +373,12 @@ def _subsequence(wanted, found):
 def test_dead_letter_keeps_the_trace_and_business_headers(lab, ledger_db, clock):
     _, _, pairs, _, _ = dead_letter_some(lab, ledger_db, clock, transient=True)
     bad, shown = [], None
+    stale = []
     for i, r in pairs:
-        sent = list(i.item.headers)
+        sent = [(k, v) for k, v in i.item.headers if not k.startswith(FAILURE_PREFIXES)]
         kept = [(k, v) for k, v in r.headers if not k.startswith(FAILURE_PREFIXES)]
+        old = [(k, v) for k, v in i.item.headers if k.startswith(FAILURE_PREFIXES)]
+        stale += [(i, r, k, v) for k, v in r.headers if (k, v) in old]
         if _subsequence(sent, kept):
             continue
         shown = shown or (i, r)
@@ -332,9 +408,24 @@ def test_dead_letter_keeps_the_trace_and_business_headers(lab, ledger_db, clock)
                      "repeats unchanged",
             actual=f"{len(bad)} header(s) wrong on {len({row[0] for row in bad})} record(s):\n"
                    + "\n".join(f"    - {row[0]}: {row[1]} {row[4]}" for row in bad[:4]),
-            evidence=table(bad, ("input", "header", "sent", "in DLT", "")) +
+            evidence=table(bad, ("input", "header", "sent", "in DLT", ""), limit=6) +
                      f"\nheaders of {r.at} in the DLT:\n" + headers_table(r.headers),
             lesson=SEE)
+    if stale:
+        i, r = stale[0][0], stale[0][1]
+        names = list(dict.fromkeys(k for _, _, k, _ in stale))
+        raise CheckFailure(
+            "A replayed record came back with the failure headers of its earlier trip "
+            "(kafka_dlt-*, x-dlt-*: an exception class, a stack trace, an attempt count, a "
+            "service, and a header another writer added). They describe the old failure: "
+            "every header with those prefixes is replaced by this trip's, including names "
+            "this writer does not set itself.",
+            expected="no kafka_dlt-* or x-dlt-* value of the earlier trip on the DLT record",
+            actual=f"{i.describe()} still carries " + ", ".join(
+                f"{k}={show_bytes(v, 40)}" for _, _, k, v in stale[:4]),
+            evidence=headers_table(r.headers, tuple(names)), lesson=SEE,
+            fix="drop every header whose name starts with kafka_dlt- or x-dlt- before adding "
+                "the new ones" if any(k not in FAILURE + ORIGIN for k in names) else None)
 
 
 def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
@@ -363,19 +454,31 @@ def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
 
     # The DLT of another source exists already, with one partition (an auto-created topic, or
     # an earlier deploy when the source was smaller): starting the service must not carry on
-    # with it. Raising is one answer, adding partitions (create_partitions) the other.
+    # with it. Raising is one answer, adding partitions (create_partitions) the other. Then the
+    # same for a parking lot that exists with one partition next to a DLT of the right size
+    # (replay parks a record in its own partition number too).
+    for small_one in ("the DLT", "the parking lot"):
+        _existing_topic_too_small(lab, deadletter, admin, small_one)
+
+
+def _existing_topic_too_small(lab, deadletter, admin, small_one: str) -> None:
     grown = lab.kafka.topic(3, hint="grown")
     names = call(deadletter.topic_names, grown)
-    lab.kafka.topic(1, name=names.dead_letter)
-    lab.kafka.created.append(names.parking_lot)
-    # the precondition, settled: both topics visible in the broker's metadata before the
+    if small_one == "the DLT":
+        lab.kafka.topic(1, name=names.dead_letter)
+        lab.kafka.created.append(names.parking_lot)
+        present: tuple[str, ...] = (grown, names.dead_letter)
+    else:
+        lab.kafka.topic(3, name=names.dead_letter)
+        lab.kafka.topic(1, name=names.parking_lot)
+        present = (grown, names.dead_letter, names.parking_lot)
+    # the precondition, settled: the topics visible in the broker's metadata before the
     # learner's create_topics reads it (on Apache Kafka a just-created topic can be missing
     # from a metadata answer for a moment, and then "exists already" looks like "absent")
     settle_until = time.monotonic() + 10
     while time.monotonic() < settle_until:
         meta = admin.list_topics(timeout=5).topics
-        if all(n in meta and meta[n].error is None and meta[n].partitions
-               for n in (grown, names.dead_letter)):
+        if all(n in meta and meta[n].error is None and meta[n].partitions for n in present):
             break
         time.sleep(0.05)
     refusal = raised(deadletter.create_topics, admin, grown)
@@ -385,14 +488,16 @@ def test_dead_letter_topic_is_named_and_sized_explicitly(lab):
         small = {n: c for n, c in counts.items() if n != grown and c < counts[grown]}
         if small:
             raise CheckFailure(
-                "The DLT existed already with 1 partition and the source has 3, and "
-                "create_topics() returned as if all were well. The first poison of partition 2 "
-                "then has no DLT partition to go to: its write fails for ever and partition 2 "
-                "stops. An existing DLT or parking lot with fewer partitions than the source is "
+                f"{small_one[0].upper()}{small_one[1:]} existed already with 1 partition and "
+                "the source has 3, and create_topics() returned as if all were well. The "
+                "first record of partition 2 to go there "
+                + ("(its poison) " if small_one == "the DLT" else "(a record replay parks) ")
+                + "then has no partition to go to: its write fails for ever"
+                + (" and partition 2 stops" if small_one == "the DLT" else "")
+                + ". An existing DLT or parking lot with fewer partitions than the source is "
                 "an error: raise, or add the partitions it lacks (create_partitions).",
                 expected="create_topics raises, or afterwards both have at least 3 partitions",
                 actual="it returned; " + ", ".join(
                     f"{'the DLT' if n == names.dead_letter else 'the parking lot'} has {c} "
                     "partition(s)" for n, c in small.items()),
                 lesson=READ["dlt-topic"])
-

@@ -4,6 +4,7 @@ points loses nothing and books nothing twice."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tempfile
 from dataclasses import asdict
@@ -127,6 +128,37 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
     inputs = lab.produce(topics.source, items)
     poison = inputs[1]
     downstream = ScriptedDownstream(lab.payments, clock)
+
+    # 0. The DLT's broker does not answer within settings.dead_letter_timeout_seconds: flush()
+    #    returns with the record still queued and no delivery report at all (it comes, an
+    #    error, only after message.timeout.ms). No report is no acknowledgement.
+    silent = ProducerTap(Producer(lab.producer_config(
+        **{"bootstrap.servers": unreachable_bootstrap(), "message.timeout.ms": 1700,
+           "log_level": 0})), clock)
+    quick = dataclasses.replace(settings, dead_letter_timeout_seconds=0.3)
+
+    def waited_out() -> bool:  # the first write's timeout has passed: it failed or it lied
+        writes = silent.to(topics.dead_letter)
+        return bool(writes) and clock.monotonic() - writes[0].at >= 0.3
+
+    zeroth, ended, committed = lab.run_until_stopped(
+        ledger_db, topics, quick, downstream, clock, producer=silent, timeout=3.0,
+        stop_when=waited_out)
+    reported = [p for p in silent.to(topics.dead_letter) if p.acked_at is not None]
+    silent.purge()
+    if not (committed.get(0, -1) <= poison.offset):
+        raise CheckFailure(
+            "The DLT's broker did not answer: flush(timeout) returned after "
+            "settings.dead_letter_timeout_seconds (0.3 s here) with the record still queued "
+            "and no delivery report at all, yet the record's offset was committed. If the "
+            "queued record later expires, it is in neither the ledger nor the DLT: LOST. The "
+            "DLT acknowledged only when the delivery callback ran with no error; no callback "
+            "within the timeout is a failed write.",
+            expected=f"p0 committed at most up to {poison.offset} (the poison's offset)",
+            actual=f"committed {offsets_text(committed)} ({ended}); "
+                   f"{len(silent.to(topics.dead_letter))} DLT write(s), "
+                   f"{len(reported)} with a delivery report when the commit came",
+            evidence=timeline(zeroth, downstream, inputs) if zeroth else "", lesson=MISTAKES)
 
     # 1. The DLT's broker is unreachable: each write's delivery report says it timed out.
     unreachable = ProducerTap(Producer(lab.producer_config(

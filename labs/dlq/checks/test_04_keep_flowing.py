@@ -4,12 +4,14 @@ one holds them only for its retry window, lag drains, and an idle consumer does 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from _support import (
     READ,
     applied_ids,
     first_delivery,
+    match_dlt,
     nominal_backoffs,
     require_done,
     timeline,
@@ -22,8 +24,8 @@ from _tools import (
     with_label,
 )
 
-from dojo.checks import CheckFailure
-from dojo.checks.observers import ConsumerTap
+from dojo.checks import CheckFailure, table
+from dojo.checks.observers import ConsumerTap, show_bytes
 
 pytestmark = pytest.mark.stage("keep-flowing")
 SEE = READ["keep-flowing"]
@@ -37,14 +39,22 @@ def first_call(downstream, event_id):
 def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
     topics = lab.topics()
     settings = lab.settings(topics)
-    behind0 = [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(20)]
+    # Behind each pill, records whose keys are close to the pill's: a healthy payment without
+    # a key behind the key-less pill (no key is nobody's key, not a shared empty one), and
+    # behind the pill with a non-UTF-8 key, another non-UTF-8 key that decodes to the same
+    # text with errors="replace", and a key holding a NUL byte (which a text column refuses).
+    keyless = replace(healthy("acc-k0", 117, partition=0), key=None)
+    near = [replace(healthy("acc-g1", 523, partition=2), key=b"\xfe\xff\x9c-garbage"),
+            replace(healthy("acc-g2", 541, partition=2), key=b"acc\x00-29")]
+    behind0 = [keyless] + [healthy(f"acc-{n}", 100 + n, partition=0) for n in range(20)]
     behind1 = [healthy(f"acc-{n}", 300 + n, partition=1) for n in range(5)]
-    behind2 = [healthy(f"acc-{n}", 500 + n, partition=2) for n in range(3)]
+    behind2 = near + [healthy(f"acc-{n}", 500 + n, partition=2) for n in range(3)]
     # the pill of partition 0 has no key (a producer that sent garbage sent no key either);
     # the pill of partition 2 has a key that is not UTF-8 text: a key is bytes
     items = [undecodable(None, partition=0), *behind0,
              invalid("poison-i1", partition=1), *behind1,
              undecodable(b"\xff\xfe\x9c-garbage", partition=2), *behind2]
+    first1, first2 = 1 + len(behind0), 2 + len(behind0) + len(behind1)
     inputs = lab.produce(topics.source, items)
     downstream = ScriptedDownstream(lab.payments, clock)
     run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=6)
@@ -56,12 +66,35 @@ def test_poison_pill_does_not_hold_back_its_partition(lab, ledger_db, clock):
 
     booked = applied_ids(ledger_db)
     unbooked = [i for i in inputs if i.label == "healthy" and i.item.event_id not in booked]
-    heads = [inputs[0], inputs[21], inputs[27]]
+    odd = [i for i in unbooked if i.item is keyless or i.item in near]
+    if odd:
+        dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+        found = match_dlt(inputs, dlt)
+        rows = []
+        for i in odd:
+            n = inputs.index(i)
+            r = found.get(n, [None])[0]
+            rows.append((i.describe(), "no key" if i.item.key is None else show_bytes(
+                i.item.key), "not booked" + (f"; in the DLT as "
+                f"{(r.text('kafka_dlt-exception-fqcn') or '?').rsplit('.', 1)[-1]}"
+                if r is not None else "")))
+        raise CheckFailure(
+            "A healthy payment behind a poison pill was not booked, and its key is what sets "
+            "it apart: no key at all (behind the key-less pill), or bytes that are not UTF-8 "
+            "or hold a NUL. A record without a key has no key to park: it is not parked under "
+            "an empty key shared with every other key-less record. A key is bytes: two "
+            "different non-UTF-8 keys are two keys (decoded with errors=\"replace\" they "
+            "become one), and PostgreSQL text refuses a NUL; keep keys as bytea.",
+            expected="each of them booked once",
+            actual=f"{len(odd)} not booked: " + ", ".join(i.describe() for i in odd),
+            evidence=table(rows, ("input", "key", "")) + "\nwhat happened:\n"
+                     + timeline(run, downstream, inputs, limit=14), lesson=SEE)
+    heads = [inputs[0], inputs[first1], inputs[first2]]
     again = {h.at: sum(1 for d in run.consumer.delivered if (d.partition, d.offset) ==
                        (h.partition, h.offset)) for h in heads}
     waits = {}
-    for head, nxt in ((inputs[0], inputs[1]), (inputs[21], inputs[22]),
-                      (inputs[27], inputs[28])):
+    for head, nxt in ((inputs[0], inputs[1]), (inputs[first1], inputs[first1 + 1]),
+                      (inputs[first2], inputs[first2 + 1])):
         seen, moved = first_delivery(run, head), first_call(downstream, nxt.item.event_id)
         if seen is not None and moved is not None:
             waits[head.at] = moved - seen
