@@ -128,7 +128,9 @@ class _Server:
         self.handle = handle
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # a short poll: shutdown() waits for it, at every close of the shop
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
