@@ -365,8 +365,21 @@ def _log_failure(lines: dict[str, list[dict[str, Any]]], rng: random.Random, whe
         lines[service].append(_line(
             stamp, "ERROR", service, trace, own, parent,
             f"{endpoint} failed" if service == "orders-api" else "request failed",
-            endpoint=endpoint, status=500 if depth == 0 else 502, user=user, error=chain))
+            endpoint=endpoint, status=_status(chain) if depth == 0 else 502, user=user,
+            error=chain))
         parent, own = own, _hex(rng, 16)
+
+
+def _status(chain: dict[str, Any]) -> int:
+    """orders-api's answer to a failure, as the live shop gives it (_live.failure_status)."""
+    types = []
+    error: dict[str, Any] | None = chain
+    while error is not None:
+        types.append(error["type"])
+        error = error.get("cause")
+    if "orders.clients.DownstreamError" in types:
+        return 502
+    return 503 if "psycopg.errors.LockNotAvailable" in types else 500
 
 
 def _line(when: datetime, level: str, service: str, trace: str, span: str,
