@@ -483,12 +483,21 @@ def expected(served: dict[str, Any]) -> Expected | None:
 
 
 def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES) -> str:
-    """The outbound calls per minute of the dependencies `names`."""
+    """The outbound calls per minute of the dependencies `names`, from the minute before the
+    first that went wrong (a long window's table must fit in a failure message)."""
+    troubled = [r["minute"] for r in served["outbound"]
+                if r["errors"] or r["timeouts"] or r["short_circuited"]]
+    minutes = sorted({r["minute"] for r in served["outbound"]})
+    start = max(0, minutes.index(min(troubled)) - 1) if troubled else 0
     rows = [(r["minute"][11:16], r["dependency"], r["calls"], r["errors"], r["timeouts"],
-             r["short_circuited"], p95(r["durations_ms"]))
-            for r in served["outbound"] if r["dependency"] in names]
-    return table(rows, ("minute", "dependency", "calls", "errors", "timeouts",
-                        "short-circuited", "p95 ms"), limit=80)
+             r["short_circuited"], f"{p95(r['durations_ms']):.1f}")
+            for r in served["outbound"]
+            if r["dependency"] in names and r["minute"] >= minutes[start]]
+    before = "the minute" if start == 1 else f"the {start} minutes"
+    quiet = f"({before} before {minutes[start][11:16]}: no errors)\n" if start else ""
+    return (quiet + "refused: short_circuited, the calls its breaker refused\n"
+            + table(rows, ("minute", "dependency", "calls", "errors", "timeouts", "refused",
+                           "p95 ms"), limit=80))
 
 
 def breakers_table(served: dict[str, Any]) -> str:
