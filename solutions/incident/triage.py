@@ -161,8 +161,11 @@ def _read_lines(paths: list[Path], trace_id: str) -> list[dict[str, Any]]:
         with open(path, encoding="utf-8") as lines:
             for raw in lines:
                 if trace_id in raw:
-                    line = json.loads(raw)
-                    if line.get("trace_id") == trace_id:
+                    try:
+                        line = json.loads(raw)
+                    except ValueError:
+                        continue    # a line a service is still writing: not a whole line yet
+                    if isinstance(line, dict) and line.get("trace_id") == trace_id:
                         found.append(line)
     return found
 

@@ -102,7 +102,16 @@ def test_the_designed_incident_is_the_readmes_incident(kind: str | None) -> None
             assert bad[scenario.onset - 2] and not bad[scenario.onset - 1], f"run {run}"
             assert quiet["requests"] < 10, f"run {run}: {quiet['requests']} requests"
             assert quiet["errors"] / quiet["requests"] > 0.5, f"run {run}: {quiet}"
+            # the latency check's baseline: only the nearest rank is within 15 % of itself;
+            # the ranks around it, and any interpolation between them, are not
+            durations = sorted(d for r in rows[:BASELINE_MINUTES] for d in r["durations_ms"])
+            rank = math.ceil(Fraction(19, 20) * len(durations))
+            assert len(durations) % 20 == 15, f"run {run}: {len(durations)} requests"
+            below, nearest, above = durations[rank - 2], durations[rank - 1], durations[rank]
+            assert below <= 342 and 610 <= nearest <= 640 and above >= 1300, (
+                f"run {run}: ranks {rank - 1} to {rank + 1}: {below}, {nearest}, {above}")
         if kind == "pricing-flag":
             # the second endpoint: a higher rate, an earlier onset, fewer failures
             assert set(incidents) == {"GET /orders", "POST /orders"}, f"run {run}"
             assert incidents["POST /orders"][0] < incidents["GET /orders"][0]
+

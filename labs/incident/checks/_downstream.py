@@ -40,6 +40,7 @@ FAILING_TIMEOUT_MS = 250   # the failing dependency's timeout: it never answers 
 OTHER_TIMEOUT_MS = 2000    # the others': the slow one's tail stays well within it
 SLOW_TAIL_S = 0.5          # one call in SLOW_EVERY of the slow dependency takes this long
 SLOW_EVERY = 8
+FLAKY_EVERY = 4            # from the onset the fast dependency answers one call in 4 with 503
 PER_MINUTE = 8             # POST /orders requests per minute (every second one: a GET too)
 OPEN_FOR_S = 150           # the breaker refuses calls this long (shop clock) before a probe
 BREAKER_WINDOW = 8         # it opens when BREAKER_FAILURES of the last BREAKER_WINDOW calls
@@ -120,7 +121,9 @@ class Dependency:
     """One dependency's server. `phase` (set by the driver) says how it answers: "ok";
     "slow-tail" (every SLOW_EVERY-th call slow); "burst" (every second call never
     answered); "failing" (of every four calls: one answered, one 503, two never answered);
-    "stray" (the first call of the phase never answered, the rest answered)."""
+    "stray" (the first call of the phase never answered, the rest answered); "flaky" (of
+    every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
+    open its breaker)."""
 
     def __init__(self, name: str, phase: str) -> None:
         self.name = name
@@ -176,6 +179,8 @@ class Dependency:
             return ("ok", "error", "hang", "hang")[k % 4]
         if phase == "stray":
             return "hang" if k == 0 else "ok"
+        if phase == "flaky":
+            return "error" if k % FLAKY_EVERY == 0 else "ok"
         return "ok"
 
     def close(self) -> None:
@@ -355,11 +360,15 @@ class DownstreamShop:
     def drive(self, broken: bool) -> None:
         """Play the window: a burst of timeouts that recovers, then (broken) the dependency
         degrading (half its calls time out: the onset, its breaker still closed), then failing
-        until its breaker is open and refuses every call of the last minute, or
-        (healthy) a quiet end with a single stray timeout in the last minute."""
+        until its breaker is open and refuses every call of the last minute, while from the
+        onset on the fast dependency answers a call in FLAKY_EVERY with 503 (the requests it
+        fails are neither the failing dependency's nor the service's own); or (healthy) a
+        quiet end with a single stray timeout in the last minute."""
         failing = self.deps[self.plan.failing]
         last = HEALTHY_MINUTES - 1
         for m in range(MAX_MINUTES):
+            if broken and m == self.plan.onset:
+                self.deps[self.plan.fast].set_phase("flaky")
             if m == self.plan.burst or (broken and m == self.plan.onset):
                 failing.set_phase("burst")      # half its calls time out, its breaker holds
             elif broken and m > self.plan.onset:
@@ -408,6 +417,7 @@ class Expected:
     mean_ms: dict[str, float] = field(default_factory=dict)
     inbound_rate: dict[str, float] = field(default_factory=dict)
     all_errors: int = 0
+    other_errors: int = 0           # inbound errors since the onset another dependency caused
     first_timeout: datetime | None = None
     first_refused: datetime | None = None
     refused_since: int = 0
@@ -464,6 +474,8 @@ def expected(served: dict[str, Any]) -> Expected | None:
         own_errors=sum(r["errors_by_cause"].get("own", 0) for r in inbound),
         by_dependency=stats, mean_ms=means, inbound_rate=inbound_rates,
         all_errors=sum(r["errors"] for r in inbound),
+        other_errors=sum(n for r in inbound for cause, n in r["errors_by_cause"].items()
+                         if cause not in (name, "own")),
         first_timeout=_when(first) if first else None,
         first_refused=_when(refused) if refused else None,
         refused_since=sum(r["short_circuited"] for r in rows),
@@ -471,12 +483,21 @@ def expected(served: dict[str, Any]) -> Expected | None:
 
 
 def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES) -> str:
-    """The outbound calls per minute of the dependencies `names`."""
+    """The outbound calls per minute of the dependencies `names`, from the minute before the
+    first that went wrong (a long window's table must fit in a failure message)."""
+    troubled = [r["minute"] for r in served["outbound"]
+                if r["errors"] or r["timeouts"] or r["short_circuited"]]
+    minutes = sorted({r["minute"] for r in served["outbound"]})
+    start = max(0, minutes.index(min(troubled)) - 1) if troubled else 0
     rows = [(r["minute"][11:16], r["dependency"], r["calls"], r["errors"], r["timeouts"],
-             r["short_circuited"], p95(r["durations_ms"]))
-            for r in served["outbound"] if r["dependency"] in names]
-    return table(rows, ("minute", "dependency", "calls", "errors", "timeouts",
-                        "short-circuited", "p95 ms"), limit=80)
+             r["short_circuited"], f"{p95(r['durations_ms']):.1f}")
+            for r in served["outbound"]
+            if r["dependency"] in names and r["minute"] >= minutes[start]]
+    before = "the minute" if start == 1 else f"the {start} minutes"
+    quiet = f"({before} before {minutes[start][11:16]}: no errors)\n" if start else ""
+    return (quiet + "refused: short_circuited, the calls its breaker refused\n"
+            + table(rows, ("minute", "dependency", "calls", "errors", "timeouts", "refused",
+                           "p95 ms"), limit=80))
 
 
 def breakers_table(served: dict[str, Any]) -> str:
@@ -522,6 +543,7 @@ def play(seed: int, broken: bool) -> DownstreamRun:
     run = DownstreamRun(plan, broken, shop, served, want, shop.sources())
     if broken and (want is None or want.dependency != plan.failing
                    or want.since != plan.start + timedelta(minutes=plan.onset)
+                   or want.other_errors == 0
                    or want.first_refused in (None, want.since)
                    or want.by_dependency[plan.slow]["p95_ms"]
                    <= want.by_dependency[plan.failing]["p95_ms"]):

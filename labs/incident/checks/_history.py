@@ -251,10 +251,18 @@ def record(scenario: Scenario) -> Recorded:
     minutes: list[dict[str, Any]] = []
     lines: dict[str, list[dict[str, Any]]] = {service: [] for service in SERVICES}
     background = set(scenario.background)
+    baseline_requests = 0       # provider-timeout: of the incident endpoint, so far
     for index in range(WINDOW_MINUTES):
         at = scenario.minute(index)
         for endpoint in ENDPOINTS:
             n = rng.randint(31, 47)
+            if (scenario.kind == "provider-timeout" and endpoint == scenario.endpoint
+                    and index < BASELINE_MINUTES):
+                if index == BASELINE_MINUTES - 1:
+                    # 20 k + 15 baseline requests in all: 0.95 n is a quarter past a rank
+                    # (_step_at_the_95th_rank)
+                    n -= (baseline_requests + n - 15) % 20
+                baseline_requests += n
             incident = (scenario.onset is not None and index >= scenario.onset
                         and endpoint == scenario.endpoint)
             blip = index == scenario.blip and endpoint == (scenario.endpoint or "POST /orders")
@@ -330,10 +338,15 @@ def record(scenario: Scenario) -> Recorded:
 
 def _step_at_the_95th_rank(rng: random.Random, minutes: list[dict[str, Any]],
                            lines: dict[str, list[dict[str, Any]]], scenario: Scenario) -> None:
-    """Make the incident endpoint's baseline durations step right after the nearest rank:
-    exactly n - ceil(0.95 n) of them (successful requests) take 560-640 ms, so the
-    ceil(0.95 n)-th smallest is still an ordinary slow request (at most 342 ms) and the next
-    rank is 60 % or more above it. A rank off by one either way is out of the 15 %. The
+    """Make the incident endpoint's baseline durations step on both sides of the nearest
+    rank, so that no other reading of "p95" comes within the checks' 15 % of it. The
+    ceil(0.95 n)-th smallest (a successful request) takes 610-640 ms, each of the
+    n - ceil(0.95 n) above it 1300-1500 ms, and every one below it is at most 342 ms. The
+    baseline has 20 k + 15 requests (record() sees to it), so 0.95 n is a quarter past a rank:
+    round(0.95 n) is the rank before, and an interpolated percentile weighs a neighbour of the
+    nearest rank by at least a fifth (statistics.quantiles: 0.95 (n + 1), the next rank by
+    0.2; numpy.percentile: 0.95 (n - 1) + 1, the rank before by 0.7). The rank before, the
+    rank after, the mean and every such interpolation are each more than 15 % off. The
     successful requests' log lines say the new durations."""
     rows = [r for r in minutes[:BASELINE_MINUTES * len(ENDPOINTS)]
             if r["endpoint"] == scenario.endpoint]
@@ -345,9 +358,9 @@ def _step_at_the_95th_rank(rng: random.Random, minutes: list[dict[str, Any]],
     for line in lines["orders-api"]:
         if line["level"] == "INFO":
             info.setdefault((line["ts"][:16], line["message"]), []).append(line)
-    for row, i in rng.sample(fast, outliers):
+    for number, (row, i) in enumerate(rng.sample(fast, outliers + 1)):
         old = row["durations_ms"][i]
-        new = round(rng.uniform(560, 640), 1)
+        new = round(rng.uniform(610, 640) if number == 0 else rng.uniform(1300, 1500), 1)
         row["durations_ms"][i] = new
         same = info.get((row["minute"][:16], f"{row['endpoint']} 200 in {old} ms"), [])
         if same:
@@ -365,8 +378,21 @@ def _log_failure(lines: dict[str, list[dict[str, Any]]], rng: random.Random, whe
         lines[service].append(_line(
             stamp, "ERROR", service, trace, own, parent,
             f"{endpoint} failed" if service == "orders-api" else "request failed",
-            endpoint=endpoint, status=500 if depth == 0 else 502, user=user, error=chain))
+            endpoint=endpoint, status=_status(chain) if depth == 0 else 502, user=user,
+            error=chain))
         parent, own = own, _hex(rng, 16)
+
+
+def _status(chain: dict[str, Any]) -> int:
+    """orders-api's answer to a failure, as the live shop gives it (_live.failure_status)."""
+    types = []
+    error: dict[str, Any] | None = chain
+    while error is not None:
+        types.append(error["type"])
+        error = error.get("cause")
+    if "orders.clients.DownstreamError" in types:
+        return 502
+    return 503 if "psycopg.errors.LockNotAvailable" in types else 500
 
 
 def _line(when: datetime, level: str, service: str, trace: str, span: str,

@@ -7,9 +7,12 @@ with the group's id and commits the offset after it. In a run with a poison reco
 one event it cannot decode on one partition: it never commits past it, while new events keep
 arriving there (in even runs). Another partition is slow but moving (more waits there than on
 the stuck one, and its committed offset advances between the two looks); the third is caught
-up and idle (its committed offset does not move either, with nothing to read). Which
-partition plays which part, where the poison record lies and its key depend on the run:
-replay it with DOJO_INCIDENT_RUN.
+up: in that run new events arrive there between the looks and the group handles them all (its
+committed offset advances with nothing waiting: not slow), in the others it is idle (its
+committed offset does not move, with nothing to read: not stuck). Which partition plays which
+part, where the poison record lies and its key depend on the run: replay it with
+DOJO_INCIDENT_RUN. When every partition is stuck, the record the answer is stuck on has an
+empty key (b"", a key all the same, not None).
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class LagRun:
         replay = f"run {self.seed}, replay: DOJO_INCIDENT_RUN={self.seed}"
         if self.several:
             return (f"every partition is stuck behind a poison record; partition "
-                    f"{self.roles.stuck} has the most records waiting ({replay})")
+                    f"{self.roles.stuck} has the most records waiting, its record has an empty "
+                    f"key ({replay})")
         if self.poison:
             return (f"partition {self.roles.stuck} is stuck behind a poison record at offset "
                     f"{self.poison_offset} ({replay})")
@@ -208,10 +212,11 @@ def _plans(seed: int, roles: Roles, poison: bool, moving: bool) -> tuple[_Plan, 
         first_committed[roles.moving], second_committed[roles.moving] = 2, 5
     else:
         first_committed[roles.moving], second_committed[roles.moving] = slow_end, slow_end + 6
-    # the caught-up partition: every event handled, and no new one between the looks (its
-    # committed offset stays put, with nothing waiting: idle, not stuck)
+    # the caught-up partition: every event handled. In the stuck run new events arrive between
+    # the looks and the group handles them all (its committed offset moves, nothing waits:
+    # neither stuck nor slow); in the others none (it stays put, nothing waits: idle, not stuck)
     first_end[roles.caught_up] = first_committed[roles.caught_up] = 6
-    second_end[roles.caught_up] = second_committed[roles.caught_up] = 6
+    second_end[roles.caught_up] = second_committed[roles.caught_up] = 6 + (3 if poison else 0)
     return (_Plan(first_end, first_committed), _Plan(second_end, second_committed),
             at if poison else -1)
 
@@ -256,8 +261,9 @@ def lag_run(kafka: Any, seed: int, poison: bool, moving: bool = True,
     def write(plan: _Plan, since: dict[int, int]) -> None:
         for p in range(PARTITIONS):
             for offset in range(since.get(p, 0), plan.end[p]):
-                key = _key(seed, p, offset)
                 bad = bad_at.get(p) == offset
+                # an empty key is a key: the answer's poison record has one when all are stuck
+                key = "" if several and bad and p == roles.stuck else _key(seed, p, offset)
                 trace = random.Random(seed * 1_000_003 + p * 4096 + offset).getrandbits(128)
                 headers = {"trace_id": uuid.UUID(int=trace).hex,
                            "event_type": "order-placed",

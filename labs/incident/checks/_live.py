@@ -92,6 +92,20 @@ class Logs:
             out.write(json.dumps(line) + "\n")
 
 
+def failure_status(exc: BaseException) -> int:
+    """What orders-api answers for a failure: 502 when payments failed the call (a bad
+    gateway), 503 when the database's lock wait ran out, else 500 (its own bug). Every failure
+    is 500 or above, and not every one is 500."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DownstreamError):
+            return 502
+        if type(seen).__name__ == "LockNotAvailable":
+            return 503
+        seen = seen.__cause__ or seen.__context__
+    return 500
+
+
 def _span() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -128,7 +142,9 @@ class _Server:
         self.handle = handle
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # a short poll: shutdown() waits for it, at every close of the shop
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -202,10 +218,11 @@ class Shop:
                 answer = self._refund(body, call, spared=user == SPARED_USER)
             else:
                 return 404, {}, out
-        except Exception as exc:  # noqa: BLE001 (the service logs and answers 500)
+        except Exception as exc:  # noqa: BLE001 (the service logs and answers 5xx)
+            status = failure_status(exc)
             self.logs.write("orders-api", "ERROR", trace, span, None, f"{endpoint} failed",
-                            exc, endpoint=endpoint, status=500, user=user)
-            return 500, {"error": type(exc).__name__, "trace_id": trace}, out
+                            exc, endpoint=endpoint, status=status, user=user)
+            return status, {"error": type(exc).__name__, "trace_id": trace}, out
         self.logs.write("orders-api", "INFO", trace, span, None, f"{endpoint} 200",
                         endpoint=endpoint, status=200, user=user)
         if endpoint == "POST /orders" and self.producer is not None:

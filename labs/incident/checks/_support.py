@@ -85,7 +85,9 @@ def observability(scenario: Scenario, recorded: Recorded, log_paths: list[Path]
     looks: list[tuple[str, float]] = []     # (route, when) of every GET, in order
     handler = type("Handler", (_Handler,), {"routes": routes, "looks": looks})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll: shutdown() waits for it when the check ends
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:

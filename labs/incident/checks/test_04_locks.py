@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from _live import SCHEMA, SKU
 from _support import LOCKS, PROVE, Sources, field_of
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, bindparam, text
 
 from dojo.checks import CheckFailure, call, table
 
@@ -151,13 +151,14 @@ def _wait_for_state(observer: Any, pid: int, state: str) -> None:
         time.sleep(0.02)
 
 
-def _wait_in_line(engine: Any, pids: list[int], ready: threading.Event) -> None:
+def _wait_in_line(engine: Any, pids: list[int], ready: threading.Event, sku: str = SKU
+                  ) -> None:
     with engine.begin() as conn:
         pids.append(_pid(conn))
         ready.set()
         conn.execute(text("SET LOCAL statement_timeout = '30s'"))
         try:
-            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": sku})
         except Exception:  # noqa: BLE001 (the check ends the chain however it likes)
             pass
 
@@ -417,6 +418,99 @@ def test_the_head_is_found_by_the_waits_not_by_age(learner, database):
         expected=f"blocker_pid {chain.blocker_pid} (the inventory-sync session: waits for "
                  "nobody, blocks the others)",
         actual=f"blocker_pid {got}",
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=fix,
+    )
+
+
+# the rows of the three heads of several_heads(): the report job's, the price job's two, the
+# inventory job's (SKU); the check adds the fourth row to the shop's stock
+REPORT_SKU, PRICE_SKUS = "sku-4410", ("sku-1041", "sku-3377")
+
+
+@dataclass
+class Heads:
+    chain: Chain                # the inventory job's: the answer
+    behind: dict[int, list[int]]  # every head's pid -> the sessions behind it
+    oldest: int                 # the report job: the oldest transaction, 1 session behind it
+    widest: int                 # the price job: 2 sessions wait on it directly, 2 in all
+
+
+@contextmanager
+def several_heads(database: Any) -> Iterator[Heads]:
+    """Three lock chains in the shop's database, heads in order of age: a report job holding
+    one row with one session waiting; a price job holding two rows with one session waiting
+    on each (two wait on it directly); the inventory job holding SKU's row with a queue of
+    three (one waits on it, the others behind that one: three behind it in all, the most)."""
+    with database.engine.begin() as conn:
+        conn.exec_driver_sql(SCHEMA)
+        conn.execute(text("INSERT INTO stock VALUES (:s, 500)"), {"s": REPORT_SKU})
+    engines = [database.make_engine(connect_args={"application_name": name})
+               for name in ("reporting", "price-import", "inventory-sync", "orders-api")]
+    observer = database.make_admin_engine()
+    heads = [engine.connect() for engine in engines[:3]]
+    threads: list[threading.Thread] = []
+    behind: dict[int, list[int]] = {}
+    try:
+        queued = 0
+        for head, skus in zip(heads, ((REPORT_SKU,), PRICE_SKUS, (SKU, SKU, SKU)),
+                              strict=True):
+            pid = _pid(head)
+            head.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku IN :s").bindparams(
+                bindparam("s", expanding=True)), {"s": sorted(set(skus))})
+            behind[pid] = []
+            for sku in skus:
+                ready = threading.Event()
+                threads.append(threading.Thread(target=_wait_in_line, daemon=True,
+                                                args=(engines[3], behind[pid], ready, sku)))
+                threads[-1].start()
+                ready.wait(10)
+                queued += 1
+                _wait_for_waiters(observer, queued)
+            behind[pid].sort()
+        oldest, widest, blocker = behind
+        sources = Sources("", "", [], datetime.now(UTC), database_url=database.url)
+        # (the heads' statements are not compared here)
+        yield Heads(Chain(sources, blocker, "", behind[blocker], observer), behind, oldest,
+                    widest)
+    finally:
+        for head in heads:
+            head.rollback()
+            head.close()
+        for thread in threads:
+            thread.join(10)
+        for engine in (*engines, observer):
+            engine.dispose()
+
+
+def test_of_several_heads_the_one_with_most_behind_it(learner, database):
+    with several_heads(database) as heads:
+        found = _blocking(learner, heads.chain)
+        evidence = heads.chain.evidence()
+    chain = heads.chain
+    got = field_of(found, "blocker_pid") if found is not None else None
+    waiting = field_of(found, "waiting_pids") if found is not None else None
+    listed = set(waiting) if isinstance(waiting, list | tuple | set) else None
+    if got == chain.blocker_pid and listed == set(chain.waiters):
+        return
+    fix = None
+    others = {pid for head, pids in heads.behind.items() if head != chain.blocker_pid
+              for pid in pids}
+    if got == heads.widest:
+        fix = (f"pid {got} has more sessions waiting on it directly (2), but pid "
+               f"{chain.blocker_pid} has more behind it: one waits on it and two more queue "
+               "behind that one. Count every session behind a head, directly or through "
+               "others.")
+    elif got == chain.blocker_pid and listed is not None and listed & others:
+        fix = (f"pids {sorted(listed & others)} wait behind another head: waiting_pids lists "
+               "only the sessions behind the head reported, directly or through others.")
+    raise CheckFailure(
+        "blocking_chain() did not report the head with the most sessions behind it.",
+        expected=f"the inventory-sync session, pid {chain.blocker_pid}, and the 3 sessions "
+                 f"behind it, pids {chain.waiters} (2 are behind pid {heads.widest}, 1 behind "
+                 f"pid {heads.oldest})",
+        actual="None" if found is None else f"blocker pid {got}, waiting pids {waiting}",
         evidence=evidence,
         lesson=LOCKS,
         fix=fix,

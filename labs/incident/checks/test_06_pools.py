@@ -86,8 +86,9 @@ def test_the_leaking_path_is_named(learner, database, other_database, seed):
 
 
 def test_three_forgotten_connections_are_a_leak(learner, database, other_database, seed):
-    # exactly the README's threshold: 3 connections idle in transaction, none aborted
-    with pool_run(database, other_database, seed, leak=True, leaked=3, failed=0) as run:
+    # exactly the README's threshold, in both states: 2 connections idle in transaction and 1
+    # idle in transaction (aborted), under 3 in either state alone
+    with pool_run(database, other_database, seed, leak=True, leaked=3, failed=1) as run:
         found = _leak_of(learner, run)
         evidence = run.evidence()
     got = field_of(found, "application_name") if found is not None else None
@@ -96,11 +97,12 @@ def test_three_forgotten_connections_are_a_leak(learner, database, other_databas
         return
     fix = _why(run, got)
     if found is None:
-        fix = (f"{run.roles.leaking} has 3 sessions idle in transaction: a path leaks when 3 "
-               "or more of its sessions are (at least 3, not more than 3).")
+        fix = ("That path has 3 forgotten connections: 2 idle in transaction and 1 idle in "
+               "transaction (aborted). A path leaks when 3 or more of its sessions are in "
+               "those states, counted together (at least 3, not more than 3).")
     raise CheckFailure(
         "connection_leak() missed a path with exactly 3 forgotten connections.",
-        expected=f"application_name {run.roles.leaking!r}, leaked 3",
+        expected=f"leaked 3, application_name {run.roles.leaking!r}",
         actual="None" if found is None else f"application_name {got!r}, leaked {leaked!r}",
         evidence=evidence,
         lesson=POOLS,

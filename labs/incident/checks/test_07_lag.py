@@ -5,7 +5,8 @@ group reads them and commits after each one it handled, step by step, and every 
 learner takes sees a settled broker (a barrier on the committed and end offsets). The stuck
 run has one partition whose committed offset stays on a poison record while events keep
 arriving behind it, a partition with more lag whose committed offset moves between the two
-looks, and a caught-up one. The other runs: only the slow partition, moving; all caught up.
+looks, and a caught-up one whose committed offset moves too, with nothing left to read. The
+other runs: only the slow partition, moving; all caught up.
 """
 
 from __future__ import annotations
@@ -74,8 +75,19 @@ def test_of_several_stuck_partitions_the_one_with_most_waiting(learner, kafka, s
         found = two_looks(learner, run)
     got = (field_of(found, "partition"), field_of(found, "offset")) if found is not None else None
     want = (run.roles.stuck, run.poison_offset)
-    if got == want:
+    key = field_of(found, "key") if found is not None else None
+    if got == want and key == run.poison_key:
         return
+    if got == want:
+        raise CheckFailure(
+            "consumer_lag() named the stuck record but not its key.",
+            expected=f"key {run.poison_key!r} (the record's key is empty: b'', decoded '')",
+            actual=f"key {key!r}",
+            evidence=run.evidence(),
+            lesson=LAG,
+            fix=("An empty key is a key: b'' decodes to ''. Only a record without one has "
+                 "None: test `key is None`, not `if key`.") if key is None else None,
+        )
     lag = run.second.lag()
     fix = None
     if got is not None and got[0] in lag and got[0] != want[0]:
@@ -104,13 +116,22 @@ def test_lag_is_counted_per_partition(learner, kafka, seed):
     if isinstance(lag, dict) and lag == want and moving_ok:
         return
     if isinstance(lag, dict) and lag == want:
+        caught_up = run.roles.caught_up
+        fix = None
+        if (isinstance(moving, list | tuple | set) and caught_up in moving
+                and set(moving) - {caught_up} == {run.roles.moving}):
+            fix = ("Slow but moving is a lag above 0 with a committed offset that advanced; a "
+                   "caught-up partition's advanced too, with nothing left to read (partition "
+                   f"{caught_up}: committed {run.first.committed[caught_up]} to "
+                   f"{run.second.committed[caught_up]}, lag 0).")
         raise CheckFailure(
-            "consumer_lag() counted the lag right but did not list the slow partition that "
-            "moves.",
+            "consumer_lag() counted the lag right but not the partitions that are slow but "
+            "moving.",
             expected=f"moving [{run.roles.moving}] (lag above 0, committed offset advanced)",
             actual=f"moving {moving!r}",
             evidence=run.evidence(),
             lesson=LAG,
+            fix=fix,
         )
     fix = None
     if isinstance(lag, dict) and set(lag) == set(want) and all(

@@ -5,8 +5,9 @@ per dependency (_downstream.py). In the broken run one of them stops answering: 
 out, its breaker opens and then refuses every call (short-circuited calls are not sent, so
 they show no errors), while another dependency is slower (a tail of slow answers, within its
 timeout) and a burst of timeouts earlier in the window recovered. The shop's own bugs fail a
-few requests all along. The healthy run has the same slow dependency, the same burst and one
-stray timeout in its last minute.
+few requests all along, and from the onset on the fast dependency answers some calls with 503
+(errors of a third kind: neither the failing dependency's nor the service's own). The healthy
+run has the same slow dependency, the same burst and one stray timeout in its last minute.
 """
 
 from __future__ import annotations
@@ -194,6 +195,11 @@ def test_errors_it_caused_are_told_from_the_services_own(learner, runs):
     if caused == want.all_errors or caused == want.caused_errors + want.own_errors:
         fix = ("Some of those errors are the service's own (errors_by_cause 'own'): the "
                "dependency did not cause them. Count only the errors labelled with its name.")
+    elif caused == want.caused_errors and own == want.all_errors - want.caused_errors:
+        fix = ("Another dependency caused some of the errors counted as the service's own "
+               f"({want.other_errors} of {own}: {run.plan.fast} answered 503). The service's "
+               "own are those errors_by_cause labels 'own', not every error the failing "
+               "dependency did not cause.")
     raise CheckFailure(
         "downstream() did not tell the inbound errors the dependency caused from the "
         "service's own.",

@@ -43,7 +43,7 @@ class RootCause:
     trace_id: str
     service: str                  # the service that logged the deepest cause
     exception: str                # its type, as logged ("builtins.KeyError")
-    message: str                  # its message, as logged
+    message: str                  # its message, as its error logged it ("'currency'")
     evidence: list[str] = field(default_factory=list)
 
 
