@@ -63,11 +63,7 @@ class AckWatch:
         return len(self._producer)
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs = dict(kwargs)
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-        if callback is None and len(args) > _CALLBACK_POSITION:
-            callback = args[_CALLBACK_POSITION]
-            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+        args, kwargs, callback = _take_callback(args, kwargs)
 
         def on_delivery(err: Any, msg: Any) -> None:
             with self._lock:
@@ -81,6 +77,18 @@ class AckWatch:
 
 
 _CALLBACK_POSITION = 4  # produce(topic, value, key, partition, on_delivery, …)
+
+
+def _take_callback(args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+    """produce()'s arguments without the learner's delivery callback (given by name or by
+    position), and that callback: the wrappers below put their own in its place."""
+    kwargs = dict(kwargs)
+    callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+    if callback is None and len(args) > _CALLBACK_POSITION:
+        callback = args[_CALLBACK_POSITION]
+        args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+    return args, kwargs, callback
 
 
 class FailedReports:
@@ -101,11 +109,7 @@ class FailedReports:
     def produce(self, *args: Any, **kwargs: Any) -> Any:
         from confluent_kafka import KafkaError
 
-        kwargs = dict(kwargs)
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-        if callback is None and len(args) > _CALLBACK_POSITION:
-            callback = args[_CALLBACK_POSITION]
-            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+        args, kwargs, callback = _take_callback(args, kwargs)
         headers = kwargs.get("headers") or (args[6] if len(args) > 6 else None) or []
         pairs = headers.items() if isinstance(headers, dict) else headers
         event_id = next((bytes(v).decode(errors="replace") if isinstance(v, bytes | bytearray)
@@ -228,11 +232,7 @@ class HeldReports:
         return len(self._producer) + self.waiting
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs = dict(kwargs)
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-        if callback is None and len(args) > _CALLBACK_POSITION:
-            callback = args[_CALLBACK_POSITION]
-            args = args[:_CALLBACK_POSITION] + (None,) + args[_CALLBACK_POSITION + 1:]
+        args, kwargs, callback = _take_callback(args, kwargs)
         headers = kwargs.get("headers") or (args[6] if len(args) > 6 else None) or []
         pairs = headers.items() if isinstance(headers, dict) else headers
         event_id = next((bytes(v).decode(errors="replace") if isinstance(v, bytes | bytearray)
