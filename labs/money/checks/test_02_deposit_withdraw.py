@@ -150,6 +150,28 @@ def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engin
                 f"deposit(Decimal('{bad}')) must be refused.",
                 expected="ValueError (amounts are positive, with at most 2 decimals)",
                 actual=first_line(error), lesson=READ["numbers"])
+    # a zero after the cent is not a third decimal: 12.340 is 12.34 (an amount read back from a
+    # numeric(20,4) column comes as 12.3400)
+    for op, spelled, after in (("deposit", "12.340", "112.34"), ("withdraw", "12.3400", "100.00")):
+        error, receipt = None, None
+        try:
+            receipt = getattr(accounts, op)(bank, account_id, Decimal(spelled))
+        except Exception as exc:
+            error = exc
+        if error is None and getattr(receipt, "balance", None) == Decimal(after) == balance_of(
+                bank, account_id):
+            continue
+        raise CheckFailure(
+            f"{op}(Decimal('{spelled}')) must go through: {spelled} is "
+            f"{fmt(Decimal(spelled))}, a whole number of cents.",
+            expected=f"balance {after}: zeros after the cent are not more than two decimals; "
+                     "only a digit other than 0 there is (1.005)",
+            actual=(first_line(error) if error is not None else f"it returned {receipt}")
+                   + f"; balance {fmt(balance_of(bank, account_id))}",
+            fix="compare the value, not its spelling: amount != amount.quantize(Decimal('0.01')) "
+                "refuses 1.005 and accepts 12.340; the exponent (as_tuple(), str()) counts the "
+                "zeros too" if isinstance(error, ValueError) else None,
+            lesson=READ["numbers"])
     receipt = call(accounts.withdraw, bank, account_id, Decimal("100.00"))
     if receipt.balance != 0:
         raise CheckFailure(
