@@ -106,6 +106,9 @@ def money(amount: Any) -> Decimal:
     amount = Decimal(amount)
     if not amount.is_finite() or amount <= 0:
         raise ValueError(f"an amount must be positive, got {amount}")
+    if amount.adjusted() >= 16:  # numeric(20,4) holds 16 digits before the point
+        # (and quantize() beyond the context's 28 digits raises InvalidOperation)
+        raise ValueError(f"{amount} is more than an account can hold")
     if amount != amount.quantize(CENT):
         raise ValueError(f"{amount} has more than two decimal places; round it first")
     return amount.quantize(CENT)

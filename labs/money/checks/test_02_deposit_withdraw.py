@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator
 from decimal import Decimal
 from types import ModuleType
 from typing import Any
@@ -25,9 +26,21 @@ from _support import (
     process_hammer,
     see,
 )
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
-from dojo.checks import CheckFailure, call, first_line, fmt, raised, scalar, sqlstate
+from dojo.checks import (
+    CheckFailure,
+    apply_schema,
+    call,
+    first_line,
+    fmt,
+    raised,
+    rows,
+    scalar,
+    sqlstate,
+    table,
+)
+from dojo.checks.database import create_database, drop_database
 from dojo.checks.faults import run_concurrently, slow_sql
 from dojo.checks.observers import record_sql
 
@@ -150,6 +163,28 @@ def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engin
                 f"deposit(Decimal('{bad}')) must be refused.",
                 expected="ValueError (amounts are positive, with at most 2 decimals)",
                 actual=first_line(error), lesson=READ["numbers"])
+    # a zero after the cent is not a third decimal: 12.340 is 12.34 (an amount read back from a
+    # numeric(20,4) column comes as 12.3400)
+    for op, spelled, after in (("deposit", "12.340", "112.34"), ("withdraw", "12.3400", "100.00")):
+        error, receipt = None, None
+        try:
+            receipt = getattr(accounts, op)(bank, account_id, Decimal(spelled))
+        except Exception as exc:
+            error = exc
+        if error is None and getattr(receipt, "balance", None) == Decimal(after) == balance_of(
+                bank, account_id):
+            continue
+        raise CheckFailure(
+            f"{op}(Decimal('{spelled}')) must go through: {spelled} is "
+            f"{fmt(Decimal(spelled))}, a whole number of cents.",
+            expected=f"balance {after}: zeros after the cent are not more than two decimals; "
+                     "only a digit other than 0 there is (1.005)",
+            actual=(first_line(error) if error is not None else f"it returned {receipt}")
+                   + f"; balance {fmt(balance_of(bank, account_id))}",
+            fix="compare the value, not its spelling: amount != amount.quantize(Decimal('0.01')) "
+                "refuses 1.005 and accepts 12.340; the exponent (as_tuple(), str()) counts the "
+                "zeros too" if isinstance(error, ValueError) else None,
+            lesson=READ["numbers"])
     receipt = call(accounts.withdraw, bank, account_id, Decimal("100.00"))
     if receipt.balance != 0:
         raise CheckFailure(
@@ -407,3 +442,71 @@ def test_a_failed_commit_leaves_no_trace(accounts: ModuleType, bank: Engine,
                 "together" if moved_alone else None,
             lesson=see("schema race"))
     assert_ledger_agrees(bank, "after failed commits", [account_id])
+
+
+@pytest.fixture
+def second_bank(services: Any, learner: Any, bank: Engine) -> Iterator[Engine]:
+    """Another fresh database with the learner's schema, for the same import of the module."""
+    db = create_database(services, hint="second_bank")
+    try:
+        engine = db.make_engine(pool_size=2, max_overflow=0)
+        apply_schema(engine, learner.dir)
+        yield engine
+    finally:
+        drop_database(services, db)
+
+
+def test_each_database_has_its_own_clearing_accounts(accounts: ModuleType, bank: Engine,
+                                                     second_bank: Engine) -> None:
+    """One import of the module, two databases in turn (a process outlives a database: a
+    restore, a re-created schema, the next check): what it keeps between calls must not carry
+    one database's ids into the other."""
+    first = call(accounts.open_account, bank, currency="USD")
+    call(accounts.deposit, bank, first, Decimal("41.37"))
+    call(accounts.withdraw, bank, first, Decimal("3.19"))
+    euros = call(accounts.open_account, bank, currency="EUR")
+    call(accounts.deposit, bank, euros, Decimal("8.06"))
+    system_ids = [int(i) for i in (scalar(bank, "SELECT array_agg(id ORDER BY id) FROM account "
+                                                "WHERE kind = 'SYSTEM'") or [])]
+    # the second database: customer accounts (inserted by the check) over every id the first
+    # one gave a SYSTEM account, then one more for the learner's deposit and withdrawal
+    with second_bank.begin() as conn:
+        conn.execute(text("INSERT INTO account (kind, currency) SELECT 'CUSTOMER', 'USD' "
+                          "FROM generate_series(1, :n)"), {"n": max(system_ids, default=0) + 2})
+    customer = call(accounts.open_account, second_bank, currency="USD")
+    problems, stale = [], False
+    for op, amount in (("deposit", "27.83"), ("withdraw", "5.06")):
+        error = raised(getattr(accounts, op), second_bank, customer, Decimal(amount))
+        if error is not None:
+            problems.append(f"{op}({amount}) raised {first_line(error)}")
+            stale = stale or sqlstate(error) in ("23514", "23503")
+    legs = rows(second_bank, """
+        SELECT e.kind AS entry, p.account_id AS account, a.kind, a.currency, p.amount
+          FROM posting p JOIN account a ON a.id = p.account_id
+          JOIN ledger_entry e ON e.id = p.entry_id
+         WHERE p.entry_id IN (SELECT entry_id FROM posting WHERE account_id = :c)
+           AND p.account_id <> :c ORDER BY p.id""", c=customer)
+    for leg in legs:
+        if leg["kind"] != "SYSTEM" or leg["currency"].strip() != "USD":
+            problems.append(f"the {leg['entry']} entry's clearing leg {fmt(leg['amount'])} "
+                            f"went to account {leg['account']}, a {leg['currency'].strip()} "
+                            f"{leg['kind']} account")
+            stale = stale or leg["account"] in system_ids
+    if not problems and balance_of(second_bank, customer) != Decimal("22.77"):
+        problems.append(f"balance {fmt(balance_of(second_bank, customer))}")
+    if problems:
+        raise CheckFailure(
+            "The same accounts module, called with a second database after the first, moved "
+            "money wrongly there.",
+            expected="in the second database, deposit 27.83 and withdraw 5.06 go through "
+                     "(balance 22.77), each with its clearing leg on a USD SYSTEM account of "
+                     "that database",
+            actual="; ".join(problems[:3]),
+            evidence=f"SYSTEM accounts of the first database: ids {system_ids}; in the "
+                     "second, those ids are customer accounts. Postings of the second "
+                     "database's entries:\n"
+                     + table(legs, ("entry", "account", "kind", "currency", "amount")),
+            fix="an account id kept between calls belongs to the database it came from: key "
+                "what you cache by the engine (engine.url), or look the clearing account up in "
+                "the transaction" if stale else None,
+            lesson=READ["schema"])

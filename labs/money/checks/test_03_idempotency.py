@@ -151,6 +151,53 @@ def test_a_retry_from_another_process_replays(accounts: ModuleType, bank: Engine
             lesson=READ["idempotency"])
 
 
+def test_the_same_amount_spelled_another_way_is_the_same_request(
+        accounts: ModuleType, bank: Engine, funded: Any) -> None:
+    """Amounts are compared as numbers: a retry that spells the amount another way (10.10
+    after 10.1, or as read back from a numeric(20,4) column) is the same request."""
+    account_id, other_id = funded("100.00"), funded("0")
+    requests = [
+        ("deposit", "sp-dep", "10.1", ("10.10", "10.100"),
+         lambda m: accounts.deposit(bank, account_id, Decimal(m), idempotency_key="sp-dep")),
+        ("withdraw", "sp-wd", "2.30", ("2.3", "2.3000"),
+         lambda m: accounts.withdraw(bank, account_id, Decimal(m), idempotency_key="sp-wd")),
+        ("transfer", "sp-tr", "3.2", ("3.200",),
+         lambda m: accounts.transfer(bank, account_id, other_id, Decimal(m),
+                                     idempotency_key="sp-tr")),
+    ]
+    for op, key, amount, spellings, attempt in requests:
+        first = call(attempt, amount)
+        for spelled in spellings:
+            error, again = None, None
+            try:
+                again = attempt(spelled)
+            except Exception as exc:
+                error = exc
+            if error is None and again == first:
+                continue
+            raise CheckFailure(
+                f"{op}(Decimal('{amount}')) with key {key}, then its retry as "
+                f"{op}(Decimal('{spelled}')) with the same key: the same amount, another "
+                "spelling, and the retry was not answered with the first receipt.",
+                expected=f"the first receipt again ({first}), nothing moved: amounts are "
+                         f"compared as numbers, {amount} and {spelled} are one amount",
+                actual=first_line(error) if error is not None else f"it answered {again}",
+                evidence="stored under the key: " + str(_key_rows(bank, key))
+                         + f"\nbalances now: {fmt(balance_of(bank, account_id))} and "
+                         f"{fmt(balance_of(bank, other_id))}",
+                fix="hash the amount after normalising it (to cents: format(amount.quantize("
+                    "Decimal('0.01')), 'f')), not str() of the Decimal the caller passed"
+                if isinstance(error, accounts.IdempotencyConflict) else None,
+                lesson=READ["idempotency"])
+    balances = (balance_of(bank, account_id), balance_of(bank, other_id))
+    if balances != (Decimal("104.60"), Decimal("3.20")):
+        raise CheckFailure(
+            "Retries with the amount spelled another way moved money again.",
+            expected="100.00 + 10.10 - 2.30 - 3.20 = 104.60 and 3.20, each request once",
+            actual=f"{fmt(balances[0])} and {fmt(balances[1])}",
+            evidence=ledger_table(bank, account_id), lesson=READ["idempotency"])
+
+
 def test_refused_request_stores_nothing_under_its_key(accounts: ModuleType, bank: Engine,
                                                      funded: Any) -> None:
     other = funded("0")

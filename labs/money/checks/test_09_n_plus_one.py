@@ -18,7 +18,10 @@ from dojo.checks.observers import count_queries, query_summary
 pytestmark = pytest.mark.stage("n-plus-one")
 
 MAX_QUERIES = 3
-RECENT = 5
+# Never the default of `recent` (5), and not one value throughout: a LIMIT written into the
+# query instead of bound to the parameter returns the wrong number of postings
+RECENT = 3
+MORE_RECENT = 7
 
 
 def _ring(engine: Engine, ids: list[int], rounds: int) -> None:
@@ -76,7 +79,8 @@ def _interleaved(engine: Engine, src: int, dst: int) -> None:
                      {"src": src, "dst": dst})
 
 
-def _expected(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
+def _expected(engine: Engine, ids: list[int], recent: int = RECENT
+              ) -> dict[int, dict[str, Any]]:
     """The check's own answer: balance, currency and the latest postings of each account."""
     out = {r["id"]: {"currency": r["currency"].strip(), "balance": r["balance"], "recent": []}
            for r in rows(engine, "SELECT id, currency, balance FROM account "
@@ -87,7 +91,7 @@ def _expected(engine: Engine, ids: list[int]) -> dict[int, dict[str, Any]]:
                                                      ORDER BY p.id DESC) AS n
                 FROM posting p JOIN ledger_entry e ON e.id = p.entry_id
                WHERE p.account_id = ANY(:ids)) x
-             WHERE n <= :recent ORDER BY account_id, id DESC""", ids=ids, recent=RECENT):
+             WHERE n <= :recent ORDER BY account_id, id DESC""", ids=ids, recent=recent):
         out[r["account_id"]]["recent"].append((r["id"], r["entry_id"], r["kind"], r["amount"]))
     return out
 
@@ -143,8 +147,9 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
             "statements() must return each account's balance and its latest postings, newest "
             "first.",
             expected=f"for accounts {busy} (25 postings), {quiet} (2, older than all of "
-                     f"{busy}'s) and {empty} (none): the latest {RECENT} postings of each, by "
-                     "posting id, descending; the unknown id 987654321 left out",
+                     f"{busy}'s) and {empty} (none), with recent={RECENT}: the latest {RECENT} "
+                     "postings of each, by posting id, descending; the unknown id 987654321 "
+                     "left out",
             actual="; ".join(problems[:4]),
             evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
                          for a, want in expected.items() for i, _, k, m in want["recent"]],
@@ -152,12 +157,15 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
             fix="the latest N postings of EACH account: a window (row_number() OVER (PARTITION "
                 "BY account_id ORDER BY id DESC) <= :recent) or LEFT JOIN LATERAL (... LIMIT "
                 ":recent), not one LIMIT shared by all the accounts"
-            if _starved(got, expected, quiet) else None,
+            if _starved(got, expected, quiet) else
+            f"return `recent` postings per account: bind LIMIT :recent to the parameter "
+            f"(recent={RECENT} here), not a number written into the query"
+            if _miscounted(got, expected, busy) else None,
             lesson=READ["n-plus-one"])
     # "latest" is by posting id, whatever order the transactions began or committed in
     _interleaved(bank, busy, other)
-    got = call(statements.statements, bank, [busy, other], recent=RECENT)
-    expected = _expected(bank, [busy, other])
+    got = call(statements.statements, bank, [busy, other], recent=MORE_RECENT)
+    expected = _expected(bank, [busy, other], MORE_RECENT)
     problems = _differences(got, expected)
     if problems:
         raise CheckFailure(
@@ -165,7 +173,7 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
             expected="for the busy account and the one it pays, after two overlapping "
                      "transfers between them (the transaction that began first wrote its "
                      "postings last, so they have the higher ids): the latest "
-                     f"{RECENT} postings by posting id, descending",
+                     f"{MORE_RECENT} postings by posting id, descending (recent={MORE_RECENT})",
             actual="; ".join(problems[:2]),
             evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
                             for a, want in expected.items() for i, _, k, m in want["recent"]],
@@ -179,6 +187,16 @@ def _starved(got: dict[Any, Any], expected: dict[int, dict[str, Any]], quiet: in
     """The quiet account came back with fewer postings than it has, the busy one in full."""
     statement = got.get(quiet)
     return statement is not None and len(statement.recent) < len(expected[quiet]["recent"])
+
+
+def _miscounted(got: dict[Any, Any], expected: dict[int, dict[str, Any]], busy: int) -> bool:
+    """The busy account came back with its newest postings, but not as many as asked for."""
+    statement = got.get(busy)
+    if statement is None:
+        return False
+    lines = [(p.posting_id, str(p.entry_id), p.kind, p.amount) for p in statement.recent]
+    want = expected[busy]["recent"]
+    return len(lines) != len(want) and (lines[:len(want)] == want or want[:len(lines)] == lines)
 
 
 def _funded_by_sql(engine: Engine, count: int) -> list[int]:
@@ -215,13 +233,14 @@ def test_statements_use_a_bounded_number_of_queries(learner: Any, ledger_tables:
     for size in (10, 100):
         chosen = ids[:size]
         with count_queries(bank) as queries:
-            got = call(statements.statements, bank, chosen, recent=RECENT)
+            got = call(statements.statements, bank, chosen, recent=MORE_RECENT)
         counts[size] = list(queries)
-        problems = _differences(got, _expected(bank, chosen))
+        problems = _differences(got, _expected(bank, chosen, MORE_RECENT))
         if problems:
             raise CheckFailure(
                 f"statements() for {size} accounts returned wrong statements.",
-                expected=f"each account's balance and its latest {RECENT} postings, newest first",
+                expected=f"each account's balance and its latest {MORE_RECENT} postings "
+                         f"(recent={MORE_RECENT}), newest first",
                 actual="; ".join(problems[:3]), lesson=READ["n-plus-one"])
     small, large = len(counts[10]), len(counts[100])
     if not (large <= MAX_QUERIES and large <= small):
