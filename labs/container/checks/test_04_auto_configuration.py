@@ -611,6 +611,8 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
         class Core:
             pass
         """)
+    # both classes ask for a Cache: an answer kept from the first class's question is stale
+    # once it registered redis_cache
     app.write_top(f"{app.base}_auto/caching.py", """\
         from markers import bean, conditional_on_missing_bean, configuration
         import {probe} as probe
@@ -623,6 +625,7 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
         @configuration
         class RedisCacheAutoConfiguration:
             @bean
+            @conditional_on_missing_bean(Cache)
             def redis_cache(self) -> Cache:
                 probe.events.append(("init", "redis_cache"))
                 return Cache()
@@ -658,7 +661,8 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
                     f"defined: {', '.join(defined) or 'neither'}"
                     + ("" if backed_off else "; no not-matched report entry naming "
                                              "redis_cache")),
-            evidence="imports file: RedisCacheAutoConfiguration (@bean redis_cache: Cache), "
+            evidence="imports file: RedisCacheAutoConfiguration (@bean "
+                     "@conditional_on_missing_bean(Cache) redis_cache: Cache), "
                      "then SimpleCacheAutoConfiguration (@conditional_on_missing_bean(Cache))\n"
                      "condition report:\n" + table(_report_rows(report),
                                                    ("name", "matched", "messages")),
@@ -676,6 +680,8 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
         class Core:
             pass
         """)
+    # both methods ask for a Clock (Boot's fallback pattern): an answer kept from the first
+    # method's question (a memoised lookup) is stale once it registered system_clock
     app.write_top(f"{app.base}_auto/clocks.py", """\
         from markers import bean, conditional_on_missing_bean, configuration
         import {probe} as probe
@@ -688,6 +694,7 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
         @configuration
         class ClockAutoConfiguration:
             @bean
+            @conditional_on_missing_bean(Clock)
             def system_clock(self) -> Clock:
                 probe.events.append(("init", "system_clock"))
                 return Clock()
@@ -719,8 +726,9 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
                     f"defined: {', '.join(defined) or 'neither'}"
                     + ("" if backed_off else "; no not-matched report entry naming "
                                              "system_clock")),
-            evidence="ClockAutoConfiguration: @bean system_clock() -> Clock, then @bean "
-                     "@conditional_on_missing_bean(Clock) fallback_clock() -> Clock\n"
+            evidence="ClockAutoConfiguration: @bean @conditional_on_missing_bean(Clock) "
+                     "system_clock() -> Clock, then @bean @conditional_on_missing_bean(Clock) "
+                     "fallback_clock() -> Clock\n"
                      "condition report:\n" + table(_report_rows(report),
                                                    ("name", "matched", "messages")),
             lesson=CONDITIONS,
