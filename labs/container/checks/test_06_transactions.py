@@ -215,6 +215,16 @@ def _writes_table(shop: Shop, keys: list[str]) -> str:
     return table(rows, ("key", "write", "txid", "pid"))
 
 
+def _kept_connections(shop: Shop) -> list[str]:
+    """A problem when connections of the application's Engine are still out of its pool
+    (checked out) though no call is running: the pool cannot dispose of them at close()."""
+    engine = call(shop.ctx.get_bean, "engine")
+    out = engine.pool.checkedout()
+    return [f"{out} connection(s) of the Engine still checked out of its pool after the "
+            "outermost calls returned (kept, not closed: close() cannot dispose of them, "
+            "their sessions outlive the application)"] if out else []
+
+
 def _raised_name(error: Any) -> str:
     return "nothing" if error is None else f"{type(error).__name__}: {error}"
 
@@ -245,6 +255,8 @@ def test_required_joins_the_callers_transaction(shop):
     if left:
         problems.append(f"{len(left)} session(s) of the application still in a transaction "
                         "after the calls returned")
+    kept = _kept_connections(shop)
+    problems += kept
     if call(shop.ctx.get_bean, "catalog") is not shop.app.probe.catalog:
         problems.append("get_bean('catalog') (no @transactional method) is not the object its "
                         "constructor made: only beans with marked methods are wrapped")
@@ -256,12 +268,16 @@ def test_required_joins_the_callers_transaction(shop):
             "caller unchanged.",
             expected="place('a1') returns 'placed a1', order and note in one txid, both "
                      "committed; place('a2') raises its RuntimeError and leaves no row; no "
-                     "transaction left open; catalog not wrapped",
+                     "transaction left open, every connection back in the pool; catalog not "
+                     "wrapped",
             actual="; ".join(problems),
             evidence="writes, as the application saw them:\n" + _writes_table(shop, ["a1", "a2"])
                      + "\nsessions now:\n" + table(shop.sessions(),
                                                    ("pid", "state", "in xact", "backend_xid")),
             lesson=PROPAGATION,
+            fix="Close the connection of a transaction when the call that started it ends "
+                "(in finally): that returns it to the pool; never keep one for the next call "
+                "(per thread or per manager)." if kept and problems == kept else None,
         )
 
 
@@ -304,6 +320,7 @@ def test_requires_new_suspends_and_uses_a_second_connection(shop):
     if shop.committed("b1") != ["audit"]:
         problems.append(f"after place('b1') failed, committed: {shop.committed('b1') or 'nothing'}"
                         " (the audit must survive, the order's writes must not)")
+    problems += _kept_connections(shop)
     if problems:
         same = "ran on the caller's connection" in "; ".join(problems)
         raise CheckFailure(
@@ -312,7 +329,8 @@ def test_requires_new_suspends_and_uses_a_second_connection(shop):
             "caller does next; the caller's transaction stays open meanwhile and resumes "
             "afterwards.",
             expected="audit on another pid and txid, committed; order and order-after in the "
-                     "caller's txid on its pid, rolled back when place raises",
+                     "caller's txid on its pid, rolled back when place raises; both connections "
+                     "back in the pool",
             actual="; ".join(problems),
             evidence="writes:\n" + _writes_table(shop, ["b1"])
                      + "\npg_stat_activity while the audit ran:\n"
