@@ -106,7 +106,7 @@ def resolve_return(method: Any) -> Any:
 def read_imports(path: Path) -> list[str]:
     """Class names listed in an imports file: one a line, `#` comments and blanks ignored."""
     names = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8-sig").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line)
