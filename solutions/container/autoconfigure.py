@@ -46,7 +46,17 @@ class KafkaAutoConfiguration:
     @conditional_on_missing_bean("confluent_kafka.Producer")
     def producer(self, environment: Environment) -> confluent_kafka.Producer:  # type: ignore[name-defined]  # noqa: F821
         from confluent_kafka import Producer
-        config: dict[str, Any] = {"acks": "all", "enable.idempotence": True}
-        config.update(environment.with_prefix("dojo.kafka.producer."))
+        config: dict[str, Any] = dict(environment.with_prefix("dojo.kafka.producer."))
+        if not {"acks", "request.required.acks"} & set(config):
+            config["acks"] = "all"
+        acks = str(config.get("acks", config.get("request.required.acks"))).lower()
+        # idempotence needs acks=all, at most 5 requests in flight and retries: a default
+        # only where the application's own keys leave it room (the Producer would refuse them)
+        if acks in ("all", "-1") and not _IDEMPOTENCE_BOUNDS & set(config):
+            config.setdefault("enable.idempotence", True)
         config["bootstrap.servers"] = environment.get("dojo.kafka.bootstrap-servers")
         return Producer(config)
+
+
+_IDEMPOTENCE_BOUNDS = {"max.in.flight.requests.per.connection", "max.in.flight", "retries",
+                       "message.send.max.retries"}

@@ -103,10 +103,20 @@ def resolve_return(method: Any) -> Any:
         return resolve_type(method.__annotations__.get("return"))
 
 
+def defined_where(listed: list[str], scanned: list[BeanDefinition]) -> set[str]:
+    """Where listed classes the scan may have seen are defined, when that is not where they
+    are listed (a package re-exporting a class of its own module): the scan named them by the
+    defining module."""
+    names, modules = {d.type_name for d in scanned}, {d.module for d in scanned}
+    under = [q for q in listed if q not in names
+             and any(m.startswith(q.rpartition(".")[0] + ".") for m in modules)]
+    return {f"{cls.__module__}.{cls.__qualname__}" for cls in map(_import_class, under)}
+
+
 def read_imports(path: Path) -> list[str]:
     """Class names listed in an imports file: one a line, `#` comments and blanks ignored."""
     names = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8-sig").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             names.append(line)
@@ -164,6 +174,9 @@ class ApplicationContext:
         environment = BeanDefinition(name="environment", type_name="markers.Environment",
                                      module="markers")
         self.definitions = {"environment": environment, **self.definitions}
+        for where in defined_where(auto, self._scanned):   # listed through a re-export
+            self.definitions = {n: d for n, d in self.definitions.items()
+                                if where not in (d.type_name, d.factory.rpartition(".")[0])}
         self._singletons["environment"] = markers.Environment(self.properties)
         for name, definition in self.definitions.items():
             self._types[name] = self._load_type(definition)

@@ -122,7 +122,8 @@ def scan(base_package: str, root: str | Path) -> list[BeanDefinition]:
     root = Path(root)
     parsed = []
     for module, path in _modules(base_package, root):
-        parsed.append((module, ast.parse(path.read_text(encoding="utf-8"), str(path))))
+        # bytes: ast then honours a BOM and a coding line, as Python does on import
+        parsed.append((module, ast.parse(path.read_bytes(), str(path))))
     stereotypes = _stereotypes([tree for _, tree in parsed])
     definitions: list[BeanDefinition] = []
     for module, tree in parsed:

@@ -95,6 +95,9 @@ SHOP = {
 }
 
 
+STAR_ARGS = ("extra_prices", "pricing_options")
+
+
 def _context(learner, app):
     context = learner.module("context")
     return context, call(context.ApplicationContext, app.base, app.root, {}, [])
@@ -102,8 +105,9 @@ def _context(learner, app):
 
 def _write_shop(app, dsn="", with_parameters=True):
     """The shop; without parameters, refresh() needs no injection (that is stage 3)."""
-    quote = ", prices: PriceList, *, rounding: PriceList | None = None"
-    cache = ", prices: PriceList, archive: PriceList | None = None"
+    # *args and **kwargs receive no bean: they are no dependency (one of each kind, apart)
+    quote = f", prices: PriceList, *{STAR_ARGS[0]}, rounding: PriceList | None = None"
+    cache = f", prices: PriceList, archive: PriceList | None = None, **{STAR_ARGS[1]}"
     for name, source in SHOP.items():
         source = source.replace("{quote_params}", quote if with_parameters else "")
         source = source.replace("{cache_params}", cache if with_parameters else "")
@@ -149,6 +153,8 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
         # same flags on @bean methods, @scope below @service): the position was the mistake
         lost = {w.split(" ", 1)[0].split(":")[0] for w in wrong}
         one_side = lost == set(above)
+        starred = sorted({n for row in rows for n in (row[4] if isinstance(row[4], tuple) else ())
+                          if n in STAR_ARGS})
         raise CheckFailure(
             "The definitions registered by the context must say what each bean will be: its "
             "scope, whether it is lazy or primary, and the names of its constructor's (or "
@@ -159,7 +165,9 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
             evidence=table(rows, ("bean", "scope", "lazy", "primary", "dependencies")),
             lesson=DEFINITIONS,
             fix="Read scope, lazy and primary from every decorator of the class, above and below "
-                "its marker: their order is free." if one_side else None,
+                "its marker: their order is free." if one_side else
+                f"Leave *args and **kwargs ({', '.join(starred)}) out of dependencies: they "
+                "receive no bean." if starred else None,
         )
 
 

@@ -319,6 +319,60 @@ def test_a_missing_bean_is_a_clear_error(learner, make_app):
                      f"{app.base}_mail, outside the base package {app.base}",
             lesson=NOT_FOUND,
         )
+    _a_bean_methods_missing_parameter_names_its_bean(learner, make_app)
+
+
+def _a_bean_methods_missing_parameter_names_its_bean(learner, make_app):
+    """A @bean method's parameters are its bean's: the error names the @bean, not the
+    configuration the method is called on."""
+    app = make_app("clocks")
+    app.write_top(f"{app.base}_zones/__init__.py", """\
+        class Zone:
+            pass
+        """)
+    app.write("clock_config.py", """\
+        from __future__ import annotations
+
+        from markers import bean, configuration
+        from {base}_zones import Zone
+
+
+        class Clock:
+            def __init__(self, zone):
+                self.zone = zone
+
+
+        @configuration
+        class ClockConfig:
+            @bean
+            def shopClock(self, zone: Zone) -> Clock:
+                return Clock(zone)
+        """)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    zone = application_module(f"{app.base}_zones").Zone
+    fields = (getattr(error, "required_type", None), getattr(error, "bean", None),
+              getattr(error, "parameter", None))
+    if not isinstance(error, context.NoSuchBeanError) or fields != (zone, "shopClock", "zone"):
+        raise CheckFailure(
+            "A @bean method's parameters are the needs of its bean: one that no bean can "
+            "satisfy stops refresh() with NoSuchBeanError naming the type, the @bean whose "
+            "method needs it and the parameter (the configuration the method is called on is "
+            "another bean).",
+            expected="NoSuchBeanError(required_type=Zone, bean='shopClock', parameter='zone')",
+            actual=("refresh() succeeded" if error is None else
+                    f"{type(error).__name__}: {error}; required_type="
+                    f"{getattr(fields[0], '__name__', fields[0])!r}, bean={fields[1]!r}, "
+                    f"parameter={fields[2]!r}"),
+            evidence=f"{app.base}.clock_config.ClockConfig.shopClock(self, zone: Zone) -> Clock;"
+                     f" Zone is in {app.base}_zones, which holds no bean",
+            lesson=NOT_FOUND,
+            fix="Resolve a @bean method's parameters on behalf of its own bean (shopClock), not "
+                "of its configuration (clockConfig)."
+            if isinstance(error, context.NoSuchBeanError) and fields[1] == "clockConfig"
+            else None,
+        )
 
 
 TWO_STORES = """\

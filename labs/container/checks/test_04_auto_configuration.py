@@ -554,7 +554,7 @@ def test_a_user_engine_makes_the_datasource_back_off(learner, make_app, database
 
 
 def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
     app = make_app("shop")
     app.write("core.py", """\
@@ -572,19 +572,7 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
               "max.in.flight.requests.per.connection": "10", "message.max.bytes": "2048"}
     properties = {"dojo.kafka.bootstrap-servers": kafka.bootstrap,
                   **{f"dojo.kafka.producer.{k}": v for k, v in chosen.items()}}
-    context = learner.module("context")
-    ctx = call(context.ApplicationContext, app.base, app.root, properties, None)
-    error = raised(ctx.refresh)
-    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean,
-                                                                          Producer)
-    refused = None
-    if isinstance(producer, Producer):
-        try:
-            producer.produce(kafka.topic(hint="container-size"), value=b"x" * 6000)
-        except (KafkaException, BufferError) as exc:
-            refused = exc
-        finally:
-            producer.flush(5)
+    error, producer, refused = _producer_from(learner, app, kafka, properties)
     if error or not isinstance(producer, Producer) or refused is None:
         raise CheckFailure(
             "Every dojo.kafka.producer.<key> property must reach the Producer as <key>, with "
@@ -599,6 +587,47 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
             evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
             lesson=BACK_OFF,
         )
+    # only acks=1 set: a default enable.idempotence=true would make the Producer refuse it
+    alone = {"dojo.kafka.bootstrap-servers": kafka.bootstrap,
+             "dojo.kafka.producer.acks": "1", "dojo.kafka.producer.message.max.bytes": "2048"}
+    error, producer, refused = _producer_from(learner, app, kafka, alone)
+    if error or not isinstance(producer, Producer) or refused is None:
+        raise CheckFailure(
+            "A default the auto-configuration adds must leave the application's values "
+            "usable: with only dojo.kafka.producer.acks=1 set, a default that needs acks=all "
+            "(enable.idempotence=true does) makes the Producer refuse the application's acks.",
+            expected="refresh() succeeds; get_bean(Producer) is a Producer; produce() of a "
+                     "6000-byte value fails at once (message.max.bytes=2048)",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
+                    if not isinstance(producer, Producer) else
+                    "produce() of a 6000-byte value was accepted"),
+            evidence="properties:\n" + table(sorted(alone.items()), ("property", "value")),
+            lesson=BACK_OFF,
+            fix="Add enable.idempotence=true only where the application's keys allow it (acks "
+                "unset or all, no max.in.flight nor retries of its own)."
+            if error is not None and "idempotence" in str(error) else None,
+        )
+
+
+def _producer_from(learner, app, kafka, properties):
+    """(refresh()'s error, the Producer bean, what produce() of 6000 bytes raised)."""
+    from confluent_kafka import KafkaException, Producer
+
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, properties, None)
+    error = raised(ctx.refresh)
+    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean,
+                                                                          Producer)
+    refused = None
+    if isinstance(producer, Producer):
+        try:
+            producer.produce(kafka.topic(hint="container-size"), value=b"x" * 6000)
+        except (KafkaException, BufferError) as exc:
+            refused = exc
+        finally:
+            producer.flush(5)
+    return error, producer, refused
 
 
 def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make_app):
@@ -611,6 +640,8 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
         class Core:
             pass
         """)
+    # both classes ask for a Cache: an answer kept from the first class's question is stale
+    # once it registered redis_cache
     app.write_top(f"{app.base}_auto/caching.py", """\
         from markers import bean, conditional_on_missing_bean, configuration
         import {probe} as probe
@@ -623,6 +654,7 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
         @configuration
         class RedisCacheAutoConfiguration:
             @bean
+            @conditional_on_missing_bean(Cache)
             def redis_cache(self) -> Cache:
                 probe.events.append(("init", "redis_cache"))
                 return Cache()
@@ -658,7 +690,8 @@ def test_a_later_auto_configuration_sees_the_beans_of_earlier_ones(learner, make
                     f"defined: {', '.join(defined) or 'neither'}"
                     + ("" if backed_off else "; no not-matched report entry naming "
                                              "redis_cache")),
-            evidence="imports file: RedisCacheAutoConfiguration (@bean redis_cache: Cache), "
+            evidence="imports file: RedisCacheAutoConfiguration (@bean "
+                     "@conditional_on_missing_bean(Cache) redis_cache: Cache), "
                      "then SimpleCacheAutoConfiguration (@conditional_on_missing_bean(Cache))\n"
                      "condition report:\n" + table(_report_rows(report),
                                                    ("name", "matched", "messages")),
@@ -676,6 +709,8 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
         class Core:
             pass
         """)
+    # both methods ask for a Clock (Boot's fallback pattern): an answer kept from the first
+    # method's question (a memoised lookup) is stale once it registered system_clock
     app.write_top(f"{app.base}_auto/clocks.py", """\
         from markers import bean, conditional_on_missing_bean, configuration
         import {probe} as probe
@@ -688,6 +723,7 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
         @configuration
         class ClockAutoConfiguration:
             @bean
+            @conditional_on_missing_bean(Clock)
             def system_clock(self) -> Clock:
                 probe.events.append(("init", "system_clock"))
                 return Clock()
@@ -719,8 +755,9 @@ def test_a_bean_method_sees_the_beans_of_the_methods_before_it(learner, make_app
                     f"defined: {', '.join(defined) or 'neither'}"
                     + ("" if backed_off else "; no not-matched report entry naming "
                                              "system_clock")),
-            evidence="ClockAutoConfiguration: @bean system_clock() -> Clock, then @bean "
-                     "@conditional_on_missing_bean(Clock) fallback_clock() -> Clock\n"
+            evidence="ClockAutoConfiguration: @bean @conditional_on_missing_bean(Clock) "
+                     "system_clock() -> Clock, then @bean @conditional_on_missing_bean(Clock) "
+                     "fallback_clock() -> Clock\n"
                      "condition report:\n" + table(_report_rows(report),
                                                    ("name", "matched", "messages")),
             lesson=CONDITIONS,

@@ -767,6 +767,137 @@ def test_close_goes_on_past_a_failing_destroy_callback(learner, make_app):
         )
 
 
+REPLACED = """\
+    from __future__ import annotations
+
+    from markers import BeanPostProcessor, bean, component, configuration, pre_destroy
+    import {probe} as probe
+
+
+    def _gone(name, obj):
+        probe.events.append(("destroy", f"{name} on {type(obj).__name__}"))
+
+
+    @component
+    class Ledger:
+        @pre_destroy
+        def close_ledger(self):
+            _gone("ledger", self)
+
+
+    @component
+    class Journal:
+        @pre_destroy
+        def close_journal(self):
+            _gone("journal", self)
+
+
+    @component
+    class Payments:
+        @pre_destroy
+        def close_payments(self):
+            _gone("payments", self)
+
+
+    @component
+    class Clerk:
+        @pre_destroy
+        def close_clerk(self):
+            _gone("clerk", self)
+
+
+    class Feed:
+        def shutdown(self):
+            _gone("feed", self)
+
+
+    @configuration
+    class FeedConfig:
+        @bean(destroy_method="shutdown")
+        def feed(self) -> Feed:
+            return Feed()
+
+
+    class Sealed:
+        '''Hands out nothing of its target: a wrapper of another class.'''
+
+        def __init__(self, target):
+            self._target = target
+
+
+    class JournalView(Journal):
+        '''A wrapper that is a subclass of its target's class.'''
+
+        def __init__(self, target):
+            self._target = target
+
+
+    class Forwarding:
+        '''A proxy: every attribute is its target's (as a @transactional proxy's).'''
+
+        def __init__(self, target):
+            self._target = target
+
+        def __getattr__(self, attribute):
+            return getattr(self._target, attribute)
+
+
+    @component
+    class Wrapper(BeanPostProcessor):
+        def before_init(self, bean, name):
+            return bean
+
+        def after_init(self, bean, name):
+            wrap = {"ledger": Sealed, "feed": Sealed, "journal": JournalView,
+                    "payments": Forwarding}.get(name)
+            return wrap(bean) if wrap else bean
+    """
+
+# bean -> (the class of its object as made, what the post-processor returned in its place)
+AS_MADE = {"ledger": ("Ledger", "Sealed: nothing of the target's"),
+           "journal": ("Journal", "JournalView: a subclass of Journal"),
+           "payments": ("Payments", "Forwarding: a proxy with the target's attributes"),
+           "feed": ("Feed", "Sealed (its @bean(destroy_method='shutdown'))"),
+           "clerk": ("Clerk", "not replaced")}
+
+
+def test_close_destroys_the_object_as_made(learner, make_app):
+    app = make_app("shop")
+    app.write("books.py", REPLACED)
+    ctx = _refreshed(learner, app, "Wrapper(BeanPostProcessor) replaces ledger and feed with a "
+                                   "Sealed, journal with a JournalView(Journal), payments with "
+                                   "a forwarding proxy; clerk is kept as made", imports=[])
+    closed = raised(ctx.close)          # no callback of this application raises
+    seen = [bean.split(" on ", 1) for kind, bean in app.probe.events if kind == "destroy"]
+    rows, wrong = [], []
+    for name, (made, replaced) in AS_MADE.items():
+        got = [on for bean, on in seen if bean == name]
+        rows.append((name, replaced, made, ", ".join(got) or "nothing"))
+        if got != [made]:
+            wrong.append(f"{name}: " + (f"destroyed on {', '.join(got)}" if got
+                                         else "not destroyed"))
+    if closed is not None:
+        wrong.append(f"close() raised {type(closed).__name__}: {closed}")
+    if wrong:
+        # a callback ran on a wrapper, or close() looked one up on it: the callbacks were
+        # taken from what after_init returned
+        on_kept = any(on in ("JournalView", "Sealed", "Forwarding") for _, on in seen) or (
+            isinstance(closed, AttributeError) and "Sealed" in str(closed))
+        raise CheckFailure(
+            "close() destroys the object the constructor (or @bean method) made, even when a "
+            "bean post-processor replaced it: its @pre_destroy methods and a @bean's "
+            "destroy_method are called on that object, once, whatever after_init returned "
+            "in its place (Spring keeps the raw bean for its destruction).",
+            expected="; ".join(f"{n} destroyed once, on its {m}"
+                               for n, (m, _) in AS_MADE.items()),
+            actual="; ".join(wrong),
+            evidence=table(rows, ("bean", "after_init returned", "made as", "destroyed on")),
+            lesson=SHUTDOWN,
+            fix="Keep the object as made (before after_init) for close(): look up its "
+                "@pre_destroy methods on its class and call them on it." if on_kept else None,
+        )
+
+
 def _sessions_named(engine, name):
     with engine.connect() as conn:
         return [tuple(r) for r in conn.execute(text(
