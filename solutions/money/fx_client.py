@@ -61,10 +61,7 @@ class FxClient:
             headers={"Content-Type": "application/json", "Accept": "application/json",
                      **(headers or {})})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
+            status, raw = _fetch(request, self.timeout)
         except TimeoutError as error:
             raise ProviderTimeout(f"{method} {path}: no answer within {self.timeout} s") \
                 from error
@@ -130,6 +127,18 @@ class FxClient:
         # 409 (the key is in use for another order), 400, anything unexpected: we do not
         # know what happened, so we do not act on it
         raise ProviderError(f"unexpected answer {status}: {payload}")
+
+
+def _fetch(request: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
+    """The status and the body of an answer, a 4xx or 5xx as well as a 200. urlopen raises
+    an error status as HTTPError before its body is read, and that read can time out or be
+    cut short like any other: it happens here, inside the caller's try, not in its handler."""
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read()
 
 
 def _decimal(payload: dict[str, Any], field: str) -> Decimal:

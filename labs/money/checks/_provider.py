@@ -48,9 +48,16 @@ PLACE_MODES = {
                      "announces and closes the connection (IncompleteRead)",
     "fill-then-garble": "converts, then answers 200 with an HTML page instead of JSON (a "
                         "proxy's error page)",
+    "reject-then-cut": "refuses, then answers 422 with half the body its Content-Length "
+                       "announces and closes the connection (IncompleteRead while reading an "
+                       "error's body)",
+    "reject-then-stall": "refuses, then sends the 422's headers and half its body, and "
+                         "nothing more for `delay` s (a timeout while reading an error's body)",
 }
 STATUS_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s",
-                "stall": "waits until release(), then answers"}
+                "stall": "waits until release(), then answers",
+                "cut": "answers (a 404 NOT_FOUND or 422 REJECTED too) with half the body its "
+                       "Content-Length announces and closes the connection"}
 RATE_MODES = {"answer": "answers", "fail": "answers 503", "slow": "answers after `delay` s",
               "stall": "waits until release(), then answers"}
 
@@ -291,7 +298,7 @@ class FxProvider:
         if mode == "stall":
             self._stalled.release()
             gate.wait(30)
-        order, what = (self._reject if mode in ("reject", "reject-then-fail")
+        order, what = (self._reject if mode.startswith("reject")
                        else self._convert)(key, body)
         call.outcome = what
         call.converted = what == "FILLED"
@@ -306,8 +313,11 @@ class FxProvider:
             return
         if mode == "fill-then-late":
             time.sleep(delay)
-        if mode == "fill-then-cut":
+        if mode in ("fill-then-cut", "reject-then-cut"):
             handler.cut(call, *order.answer())
+            return
+        if mode == "reject-then-stall":
+            handler.cut(call, *order.answer(), stall=delay)
             return
         if mode == "fill-then-garble":
             handler.garble(call)
@@ -330,12 +340,12 @@ class FxProvider:
             order = self.orders.get(key)
             if order is None:
                 self.voided.add(key)
-        if order is None:
-            call.outcome = "NOT_FOUND"
-            handler.answer(call, 404, {"status": "NOT_FOUND"})
+        code, payload = order.answer() if order else (404, {"status": "NOT_FOUND"})
+        call.outcome = order.status if order else "NOT_FOUND"
+        if mode == "cut":
+            handler.cut(call, code, payload)
             return
-        call.outcome = order.status
-        handler.answer(call, *order.answer())
+        handler.answer(call, code, payload)
 
     def rate(self, handler: _Handler, query: dict[str, list[str]]) -> None:
         call = self._record(Call(self._now(), "GET", "/v1/rates", None, None))
@@ -379,8 +389,9 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass  # the caller gave up (timed out) before the answer came: that is the point
 
-    def cut(self, call: Call, code: int, payload: dict[str, Any]) -> None:
-        """Announce the whole body, send half of it, close: http.client's IncompleteRead."""
+    def cut(self, call: Call, code: int, payload: dict[str, Any], stall: float = 0.0) -> None:
+        """Announce the whole body, send half of it, close: http.client's IncompleteRead.
+        With `stall`, wait that long before closing: the reader times out first."""
         body = json.dumps(payload).encode()
         call.code = code
         call.answered_at = self.owner._now()
@@ -393,6 +404,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             pass
+        time.sleep(stall)
         self.drop()
 
     def garble(self, call: Call) -> None:

@@ -446,3 +446,35 @@ def injected(error: BaseException | None) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def assert_quote_stays_used(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
+                            what: str, read: str) -> None:
+    """A second exchange (another key) on `quote`, whose exchange was refunded (`what`), is
+    refused with QuoteAlreadyUsed, debits nothing and sends no order: a quote is used by the
+    exchange that took it, whatever became of that exchange."""
+    before, sent_before = balance_of(kit.engine, source), len(kit.provider.order_requests())
+    try:
+        again: Any = kit.exchange.exchange(
+            kit.engine, fx, kit.clock, idempotency_key=f"again-{quote.id}", quote_id=quote.id,
+            from_account_id=source, to_account_id=target, sell_amount=Decimal("41.37"))
+    except Exception as exc:
+        again = exc
+    sent = len(kit.provider.order_requests()) - sent_before
+    after = balance_of(kit.engine, source)
+    if isinstance(again, kit.exchange.QuoteAlreadyUsed) and not sent and after == before:
+        return
+    went_through = not isinstance(again, BaseException)
+    raise CheckFailure(
+        f"Quote {quote.id}: {what}. A second exchange of 41.37 on the same quote, with "
+        "another idempotency key, was not refused as QuoteAlreadyUsed.",
+        expected="exchange.QuoteAlreadyUsed, nothing debited, no order sent: a quote is good "
+                 "for one exchange, and a refunded (FAILED) exchange used it as much as a "
+                 "completed one",
+        actual=(f"it returned {again}" if went_through else first_line(again))
+               + f"; {sent} order(s) sent; source {fmt(before)} before, {fmt(after)} after",
+        evidence=kit.provider.history(),
+        fix="a refund gives the money back, not the quote: keep the quote marked used (do not "
+            "clear used_at, and do not count only COMPLETED exchanges as using it)"
+        if went_through else None,
+        lesson=read)

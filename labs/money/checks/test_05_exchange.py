@@ -19,6 +19,7 @@ from _support import (
     ExchangeKit,
     assert_ledger_agrees,
     assert_nothing_held,
+    assert_quote_stays_used,
     balance_of,
     exchange_anomalies,
     failing_commits,
@@ -48,7 +49,10 @@ def _accounts(kit: ExchangeKit, usd: str = "500.00") -> tuple[int, int]:
     return int(source), int(target)
 
 
-def _quote(kit: ExchangeKit, fx: Any, ttl: float = 30.0) -> Any:
+QUOTE_TTL = 30.0  # the time-to-live of a quote the checks take, unless they say otherwise
+
+
+def _quote(kit: ExchangeKit, fx: Any, ttl: float = QUOTE_TTL) -> Any:
     return kit.quote(fx, ttl=ttl)
 
 
@@ -426,18 +430,35 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
     assert_ledger_agrees(kit.engine, "after a timed-out exchange", read="exchange")
 
 
+# How the provider fails to answer an order; each leaves the exchange PENDING.
+UNANSWERED = (
+    ("fill-then-fail", "ex-500", "converted, then answered 500"),
+    ("drop", "ex-reset", "closed the connection without an answer"),
+    ("fill-then-cut", "ex-cut", "converted, then sent half the body its Content-Length "
+                                "announced and closed the connection"),
+    ("fill-then-garble", "ex-html", "converted, then answered 200 with an HTML page instead "
+                                    "of JSON"),
+    # an error status arrives as urllib's HTTPError before its body is read: reading that
+    # body fails the same ways, and must be caught the same way
+    ("reject-then-cut", "ex-cut-422", "refused it, then sent half the body of its 422 answer "
+                                      "and closed the connection"),
+    ("reject-then-stall", "ex-stall-422", "refused it, then sent the 422's headers and half "
+                                          f"its body, and nothing more within the {TIMEOUT} s "
+                                          "timeout"),
+)
+ERROR_BODY_FIX = ("an error status (here 422) arrives as urllib's HTTPError before its body is "
+                  "read, and error.read() can be cut short or time out like any read: read it "
+                  "inside the try whose handlers turn TimeoutError, OSError and HTTPException "
+                  "into ProviderError, not in the except HTTPError handler")
+
+
 def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
-    source, target = _accounts(kit, usd="500.00")
+    funds = Decimal(100 * len(UNANSWERED) + 100)
+    source, target = _accounts(kit, usd=str(funds))
     fx = kit.client(TIMEOUT)
-    for mode, key, meaning in (
-            ("fill-then-fail", "ex-500", "converted, then answered 500"),
-            ("drop", "ex-reset", "closed the connection without an answer"),
-            ("fill-then-cut", "ex-cut", "converted, then sent half the body its "
-                                        "Content-Length announced and closed the connection"),
-            ("fill-then-garble", "ex-html", "converted, then answered 200 with an HTML page "
-                                            "instead of JSON")):
+    for mode, key, meaning in UNANSWERED:
         quote = _quote(kit, fx)
-        kit.provider.script(place=mode)
+        kit.provider.script(place=mode, delay=1.0)
         try:
             result = _exchange(kit, fx, quote, source, target, key=key)
         except CheckFailure:
@@ -449,8 +470,10 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
                 expected="FxClient raises ProviderError, exchange() returns status PENDING",
                 actual=f"{first_line(exc)}; {_money(kit, source, target)}",
                 evidence=kit.provider.history(),
-                fix="catch OSError (a reset, RemoteDisconnected, a timeout while reading) around "
-                    "the request and raise ProviderError" if isinstance(exc, OSError) else
+                fix=ERROR_BODY_FIX if mode.startswith("reject") and isinstance(
+                    exc, OSError | http.client.HTTPException) else
+                "catch OSError (a reset, RemoteDisconnected, a timeout while reading) around "
+                "the request and raise ProviderError" if isinstance(exc, OSError) else
                 "catch http.client.HTTPException (IncompleteRead: a body cut short) around the "
                 "request and raise ProviderError" if isinstance(exc, http.client.HTTPException)
                 else "a body that is not JSON is no answer: catch json.loads' ValueError and "
@@ -468,7 +491,7 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
     if not (balance_of(kit.engine, source) == Decimal("100.00") and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
-            "Four PENDING exchanges of 100.00 from 500.00.",
+            f"{len(UNANSWERED)} PENDING exchanges of 100.00 from {fmt(funds)}.",
             expected="source 100.00 USD, target 0.00 EUR",
             actual=_money(kit, source, target), evidence=ledger_table(kit.engine, source),
             lesson=READ["exchange"])
@@ -499,6 +522,8 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
             "The refund is a new entry: the ledger keeps the debit and its reversal.",
             expected="the source's postings: the deposit, the exchange debit, the refund",
             actual=str(kinds), evidence=ledger_table(kit.engine, source), lesson=READ["schema"])
+    assert_quote_stays_used(kit, fx, quote, source, target, f"exchange {result.exchange_id} "
+                            "on it was rejected by the provider and refunded", READ["exchange"])
     assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
 
 
@@ -804,6 +829,24 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
                     "quote, both accounts and the amount), and a retry must match it in each"
                 if reuse is None else None,
                 lesson=READ["idempotency"])
+    # long after: the quote it was placed on has expired since, and the key still answers the
+    # exchange (the quote was judged once, when the exchange was placed)
+    kit.clock.advance(QUOTE_TTL + 0.35)
+    expired = _refusal_or_result(kit, fx, quote, source, target, "100.00", "twice")
+    if not (str(getattr(expired, "exchange_id", "")) == placed
+            and getattr(expired, "status", None) == stands):
+        raise CheckFailure(
+            f"Exchange {placed} is {stands}; its quote (TTL {QUOTE_TTL:g} s) expired "
+            f"{0.35:g} s ago. A retry with its key (the same request) answered something else.",
+            expected=f"the same exchange_id with status {stands}: a retry returns the exchange "
+                     "as it stands, however old its quote is now (QuoteExpired and "
+                     "QuoteAlreadyUsed refuse a new exchange, not a retry of one placed)",
+            actual=first_line(expired) if isinstance(expired, BaseException) else f"{expired}",
+            evidence=kit.provider.history(),
+            fix="look the idempotency key up first and return the exchange it names; judge the "
+                "quote (found, expired, used) only when the key is new"
+            if isinstance(expired, kit.exchange.QuoteExpired) else None,
+            lesson=READ["idempotency"])
 
 
 QUOTE_RACERS = 8

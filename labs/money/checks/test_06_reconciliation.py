@@ -7,6 +7,7 @@ customer balances with both: a refund of something the provider converted is dou
 
 from __future__ import annotations
 
+import http.client
 import time
 from decimal import Decimal
 from typing import Any
@@ -18,6 +19,7 @@ from _support import (
     all_of,
     assert_ledger_agrees,
     assert_nothing_held,
+    assert_quote_stays_used,
     balance_of,
     describe_errors,
     exchange_anomalies,
@@ -27,7 +29,7 @@ from _support import (
     injected,
 )
 
-from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, raised, rows
+from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, rows
 from dojo.checks.faults import run_concurrently, slow_sql
 
 pytestmark = pytest.mark.stage("reconciliation")
@@ -70,21 +72,30 @@ def _statuses(kit: ExchangeKit) -> dict[str, str]:
                                                           "FROM exchange")}
 
 
-def _reconcile(kit: ExchangeKit, fx: Any, older_than: float = 30.0) -> Any:
+def _reconcile(kit: ExchangeKit, fx: Any, older_than: float = 30.0, limit: int | None = None,
+               unanswered: str = "") -> Any:
+    """reconcile(...)'s report; raising is a failure (`unanswered`: how the provider failed
+    to answer this run, for the message)."""
     try:
         return call(kit.exchange.reconcile, kit.engine, fx, kit.clock,
-                    older_than_seconds=older_than)
+                    older_than_seconds=older_than, **({"limit": limit} if limit else {}))
     except CheckFailure:
         raise  # a stub: not written yet
     except Exception as exc:
         raise CheckFailure(
-            f"reconcile() raised {type(exc).__name__}.",
+            f"reconcile() raised {type(exc).__name__}"
+            + (f" when the provider {unanswered}." if unanswered else "."),
             expected="it settles what the provider answered about, leaves the rest PENDING, and "
                      "returns its ReconcileReport: one unanswered question must not stop the run",
             actual=first_line(exc), evidence="the provider's log:\n" + kit.provider.history(16),
-            fix="a timeout while reading the answer arrives as TimeoutError (socket.timeout) or "
-                "http.client's RemoteDisconnected, not wrapped in urllib's URLError: catch "
-                "OSError around the request and raise ProviderError"
+            fix="an error status (a 422, a 404) arrives as urllib's HTTPError before its body "
+                "is read, and error.read() can be cut short or time out like any read: read it "
+                "inside the try that turns those into ProviderError, not in its except "
+                "HTTPError handler" if unanswered and isinstance(
+                    exc, OSError | http.client.HTTPException) else
+            "a timeout while reading the answer arrives as TimeoutError (socket.timeout) or "
+            "http.client's RemoteDisconnected, not wrapped in urllib's URLError: catch "
+            "OSError around the request and raise ProviderError"
             if isinstance(exc, OSError) else None,
             lesson=READ["reconcile"]) from exc
 
@@ -194,10 +205,48 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
     _assert_consistent(kit, source, target, "after reconciling filled orders")
 
 
+CROWD_LIMIT = 3  # the limit passed to reconcile: fewer than the young PENDING exchanges
+
+
+def test_young_pending_exchanges_do_not_crowd_out_old_ones(kit: ExchangeKit) -> None:
+    """Two exchanges old enough, then four younger ones whose calls may still be in flight:
+    reconcile(limit=3) takes the oldest 3 of those old enough, so both old ones."""
+    source, target = _accounts(kit)
+    fx = kit.client(TIMEOUT)
+    old = _pending(kit, fx, source, target, "fill-then-fail", count=2, prefix="old")
+    kit.clock.advance(41.3)
+    young = _pending(kit, fx, source, target, "fill-then-fail", count=4, prefix="young")
+    kit.clock.advance(7.6)  # old: 48.9 s, young: 7.6 s
+    _reconcile(kit, fx, older_than=30, limit=CROWD_LIMIT)
+    statuses = _statuses(kit)
+    asked = {c.key for c in kit.provider.requests("GET") if c.key}
+    got = [statuses.get(i) for i in old + young]
+    if got != ["COMPLETED"] * 2 + ["PENDING"] * 4:
+        page_filtered = not asked & set(old + young)
+        raise CheckFailure(
+            f"reconcile(older_than_seconds=30, limit={CROWD_LIMIT}) with 2 PENDING exchanges "
+            "48.9 s old and 4 PENDING ones 7.6 s old (their calls may still be in flight): "
+            "the old ones are what it must settle.",
+            expected=f"both old ones COMPLETED (the provider filled them); the young ones "
+                     f"PENDING and not asked about: limit={CROWD_LIMIT} bounds the exchanges old "
+                     "enough, the oldest first",
+            actual="old " + ", ".join(str(s) for s in got[:2]) + "; young "
+                   + ", ".join(str(s) for s in got[2:])
+                   + f"; asked the provider about {len(asked & set(old))} old and "
+                     f"{len(asked & set(young))} young one(s)",
+            evidence="the provider's log:\n" + kit.provider.history(16),
+            fix="filter by age in the query, before LIMIT: WHERE status = 'PENDING' AND "
+                "created_at <= :cutoff ORDER BY created_at LIMIT :limit; a page taken first and "
+                "filtered afterwards can hold only young exchanges" if page_filtered else None,
+            lesson=READ["reconcile"])
+    _assert_consistent(kit, source, target, "after young exchanges queued behind old ones")
+
+
 def test_reconcile_refunds_what_the_provider_never_received(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
-    [lost] = _pending(kit, fx, source, target, "drop")
+    quote = kit.quote(fx, ttl=600)  # still valid after the minute below: used, not expired
+    [lost] = _pending(kit, fx, source, target, "drop", quotes=[quote])
     kit.clock.advance(60)
     _reconcile(kit, fx)
     status = _statuses(kit).get(lost)
@@ -211,6 +260,9 @@ def test_reconcile_refunds_what_the_provider_never_received(kit: ExchangeKit) ->
             evidence=kit.provider.history(),
             fix="NOT_FOUND from GET /v1/orders/<key> is final: the provider refuses that key from "
                 "then on, so refund (a REVERSAL entry) and mark FAILED", lesson=READ["reconcile"])
+    if status == "FAILED":
+        assert_quote_stays_used(kit, fx, quote, source, target, f"exchange {lost} on it was "
+                                "refunded by reconcile() (NOT_FOUND)", READ["reconcile"])
     _assert_consistent(kit, source, target, "after reconciling a lost order")
 
 
@@ -219,6 +271,18 @@ def test_reconcile_refunds_what_the_provider_rejected(kit: ExchangeKit) -> None:
     fx = kit.client(TIMEOUT)
     [rejected] = _pending(kit, fx, source, target, "reject-then-fail")
     kit.clock.advance(60)
+    # first the 422 REJECTED arrives cut short: no answer yet, PENDING, and the run returns
+    kit.provider.script(status="cut")
+    _reconcile(kit, fx, unanswered="answered 422 REJECTED with half the body its "
+                                   "Content-Length announced, and closed the connection")
+    if _statuses(kit).get(rejected) != "PENDING":
+        raise CheckFailure(
+            "The provider's 422 REJECTED answer to GET /v1/orders/<key> was cut short: "
+            "reconcile() could not read it.",
+            expected="the exchange stays PENDING (no usable answer), nothing refunded yet",
+            actual=f"status {_statuses(kit).get(rejected)}", evidence=kit.provider.history(),
+            lesson=READ["reconcile"])
+    kit.provider.script(status="answer")
     _reconcile(kit, fx)
     status = _statuses(kit).get(rejected)
     anomalies, evidence = exchange_anomalies(kit, source, target, FUNDS)
@@ -283,9 +347,16 @@ def test_reconcile_goes_on_past_a_booking_error(kit: ExchangeKit) -> None:
         ids += _pending(kit, fx, source, target, "fill-then-fail", prefix=f"book-{n}")
         kit.clock.advance(1.5)
     kit.clock.advance(60)
+    report: Any = None
+    error: Exception | None = None
     with failing_commits(kit.engine, targets[0]), failing_commits(kit.engine, targets[2]):
-        error = raised(kit.exchange.reconcile, kit.engine, fx, kit.clock,
-                       older_than_seconds=30)
+        try:
+            report = call(kit.exchange.reconcile, kit.engine, fx, kit.clock,
+                          older_than_seconds=30)
+        except CheckFailure:
+            raise  # a stub: not written yet
+        except Exception as exc:
+            error = exc
     if error is not None and not injected(error):
         raise CheckFailure(
             f"reconcile() raised {type(error).__name__}.", expected="a ReconcileReport",
@@ -307,6 +378,19 @@ def test_reconcile_goes_on_past_a_booking_error(kit: ExchangeKit) -> None:
             fix="an error while booking one exchange (here its refused COMMIT) leaves that "
                 "exchange PENDING: catch it around that exchange's settlement, count it as "
                 "still pending, and go on with the next" if got[1] == "PENDING" else None,
+            lesson=READ["reconcile"])
+    completed = getattr(report, "completed", None)
+    if error is None and completed != 1:
+        raise CheckFailure(
+            "reconcile() completed 1 of the 3 exchanges the provider filled (the database "
+            "refused the COMMIT that booked the other two, which stay PENDING), and its report "
+            "said otherwise.",
+            expected="ReconcileReport(completed=1, ...): the report counts what the run "
+                     "settled, not what the provider answered",
+            actual=f"{report!r}", evidence="the provider's log:\n" + kit.provider.history(16),
+            fix="count an exchange as completed once its booking committed (after the "
+                "settling transaction), not when get_order answered FILLED"
+            if completed == 3 else None,
             lesson=READ["reconcile"])
     _reconcile(kit, fx)
     if [_statuses(kit).get(i) for i in ids] != ["COMPLETED"] * 3:

@@ -370,6 +370,9 @@ def test_slow_call_threshold_is_below_the_timeout(client_kit: ClientKit) -> None
                 "2 s timeout", lesson=READ["slow"])
 
 
+AFTER_CLOSE = 8  # failing calls after the breaker closed: with one success, 9 < minimum 10
+
+
 def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> None:
     kit = client_kit
     b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
@@ -423,19 +426,38 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
             expected="the next call goes through", actual=f"{outcome}: {first_line(value)}; "
                                                           f"state {_state(b)}",
             lesson=READ["half-open"])
-    # Closed again means a fresh window: the 10 failures that opened it are history, so a
-    # success and then one failure (2 calls, fewer than minimum_calls) must both be sent.
-    after_close = [_order(kit, fx)] + _calls(kit, "fail", 1, fx)
+    # Closed again means a fresh window: the 10 failures that opened it are history, so the
+    # call above and 8 failures (9 calls, fewer than minimum_calls) must all be sent: a
+    # breaker that counts calls anywhere but in its window judges too early.
+    after_close = _calls(kit, "fail", AFTER_CLOSE, fx)
     kit.provider.script(place="fill")
-    last = _order(kit, fx)
-    after_close.append(last)
-    if [r[0] for r in after_close] != ["ok", "error", "ok"]:
+    outcomes = [r[0] for r in after_close]
+    if outcomes != ["error"] * AFTER_CLOSE and outcomes[0] != "open":
+        judged_at = outcomes.index("open") if "open" in outcomes else None
+        raise CheckFailure(
+            f"After the probes closed the breaker, one call succeeded and {AFTER_CLOSE} failed: "
+            f"{AFTER_CLOSE + 1} calls in its fresh window, fewer than minimum_calls=10, so it "
+            "may not judge them yet.",
+            expected=f"all {AFTER_CLOSE} failing calls reach the provider; the breaker stays "
+                     "CLOSED",
+            actual=f"outcomes {outcomes}; state {_state(b)}"
+                   + (f": it opened with {judged_at + 1} calls in its window" if judged_at
+                      else ""),
+            evidence="a CLOSED breaker judges the last window_size calls, and only once at "
+                     "least minimum_calls of them are in the window; the window is empty when "
+                     "it closes",
+            fix="compare minimum_calls with the number of calls in the window (emptied when "
+                "the breaker closes), not with a count of every call it has recorded"
+            if judged_at else None,
+            lesson=READ["breaker"])
+    if outcomes != ["error"] * AFTER_CLOSE:
         raise CheckFailure(
             "After the probes closed the breaker, it reopened on the failures that had opened "
             "it before: its window was not emptied.",
-            expected="a new count-based window: the next 3 calls (ok, a failure, ok: 3 calls, "
-                     "fewer than minimum_calls=10) all reach the provider",
-            actual=f"outcomes {[r[0] for r in after_close]}; state {_state(b)}",
+            expected=f"a new count-based window: the next {AFTER_CLOSE} calls (failures: with "
+                     f"the call above, {AFTER_CLOSE + 1} calls, fewer than minimum_calls=10) all "
+                     "reach the provider",
+            actual=f"outcomes {outcomes}; state {_state(b)}",
             evidence="the window before it opened held 10 failures out of 10; a CLOSED breaker "
                      "that still counts them opens again on its first call after recovering, so "
                      "it flaps OPEN/HALF_OPEN/CLOSED/OPEN while the provider is healthy",
@@ -503,6 +525,46 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
             lesson=READ["half-open"])
     _assert_still_open(kit, b, fx, probe[0], probe_ended, "A slow half-open probe of 0.4 s,",
                        29.8, "the probe that reopens it")
+
+
+OPEN_SECONDS = 1.65  # no whole number: a wait rounded or cut to whole seconds misses it
+
+
+def test_open_seconds_are_waited_to_the_fraction(client_kit: ClientKit) -> None:
+    """open_seconds=1.65, on two breakers opened alike: 1.55 s after it opened the first is
+    still OPEN; 1.72 s after, with no call in between, the second lets a probe through. A
+    wait rounded or cut to whole seconds (1 s or 2 s) gets one of the two wrong."""
+    kit = client_kit
+    for after, allowed in ((1.55, "open"), (1.72, "ok")):
+        b = _breaker(kit, window_size=4, minimum_calls=4, failure_rate_threshold=50.0,
+                     slow_call_seconds=2.0, slow_call_rate_threshold=100.0,
+                     open_seconds=OPEN_SECONDS, half_open_calls=1)
+        fx = kit.client(timeout=2.0, breaker=b)
+        tripping = _calls(kit, "fail", 4, fx)
+        opened = time.monotonic()  # when the call that tripped it ended
+        kit.provider.script(place="fill")
+        # the clock moves with real time: skip what is left of `after`
+        kit.clock.advance(after - (time.monotonic() - opened))
+        sent_before = len(kit.provider.order_requests())
+        outcome, value, _ = _order(kit, fx)
+        sent = len(kit.provider.order_requests()) - sent_before
+        if outcome == allowed and bool(sent) == (allowed == "ok"):
+            continue
+        raise CheckFailure(
+            f"A breaker with open_seconds={OPEN_SECONDS:g} opened on 4 failures of 4; "
+            f"{after:g} s later " + ("it must still be OPEN." if allowed == "open" else
+                                     "(no call in between) it must let a probe through."),
+            expected="CircuitOpen, and nothing sent" if allowed == "open" else
+            f"the probe reaches the provider and succeeds: the wait is {OPEN_SECONDS:g} s, its "
+            "fraction included, from the moment the breaker opened",
+            actual=f"{outcome}" + (f" ({first_line(value)})" if outcome == "error" else "")
+                   + f", {sent} request(s) sent; state {_state(b)}; the calls that opened it: "
+                   f"{[r[0] for r in tripping]}",
+            fix="the wait came out longer than open_seconds: compare (clock() - "
+                "opened_at).total_seconds() with it (timedelta.seconds is only the "
+                "whole-seconds field), and do not round it" if allowed == "ok" and
+            outcome == "open" else None,
+            lesson=READ["half-open"])
 
 
 def _assert_still_open(kit: ClientKit, b: Any, fx: Any, tripped: tuple[str, Any, float],

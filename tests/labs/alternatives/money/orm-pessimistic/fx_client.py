@@ -61,10 +61,11 @@ class FxClient:
             headers={"Content-Type": "application/json", "Accept": "application/json",
                      **(headers or {})})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    status, raw = response.status, response.read()
+            except urllib.error.HTTPError as error:  # a 4xx: its body is read here, inside
+                status, raw = error.code, error.read()  # the try that wraps read errors
         except TimeoutError as error:
             raise ProviderTimeout(f"{method} {path}: no answer within {self.timeout} s") \
                 from error
