@@ -535,9 +535,10 @@ def test_every_claim_takes_the_oldest_claimable_rows(outbox, learner):
         for index, attempts in MANY_FAILURES.items():
             conn.execute(text("UPDATE outbox_event SET attempt_count = :n, last_error = "
                               "'timed out', next_attempt_at = clock_timestamp() - interval "
-                              "'3 seconds' WHERE id::text = :id"), {"n": attempts, "id": ids[index]})
+                              "'3 seconds' WHERE id::text = :id"),
+                         {"n": attempts, "id": ids[index]})
     history: list[str] = []
-    for turn, (back, size) in enumerate(zip(COME_BACK, BATCHES), start=1):
+    for turn, (back, size) in enumerate(zip(COME_BACK, BATCHES, strict=True), start=1):
         with outbox.begin() as conn:
             # Fast-forward (the README's clock is the columns): the first row's lease ran out,
             # the second failed and its backoff has passed.
