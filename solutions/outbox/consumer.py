@@ -4,13 +4,14 @@ exactly once in effect, however many times Kafka delivers it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from sqlalchemy import Connection, Engine, text
 
 EVENT_ID_HEADER = "event-id"
@@ -86,7 +87,8 @@ def consume(engine: Engine, consumer: Any, *, max_records: int, timeout_seconds:
     committing each record's offset only after its database transaction committed.
 
     Stops after `max_records` records or `timeout_seconds`. If handling a record raises, its
-    offset is not committed and the exception propagates: the record will be delivered again.
+    offset is not committed, the consumer is moved back to it and the exception propagates:
+    the record will be delivered again, by this consumer too.
 
     Returns:
         How many records were handled (duplicates included).
@@ -104,7 +106,15 @@ def consume(engine: Engine, consumer: Any, *, max_records: int, timeout_seconds:
             if record.error().code() == KafkaError._PARTITION_EOF:
                 continue
             raise KafkaException(record.error())
-        handle_record(engine, record, effect=effect)
+        try:
+            handle_record(engine, record, effect=effect)
+        except BaseException:
+            # poll() has already moved the position past this record: without the seek, the
+            # next consume() on this consumer would start after it and commit past it.
+            with contextlib.suppress(KafkaException):  # (the partition was revoked meanwhile)
+                consumer.seek(TopicPartition(record.topic(), record.partition(),
+                                             record.offset()))
+            raise
         consumer.commit(message=record, asynchronous=False)
         handled += 1
     return handled

@@ -84,7 +84,13 @@ def claim_batch(engine: Engine, *, batch_size: int, lease_seconds: float) -> lis
 
 def backoff_seconds(attempt_count: int, base: float, maximum: float) -> float:
     """base, 2×base, 4×base … after the 1st, 2nd, 3rd … failed attempt, never above maximum."""
-    return min(maximum, base * 2 ** min(max(attempt_count - 1, 0), 60))
+    # Doubling stops at the maximum, so no exponent needs a cap: 2 ** (attempt_count − 1)
+    # overflows, and any fixed cap binds before the maximum for a small enough base. At most
+    # ~2100 doublings take even the smallest positive float past the largest.
+    delay, doublings = base, max(attempt_count - 1, 0)
+    while doublings > 0 and 0 < delay < maximum:
+        delay, doublings = delay * 2, doublings - 1
+    return min(maximum, delay)
 
 
 def publish_claimed(engine: Engine, producer: Any, topic: str, events: Sequence[ClaimedEvent],

@@ -196,6 +196,41 @@ def test_created_at_is_the_time_of_the_insert(outbox):
             lesson=SEE,
             fix=("DEFAULT clock_timestamp() — now() and CURRENT_TIMESTAMP are the transaction's "
                  "start, the same for every row it writes") if at_start else None)
+    require_created_at_per_row(outbox)
+
+
+# One INSERT … SELECT writing two rows, the second produced only after a pause: a default
+# evaluated per statement (statement_timestamp(), or now() in a statement of its own) gives
+# both rows the statement's start, as it does to an event inserted by a statement that first
+# waited for the order's row lock (a data-modifying WITH).
+ONE_STATEMENT_TWO_ROWS = text(
+    "INSERT INTO outbox_event (id, aggregate_type, aggregate_id, event_type, aggregate_version, "
+    "payload) SELECT gen_random_uuid(), 'order', gen_random_uuid(), 'order.placed.v1', n, "
+    "'{}'::jsonb FROM generate_series(1, 2) AS n WHERE n = 1 OR pg_sleep(:s) IS NOT NULL "
+    "RETURNING aggregate_version AS row, created_at, statement_timestamp() AS statement_start")
+
+
+def require_created_at_per_row(outbox: Engine) -> None:
+    with outbox.begin() as conn:
+        found = sorted(conn.execute(ONE_STATEMENT_TWO_ROWS, {"s": PAUSE}).all())
+    gap = (found[1].created_at - found[0].created_at).total_seconds()
+    if gap < PAUSE * 0.8:
+        at_statement = all(row.created_at == row.statement_start for row in found)
+        raise CheckFailure(
+            "One INSERT wrote two events, the second 0.25 s after the first, and their "
+            "created_at " + ("are both the statement's start (statement_timestamp())."
+                             if at_statement else "do not show the time between them.")
+            + " created_at must be when the row itself was written: an event inserted by a "
+            "statement that first waited (for the order's row lock, in a data-modifying WITH) "
+            "would carry the time before the wait, and no longer follow its version.",
+            expected=f"created_at {PAUSE} s apart (DEFAULT clock_timestamp(), read per row)",
+            actual=f"{gap:.3f} s apart" + ("; both equal statement_timestamp()"
+                                           if at_statement else ""),
+            evidence=table([row._asdict() for row in found],
+                           ("row", "created_at", "statement_start")),
+            lesson=SEE,
+            fix=("DEFAULT clock_timestamp(): statement_timestamp() is the start of the statement, "
+                 "the same for every row it writes") if at_statement else None)
 
 
 def test_partial_index_on_unpublished_rows(outbox):

@@ -516,6 +516,73 @@ def test_expired_lease_is_reclaimed(outbox, learner):
             evidence=table(rows, columns), lesson=SEE)
 
 
+# Rows that failed this many times before and are due again: a claim has no attempt limit.
+MANY_FAILURES = {1: 25, 4: 1099, 7: 32766}  # index of the row → its attempt_count (smallint-safe)
+# Before each claim, rows of the earlier claims come back: (expired lease, failed and due).
+COME_BACK = [(), (0, 1), (2, 3), (0,)]
+BATCHES = [3, 3, 3, 4]
+CLAIMABLE = text("SELECT id::text FROM outbox_event WHERE published_at IS NULL "
+                 "AND (lease_until IS NULL OR lease_until < clock_timestamp()) "
+                 "AND (next_attempt_at IS NULL OR next_attempt_at <= clock_timestamp()) "
+                 "ORDER BY created_at LIMIT :n")
+
+
+def test_every_claim_takes_the_oldest_claimable_rows(outbox, learner):
+    require_table(outbox, "outbox_event", "claim")
+    relay = learner.module("relay")
+    ids = seed_rows(outbox, 9)
+    with outbox.begin() as conn:
+        for index, attempts in MANY_FAILURES.items():
+            conn.execute(text("UPDATE outbox_event SET attempt_count = :n, last_error = "
+                              "'timed out', next_attempt_at = clock_timestamp() - interval "
+                              "'3 seconds' WHERE id::text = :id"),
+                         {"n": attempts, "id": ids[index]})
+    history: list[str] = []
+    for turn, (back, size) in enumerate(zip(COME_BACK, BATCHES, strict=True), start=1):
+        with outbox.begin() as conn:
+            # Fast-forward (the README's clock is the columns): the first row's lease ran out,
+            # the second failed and its backoff has passed.
+            for n, index in enumerate(back):
+                conn.execute(text(
+                    "UPDATE outbox_event SET lease_until = clock_timestamp() - interval "
+                    "'1 millisecond' WHERE id::text = :id" if n == 0 else
+                    "UPDATE outbox_event SET lease_until = NULL, last_error = 'timed out', "
+                    "next_attempt_at = clock_timestamp() - interval '1 millisecond' "
+                    "WHERE id::text = :id"), {"id": ids[index]})
+            expected = [r[0] for r in conn.execute(CLAIMABLE, {"n": size})]
+        claimed = event_ids(call(relay.claim_batch, outbox, batch_size=size, lease_seconds=LEASE))
+        label = {i: f"row {ids.index(i) + 1}" for i in ids}
+        history.append(f"claim {turn} (batch_size={size}): expected "
+                       f"{[label[i] for i in expected]}, got "
+                       f"{[label.get(i, i) for i in claimed]}")
+        if claimed == expected:
+            continue
+        rows = outbox_rows(outbox)
+        missed = [i for i in expected if i not in claimed]
+        counts = {r["id"]: r["attempt_count"] for r in rows}
+        many = {ids[i] for i in MANY_FAILURES}
+        parked = bool(missed) and all(i in many for i in missed)
+        raise CheckFailure(
+            (f"Claim {turn} passed over rows that had failed "
+             + ", ".join(str(counts[i]) for i in missed)
+             + " times and were due again (no lease, backoff passed), and took newer rows. A "
+               "claim has no attempt limit: a row nobody claims any more is neither published "
+               "nor retried, its backoff never computed again, and nothing tells anyone."
+             if parked else
+             f"Claim {turn} of one relay process did not take the oldest claimable rows: rows an "
+             "earlier claim of this process had taken came back (a lease ran out, a backoff "
+             "passed) and it took newer rows instead. Every claim looks at the whole table: "
+             "the oldest unpublished rows, lease absent or expired, not backing off, whatever "
+             "earlier claims took."),
+            expected=f"claim {turn} → the oldest claimable rows, in created_at order",
+            actual="; ".join(history),
+            evidence=table([r | {"row": f"row {ids.index(r['id']) + 1}"} for r in rows],
+                           ("row",) + CLAIM_COLUMNS + ("next_attempt_at",)),
+            lesson=SEE,
+            fix="drop the attempt_count condition from the claim: a row is claimable when it is "
+                "unpublished, not leased and due, whatever its attempt_count" if parked else None)
+
+
 def test_claim_uses_the_partial_index(outbox, learner):
     require_table(outbox, "outbox_event", "claim")
     relay = learner.module("relay")

@@ -30,6 +30,9 @@ SEE = READ["crash-safety"]
 CHILD = Path(__file__).with_name("_relay_child.py")
 ROW_COLUMNS = ("id", "published_at", "lease_left", "attempt_count", "last_error")
 LEASE = 1.0
+# relay_once with ack_timeout_seconds=0.3 over 3 unacknowledged records: one wait of 0.3 s plus
+# its SQL stays well below this; a wait per record takes 3 × 0.3 s.
+WAITS_ONCE_WITHIN = 0.65
 
 
 def crash_relay(outbox: Any, database: Any, learner: Any, kafka: Any, topic: str,
@@ -243,6 +246,18 @@ def test_no_acknowledgement_in_time_is_a_failure(outbox, learner, kafka, relay_p
             actual=f"relay_once returned {published!r}; 0 rows marked published",
             evidence=table(rows, ROW_COLUMNS), lesson=SEE,
             fix="count the delivery reports without an error, not the produce() calls")
+    if took > WAITS_ONCE_WITHIN:
+        raise CheckFailure(
+            f"relay_once returned 0 and marked nothing, as it should, but only after {took:.2f} s "
+            f"with ack_timeout_seconds=0.3: about {took / 0.3:.0f} times the timeout for a batch "
+            "of 3 records none of which was acknowledged in time. The timeout bounds the wait of "
+            "the whole batch: a wait per record (produce, then flush, for each) lets one slow "
+            "broker hold the relay and its leases for batch_size × the timeout.",
+            expected=f"relay_once returns within about 0.3 s (at most {WAITS_ONCE_WITHIN} s)",
+            actual=f"it returned after {took:.2f} s",
+            evidence=table(rows, ROW_COLUMNS), lesson=SEE,
+            fix="produce every event of the batch first, then wait once: "
+                "producer.flush(ack_timeout_seconds), or poll() until one deadline")
     require_failures_recorded(rows, "a last_error such as 'no acknowledgement within 0.3 s'")
     acknowledged_rows_beside_a_late_one_are_marked(outbox, relay, topic, relay_producer)
 

@@ -549,25 +549,31 @@ def consume_goes_on_past_partition_eof(engine: Engine, consumer_module: Any,
 
 
 TRICKLE_TIMEOUT = 2.0  # consume's timeout_seconds in the trickle check
-TRICKLE_EVERY = 0.3  # a record this often: far less than the timeout between two records
+TRICKLE_EVERY = 0.3  # after the pause a record this often: far less than the timeout
 TRICKLE_FOR = 7.0  # and for longer than the timeout plus any slack
-# A pause in the trickle that spans the deadline, shorter than the timeout: a poll that may
-# wait a whole timeout_seconds, begun just before the deadline, returns a record long after it.
-PAUSE_FROM, PAUSE_TO = 1.55, 3.45
+# Before the deadline: a record at once and one 1.5 s later, nothing between. A consume that
+# takes a quiet moment (an empty poll, a second without records) for the end returns early;
+# one whose timeout restarts after each record is still running when the trickle resumes.
+QUIET_TO = 1.5
+# A pause that spans the deadline, shorter than the timeout: a poll that may wait a whole
+# timeout_seconds, begun just before the deadline, returns a record long after it.
+PAUSE_TO = 3.45
+RETURNED_EARLY = TRICKLE_TIMEOUT - 0.3  # a return before this is before the deadline
 
 
 def trickle_times() -> list[float]:
-    """When the feeder sends (seconds from its start): every 0.3 s, with one pause."""
+    """When the feeder sends (seconds from its start): at 0 and 1.5 s, then every 0.3 s from
+    3.45 s."""
     times = [n * TRICKLE_EVERY for n in range(int(TRICKLE_FOR / TRICKLE_EVERY))]
-    return [t for t in times if t < PAUSE_FROM] + [PAUSE_TO + t for t in times
-                                                   if PAUSE_TO + t < TRICKLE_FOR]
+    return [0.0, QUIET_TO] + [PAUSE_TO + t for t in times if PAUSE_TO + t < TRICKLE_FOR]
 
 
 def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_module: Any,
                                                        kafka: Any) -> None:
     """timeout_seconds bounds the whole call: records arriving every 0.3 s must not keep a
     consume(timeout_seconds=2) running (an idle timeout, restarted after each record, would),
-    and no poll may wait past the deadline (a pause from 1.55 to 3.45 s spans it)."""
+    no poll may wait past the deadline (a pause from 1.55 to 3.45 s spans it), and a quiet
+    1.5 s before the deadline is not the end (nothing between the records at 0 and 1.5 s)."""
     topic = kafka.topic(1, hint="trickle")
     consumer = group_consumer(kafka, topic, kafka.group_id("trickle"))
     customer = str(uuid.uuid4())
@@ -602,12 +608,24 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
         feeder.join(10)
     handled = job.result(0) if not job.alive else None
     late = [t - started for t in handled_at if t - started > TRICKLE_TIMEOUT + 0.5]
+    fed = (f"was fed records at 0 and {QUIET_TO:g} s, then every {TRICKLE_EVERY:g} s from "
+           f"{PAUSE_TO:g} s")
+    if not job.alive and took < RETURNED_EARLY:
+        raise CheckFailure(
+            f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) {fed}, and "
+            f"returned after {took:.2f} s, having handled {handled!r}: before max_records and "
+            "before its timeout. A quiet moment is not the end of the stream — the next record "
+            f"came at {QUIET_TO:g} s; a producer's pause, a rebalance or a slow group join all "
+            "look like one. Stop only at max_records or timeout_seconds.",
+            expected=f"consume runs until about {TRICKLE_TIMEOUT:g} s (its timeout)",
+            actual=f"it returned {handled!r} after {took:.2f} s", lesson=OFFSETS,
+            fix="when a poll comes back empty, poll again with the time left until the "
+                "deadline; do not return")
     overshot = bool(late) and not job.alive and took < TRICKLE_FOR
     if job.alive or took > TRICKLE_TIMEOUT + 1.0 or late:
         raise CheckFailure(
-            f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) was fed a record "
-            f"every {TRICKLE_EVERY:g} s (none from {PAUSE_FROM:g} to {PAUSE_TO:g} s) and ran for "
-            f"{took:.1f} s" + (" (still running)" if job.alive else "")
+            f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) {fed} and ran "
+            f"for {took:.1f} s" + (" (still running)" if job.alive else "")
             + (f", handling a record {late[0]:.1f} s after its start" if late else "")
             + ". timeout_seconds bounds the whole call, measured from its start"
             + (": here the last poll began before the deadline and waited up to a whole "
@@ -685,3 +703,86 @@ def test_failed_record_offset_is_not_committed(outbox, learner, kafka):
             expected="orders_placed 3, total 300", actual=f"{stats(outbox).get(customer)} after "
             f"the second consume handled {handled}", evidence=state(outbox),
             lesson=OFFSETS)
+
+
+AGAIN_RECORDS = 7  # on the partition before the first call
+AGAIN_FIRST, AGAIN_SECOND = 2, 3  # max_records of the two calls that stop at max_records
+AGAIN_FAILS = 5  # the record whose effect fails once, in the third call
+
+
+def test_consume_again_starts_at_the_first_record_not_handled(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consumer_module = learner.module("consumer")
+    topic = kafka.topic(1, hint="again")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 100 + n))
+              for n in range(AGAIN_RECORDS)]
+    produce_events(kafka, topic, events)
+    number = {payload["order_id"]: n for n, (_, _, payload) in enumerate(events)}
+    applied: list[int] = []
+    failed: list[int] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        n = number[payload["order_id"]]
+        if n == AGAIN_FAILS and not failed:
+            failed.append(n)
+            raise EffectFailure("the effect failed (injected by the check)")
+        consumer_module.apply_effect(conn, event_type, payload)
+        applied.append(n)
+
+    # One consumer, as a service's loop keeps it: every call continues where the last stopped.
+    consumer = group_consumer(kafka, topic, kafka.group_id("again"))
+    calls: list[str] = []
+
+    def run(max_records: int, want: list[int]) -> tuple[list[int], Any]:
+        before = len(applied)
+        error = raised(consumer_module.consume, outbox, consumer, max_records=max_records,
+                       timeout_seconds=3, effect=effect)
+        got = applied[before:]
+        calls.append(f"consume(max_records={max_records}) applied records {got}"
+                     + (f", then raised {type(error).__name__}" if error else "")
+                     + f" (expected {want})")
+        return got, error
+
+    try:
+        first, _ = run(AGAIN_FIRST, [0, 1])
+        want = list(range(AGAIN_FIRST, AGAIN_FIRST + AGAIN_SECOND))
+        second, _ = run(AGAIN_SECOND, want)
+        if first == [0, 1] and second != want:
+            skipped = not second or second[0] > want[0]
+            raise CheckFailure(
+                f"{AGAIN_RECORDS} records waited on the partition (records 0 … "
+                f"{AGAIN_RECORDS - 1}). consume(max_records={AGAIN_FIRST}) handled records 0 "
+                f"and 1; the next consume(max_records={AGAIN_SECOND}) on the same consumer "
+                f"must go on with records {want}, and it applied {second}. A consumer's "
+                "position moves when a record is fetched, not when it is committed: records "
+                "fetched and then dropped (a batch from consume(num_messages=…) cut at "
+                "max_records) never come again on this consumer — only a restart or a "
+                "rebalance, reading from the committed offset, brings them back.",
+                expected=f"the second call applies records {want}",
+                actual="; ".join(calls), evidence=state(outbox), lesson=OFFSETS,
+                fix="fetch no more than max_records − handled at a time (poll(), or "
+                    "consume(num_messages=max_records - handled)), or seek back to the first "
+                    "record not handled before returning" if skipped else None)
+        # The third call's first record fails: it raises, and the call after it on the same
+        # consumer must apply that record, not the one behind it.
+        _, error = run(2, [])
+        fourth, _ = run(2, [AGAIN_FAILS, AGAIN_FAILS + 1])
+    finally:
+        consumer.close()
+    if error is None or fourth != [AGAIN_FAILS, AGAIN_FAILS + 1]:
+        skipped = error is not None and bool(fourth) and AGAIN_FAILS not in fourth
+        raise CheckFailure(
+            f"The effect of record {AGAIN_FAILS} failed once; consume() must raise, and the next "
+            f"consume() on the same consumer must apply record {AGAIN_FAILS} (it is not done) and "
+            f"then {AGAIN_FAILS + 1}."
+            + (f" It applied {fourth}: record {AGAIN_FAILS} was skipped. poll() had already "
+               "moved the consumer's position past the record that raised, so the next call "
+               "started behind it — and committing the next record's offset covers the failed "
+               "one: it is lost for the whole group." if skipped else ""),
+            expected=f"the third call raises; the fourth applies records "
+                     f"{[AGAIN_FAILS, AGAIN_FAILS + 1]}",
+            actual="; ".join(calls), evidence=state(outbox), lesson=OFFSETS,
+            fix="before re-raising, consumer.seek(TopicPartition(record.topic(), "
+                "record.partition(), record.offset())): the next poll returns that record "
+                "again" if skipped else None)

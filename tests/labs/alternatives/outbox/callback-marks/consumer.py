@@ -4,13 +4,14 @@ exactly once in effect, however many times Kafka delivers it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from sqlalchemy import Connection, Engine, text
 
 EVENT_ID_HEADER = "event-id"
@@ -104,7 +105,15 @@ def consume(engine: Engine, consumer: Any, *, max_records: int, timeout_seconds:
             if record.error().code() == KafkaError._PARTITION_EOF:
                 continue
             raise KafkaException(record.error())
-        handle_record(engine, record, effect=effect)
+        try:
+            handle_record(engine, record, effect=effect)
+        except BaseException:
+            # the position is already past it: move back, so the next consume() on
+            # this consumer reads it again instead of skipping it
+            with contextlib.suppress(KafkaException):
+                consumer.seek(TopicPartition(record.topic(), record.partition(),
+                                             record.offset()))
+            raise
         consumer.commit(message=record, asynchronous=False)
         handled += 1
     return handled

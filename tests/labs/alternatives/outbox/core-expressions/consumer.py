@@ -4,13 +4,14 @@ exactly once in effect, however many times Kafka delivers it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from sqlalchemy import Column, Connection, DateTime, Engine, MetaData, Table, Uuid, text
 from sqlalchemy.dialects.postgresql import insert
 
@@ -100,7 +101,15 @@ def consume(engine: Engine, consumer: Any, *, max_records: int, timeout_seconds:
             if error.code() == KafkaError._PARTITION_EOF:
                 continue
             raise KafkaException(error)
-        handle_record(engine, record, effect=effect)
+        try:
+            handle_record(engine, record, effect=effect)
+        except BaseException:
+            # the position is already past it: move back, so the next consume() on
+            # this consumer reads it again instead of skipping it
+            with contextlib.suppress(KafkaException):
+                consumer.seek(TopicPartition(record.topic(), record.partition(),
+                                             record.offset()))
+            raise
         consumer.commit(message=record, asynchronous=False)
         handled += 1
     return handled
