@@ -693,10 +693,10 @@ def test_a_failing_destroy_callback_stops_nothing_else_at_request_end(learner, m
         skipped_own = destroyed.count("session @pre_destroy") == 1 \
             and "session destroy_method" not in destroyed and "cart" in destroyed
         raise CheckFailure(
-            "A destroy callback that raises when a request ends stops nothing else, as in "
-            "close(): the same bean's destroy_method still runs, every other bean of the "
-            "request is destroyed, and the request is over (the with statement may then "
-            "raise that error, or only log it).",
+            "A destroy callback that raises when a request ends stops nothing else: the same "
+            "bean's destroy_method still runs (it releases what the request held), every "
+            "other bean of the request is destroyed, and the request is over (the with "
+            "statement may then raise that error, or only log it).",
             expected="session's @pre_destroy (raises CartLocked) and its destroy_method, and "
                      "cart's @pre_destroy all run; no request in progress afterwards",
             actual="; ".join(problems),
