@@ -630,11 +630,11 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
 
 
 FAILING_DESTROY = """\
-    from markers import bean, component, configuration, pre_destroy, scope
+    from markers import component, pre_destroy, scope
     import {probe} as probe
 
 
-    class CartLocked(Exception):
+    class TillJammed(Exception):
         pass
 
 
@@ -646,67 +646,64 @@ FAILING_DESTROY = """\
             probe.events.append(("destroy", "cart"))
 
 
-    class Session:
+    @scope("request")
+    @component
+    class Till:
         @pre_destroy
-        def flush(self):
-            probe.events.append(("destroy", "session @pre_destroy"))
-            raise CartLocked("the session's cart is still locked")
-
         def close(self):
-            probe.events.append(("destroy", "session destroy_method"))
+            probe.events.append(("destroy", "till"))
+            raise TillJammed("the till is jammed")
 
 
-    @configuration
-    class SessionConfig:
-        @scope("request")
-        @bean(destroy_method="close")
-        def session(self) -> Session:
-            return Session()
+    @scope("request")
+    @component
+    class Tray:
+        @pre_destroy
+        def empty(self):
+            probe.events.append(("destroy", "tray"))
     """
 
 
-def test_a_failing_destroy_callback_stops_nothing_else_at_request_end(learner, make_app):
+def test_a_failing_destroy_callback_keeps_no_other_request_bean_alive(learner, make_app):
     app = make_app("shop")
-    app.write("sessions.py", FAILING_DESTROY)
-    ctx = _refreshed(learner, app, "Cart (@scope('request'), @pre_destroy); SessionConfig's "
-                                   "@scope('request') @bean(destroy_method='close') session, "
-                                   "whose @pre_destroy raises CartLocked", REQUEST)
+    app.write("tills.py", FAILING_DESTROY)
+    ctx = _refreshed(learner, app, "Cart, Till and Tray (@scope('request'), each with a "
+                                   "@pre_destroy; Till's raises TillJammed)", REQUEST)
     scopes = learner.module("scopes")
 
     def one_request() -> tuple[Any, Any]:
         def run() -> None:
             with scopes.request():
-                call(ctx.get_bean, "cart")
-                call(ctx.get_bean, "session")
+                for name in ("cart", "till", "tray"):   # made in this order: whichever order
+                    call(ctx.get_bean, name)            # they go in, one goes after till
         ended = raised(run)
         return ended, _lookup(ctx, "cart")
     # in a copy of the context: a request left in progress does not follow the check
     ended, after = contextvars.copy_context().run(one_request)
     destroyed = _events(app, "destroy")
-    wanted = ["cart", "session @pre_destroy", "session destroy_method"]
-    problems = [f"{what} never ran" for what in wanted if what not in destroyed]
+    problems = [f"{name}'s @pre_destroy never ran" for name in ("cart", "till", "tray")
+                if name not in destroyed]
     if not isinstance(after, scopes.ScopeNotActiveError):
         problems.append("after that request, get_bean('cart') outside any request "
                         + (f"raised {type(after).__name__}: {after}"
                            if isinstance(after, BaseException)
                            else "returned a cart: the request was still in progress"))
     if problems:
-        skipped_own = destroyed.count("session @pre_destroy") == 1 \
-            and "session destroy_method" not in destroyed and "cart" in destroyed
+        stopped = "till" in destroyed and destroyed[-1] == "till" and len(destroyed) < 3
         raise CheckFailure(
-            "A destroy callback that raises when a request ends stops nothing else: the same "
-            "bean's destroy_method still runs (it releases what the request held), every "
-            "other bean of the request is destroyed, and the request is over (the with "
-            "statement may then raise that error, or only log it).",
-            expected="session's @pre_destroy (raises CartLocked) and its destroy_method, and "
-                     "cart's @pre_destroy all run; no request in progress afterwards",
+            "A destroy callback that raises when a request ends keeps no other bean of the "
+            "request alive: each of them is still destroyed, and the request is over (the "
+            "with statement may then raise that error, or only log it).",
+            expected="cart's, till's (raises TillJammed) and tray's @pre_destroy all run; no "
+                     "request in progress afterwards",
             actual="; ".join(problems),
             evidence="destroy callbacks that ran, in order: " + (", ".join(destroyed) or "none")
             + "\nthe with statement "
             + (f"raised {type(ended).__name__}: {ended}" if ended else "returned"),
             lesson=REQUEST,
-            fix="Call each destroy callback of a request bean in its own try: a @pre_destroy "
-                "that raises must not skip the bean's destroy_method." if skipped_own else None,
+            fix="Destroy each bean of the request in its own try: one whose callback raises "
+                "must not stop the others (raise or log its error once all are done)."
+            if stopped else None,
         )
 
 

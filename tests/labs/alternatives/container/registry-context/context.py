@@ -8,7 +8,6 @@ registered) and creates the singletons, injecting constructor parameters by type
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -262,27 +261,16 @@ class ApplicationContext:
         if failures:
             raise ExceptionGroup("destroy callbacks failed", failures)
 
-    def _destroy(self, name: str, raw: Any, keep_going: bool = False) -> None:
-        """The bean's callbacks; with keep_going (a request bean) a failing one skips no other."""
-        callbacks = [functools.partial(method, raw)
-                     for _, method in inspect.getmembers(type(raw), callable)
-                     if getattr(method, "__pre_destroy__", False)]
+    def _destroy(self, name: str, raw: Any) -> None:
+        for _, method in inspect.getmembers(type(raw), callable):
+            if getattr(method, "__pre_destroy__", False):
+                method(raw)
         entry = self._registry[name]
         if entry.method:
             owner = self._registry[entry.owner].type
             destroy = getattr(getattr(owner, entry.method), "__destroy_method__", "")
             if destroy:
-                callbacks.append(getattr(raw, destroy))
-        failures: list[Exception] = []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception as error:
-                if not keep_going:
-                    raise
-                failures.append(error)
-        if failures:
-            raise ExceptionGroup("destroy callbacks failed", failures)
+                getattr(raw, destroy)()
 
     def _register_environment(self) -> None:
         definition = BeanDefinition(name="environment", type_name="markers.Environment",
@@ -416,7 +404,7 @@ class ApplicationContext:
         with self._creation_lock:
             instance = self._obtain_locked(name)
             raw = self._request_raw.pop(name)
-        return instance, lambda: self._destroy(name, raw, keep_going=True)
+        return instance, lambda: self._destroy(name, raw)
 
     def _wire(self, name: str) -> Any:
         """What an injection point receives: a request bean only through a proxy."""

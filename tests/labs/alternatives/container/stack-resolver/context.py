@@ -250,16 +250,11 @@ class ApplicationContext:
 
     @staticmethod
     def _dispose(raw: Any, extra: str) -> None:
-        """Each callback on its own: a failing one is logged and the next still runs."""
-        callbacks = [getattr(raw, attr) for attr in dir(type(raw))
-                     if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False)]
+        for attr in dir(type(raw)):
+            if getattr(getattr(type(raw), attr, None), "__pre_destroy__", False):
+                getattr(raw, attr)()
         if extra:
-            callbacks.append(getattr(raw, extra))
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                logging.getLogger(__name__).exception("destroying %r failed", raw)
+            getattr(raw, extra)()
 
     def condition_report(self) -> list[ConditionOutcome]:
         return list(self._outcomes.values())
