@@ -360,8 +360,14 @@ class ApplicationContext:
         raw, instance = self._build(name, creating)
 
         def destroy() -> None:
+            errors: list[BaseException] = []
             for callback in self._destroy_callbacks(name, raw):
-                callback()
+                try:
+                    callback()
+                except Exception as error:  # as in close(): a failing one stops nothing else
+                    errors.append(error)
+            if errors:
+                raise errors[0]
         return instance, destroy
 
     def _inject(self, name: str, creating: list[str]) -> Any:

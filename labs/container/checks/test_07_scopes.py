@@ -12,9 +12,12 @@ application_name of the check's own.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -257,10 +260,13 @@ def test_a_prototype_is_new_every_time_and_never_destroyed(learner, make_app):
                "get_bean #1": looked_up[0], "get_bean #2": looked_up[1]}
     distinct = len({id(t) for t in tickets.values()})
     made = _events(app, "init").count("ticket")
+    shown = table([(k, id(v)) for k, v in tickets.items()], ("where", "id"))
+    refs = [weakref.ref(t) for t in looked_up]
+    del tickets, looked_up              # the check lets go of the tickets it looked up
+    kept = _still_referenced(refs)
     error = raised(ctx.close)
     destroyed = _events(app, "destroy")
-    evidence = (table([(k, id(v)) for k, v in tickets.items()], ("where", "id"))
-                + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")))
+    evidence = shown + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean"))
     if distinct != 4 or made != 4:
         raise CheckFailure(
             "A prototype is made anew for every injection point and every get_bean: two "
@@ -284,6 +290,33 @@ def test_a_prototype_is_new_every_time_and_never_destroyed(learner, make_app):
             fix="Keep only singletons in the list that close() destroys."
             if error is None and "ticket" in destroyed else None,
         )
+    if kept:
+        raise CheckFailure(
+            "The container keeps no reference to a prototype it handed out: once the code "
+            "that asked for it lets go, nothing holds it and it is collected, with whatever "
+            "it holds (a connection it opened). A prototype kept in a cache, a list of made "
+            "objects or a map of raw objects lives on until the context does.",
+            expected="both tickets from get_bean collected once the check dropped its "
+                     "references (the context still open)",
+            actual=f"{len(kept)} of 2 still alive after the check let go of them and ran "
+                   "gc.collect()",
+            evidence=table(kept, ("ticket", "held by")) + "\n" + evidence,
+            lesson=PROTOTYPE,
+        )
+
+
+def _still_referenced(refs: list[weakref.ref[Any]]) -> list[tuple[str, str]]:
+    """Which objects outlived the check's references, after gc.collect(): (which, held by)."""
+    gc.collect()
+    kept = []
+    for index, ref in enumerate(refs):
+        obj = ref()
+        if obj is not None:
+            holders = sorted({type(r).__name__ for r in gc.get_referrers(obj)
+                              if not isinstance(r, weakref.ref)})
+            kept.append((f"get_bean #{index + 1}", ", ".join(holders) or "?"))
+            del obj
+    return kept
 
 
 # ---- request scope -------------------------------------------------------------------------
@@ -422,6 +455,36 @@ def _failed_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
     return seen
 
 
+class _Cancelled(asyncio.CancelledError):
+    """What the check raises inside a request, as a cancelled task's await would."""
+
+
+def _cancelled_request(scopes: Any, ctx: Any, app: Any) -> dict[str, Any]:
+    """A request ended by asyncio.CancelledError (a BaseException, not an Exception).
+
+    It runs in a copy of the current contextvars context, so a request left in progress by
+    the code under test does not follow the check's other requests (or other checks).
+    """
+    def cancelled() -> dict[str, Any]:
+        seen: dict[str, Any] = {"destroyed_inside": False}
+        try:
+            with scopes.request():
+                seen["first"] = seen["second"] = ctx.get_bean("basket")
+                seen["receipt"] = ctx.get_bean("receipt")
+                raise _Cancelled("the check cancels this request")
+        except _Cancelled:
+            pass
+        seen["after_lookup"] = _lookup(ctx, "basket")
+        seen["destroyed_after"] = _events(app, "destroy").count(f"basket {id(seen['first'])}")
+        seen["receipt_closed"] = _events(app, "destroy").count(
+            f"receipt {id(seen['receipt'])}")
+        return seen
+    return contextvars.copy_context().run(cancelled)
+
+
+ENDED = ("", "", " (ended by an exception)", " (cancelled: asyncio.CancelledError)")
+
+
 def _lookup(ctx: Any, name: str) -> Any:
     """What get_bean(name) returned, or the exception it raised (a stub's still fails)."""
     try:
@@ -479,6 +542,7 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
     nested = call(_nested_request, scopes, ctx, app)
     runs = [call(_in_request, scopes, ctx, app, lambda: None, True) for _ in range(2)]
     runs.append(call(_failed_request, scopes, ctx, app))
+    runs.append(call(_cancelled_request, scopes, ctx, app))
     closed = raised(ctx.close)
     after_close = [_events(app, "destroy").count(f"basket {id(r['first'])}") for r in runs]
     problems = []
@@ -490,7 +554,7 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
         problems.append(f"refresh() made {len(made_at_refresh)} basket(s)")
     problems += _request_problems(runs, "request")
     for index, run in enumerate(runs):
-        how = " (ended by an exception)" if index == 2 else ""
+        how = ENDED[index]
         if run["destroyed_inside"] or run["destroyed_after"] != 1:
             problems.append(f"request {index}'s basket{how}: destroyed "
                             + ("before its request ended" if run["destroyed_inside"]
@@ -503,16 +567,32 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
         problems.append("receipt, a request-scoped @bean(destroy_method='close'): its close() "
                         "ran " + ", ".join(
                             f"{n} time(s) when request {index}"
-                            + (" (ended by an exception)" if index == 2 else "") + " ended"
+                            + ENDED[index] + " ended"
                             for index, n in receipts))
+    after_cancel = runs[3]["after_lookup"]
+    refused = isinstance(outside, scopes.ScopeNotActiveError)   # else the same lookup is wrong
+    leaked = refused and not isinstance(after_cancel, scopes.ScopeNotActiveError)
+    if leaked:
+        problems.append("once request 3 (cancelled) had ended, get_bean('basket') outside any "
+                        "request " + (f"raised {type(after_cancel).__name__}: {after_cancel}"
+                                      if isinstance(after_cancel, BaseException)
+                                      else "returned a basket: that request was still the "
+                                           "one in progress"))
     receipts_only = bool(receipts) and len(problems) == 1 and all(n == 0 for _, n in receipts)
+    cancelled = runs[3]
+    cancel_only = refused and (cancelled["destroyed_after"] == 0 or leaked) and all(
+        run["destroyed_after"] == run["receipt_closed"] == 1 for run in runs[:3])
     nested_problems = _nested_problems(nested)
     problems += nested_problems
     if closed is not None:
         problems.append(f"close() raised {type(closed).__name__}: {closed}")
     if problems:
         fix = None
-        if receipts_only and not nested_problems and closed is None:
+        if cancel_only and not nested_problems and closed is None:
+            fix = ("End the request in a `finally:` (not in `except Exception:`): a cancelled "
+                   "task's asyncio.CancelledError, like KeyboardInterrupt, is a BaseException "
+                   "and must end the request too.")
+        elif receipts_only and not nested_problems and closed is None:
             fix = ("When a request ends, destroy each of its beans as close() destroys a "
                    "singleton: its @pre_destroy methods, then a @bean's destroy_method.")
         elif nested_problems and len(problems) == len(nested_problems) and isinstance(
@@ -524,7 +604,8 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
             "A request-scoped bean belongs to the request in progress: made on its first "
             "lookup in the request, the same object for the rest of it, destroyed (its "
             "@pre_destroy, a @bean's destroy_method) when the request ends, by an exception "
-            "too, and not to be had outside a request; a request started inside another has "
+            "too (a cancelled task's CancelledError included), and not to be had outside a "
+            "request; a request started inside another has "
             "beans of its own, and once it ends the outer request is the one in progress "
             "again; close() destroys singletons only.",
             expected="ScopeNotActiveError outside a request; one basket and one receipt per "
@@ -537,7 +618,7 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
                               ("nested", id(nested["inner"]), nested["inner_destroyed"]),
                               ("outer, after the nested one", _shown(nested["again"]), "")],
                              ("lookup", "basket", "destroyed"))
-                     + "\nthen three requests, one after the other, the last ended by an "
+                     + "\nthen four requests, one after the other, the third ended by an "
                        "exception:\n"
                      + table([(*row, run["receipt_closed"], n) for row, run, n in zip(
                          _request_rows(runs), runs, after_close, strict=True)],
@@ -545,6 +626,135 @@ def test_a_request_bean_lives_as_long_as_its_request(learner, make_app):
                      + "\nevents, in order:\n" + table(list(app.probe.events), ("event", "bean")),
             lesson=REQUEST,
             fix=fix,
+        )
+
+
+FAILING_DESTROY = """\
+    from markers import component, pre_destroy, scope
+    import {probe} as probe
+
+
+    class TillJammed(Exception):
+        pass
+
+
+    @scope("request")
+    @component
+    class Cart:
+        @pre_destroy
+        def unlock(self):
+            probe.events.append(("destroy", "cart"))
+
+
+    @scope("request")
+    @component
+    class Till:
+        @pre_destroy
+        def close(self):
+            probe.events.append(("destroy", "till"))
+            raise TillJammed("the till is jammed")
+
+
+    @scope("request")
+    @component
+    class Tray:
+        @pre_destroy
+        def empty(self):
+            probe.events.append(("destroy", "tray"))
+    """
+
+
+def test_a_failing_destroy_callback_keeps_no_other_request_bean_alive(learner, make_app):
+    app = make_app("shop")
+    app.write("tills.py", FAILING_DESTROY)
+    ctx = _refreshed(learner, app, "Cart, Till and Tray (@scope('request'), each with a "
+                                   "@pre_destroy; Till's raises TillJammed)", REQUEST)
+    scopes = learner.module("scopes")
+
+    def one_request() -> tuple[Any, Any]:
+        def run() -> None:
+            with scopes.request():
+                for name in ("cart", "till", "tray"):   # made in this order: whichever order
+                    call(ctx.get_bean, name)            # they go in, one goes after till
+        ended = raised(run)
+        return ended, _lookup(ctx, "cart")
+    # in a copy of the context: a request left in progress does not follow the check
+    ended, after = contextvars.copy_context().run(one_request)
+    destroyed = _events(app, "destroy")
+    problems = [f"{name}'s @pre_destroy never ran" for name in ("cart", "till", "tray")
+                if name not in destroyed]
+    if not isinstance(after, scopes.ScopeNotActiveError):
+        problems.append("after that request, get_bean('cart') outside any request "
+                        + (f"raised {type(after).__name__}: {after}"
+                           if isinstance(after, BaseException)
+                           else "returned a cart: the request was still in progress"))
+    if problems:
+        stopped = "till" in destroyed and destroyed[-1] == "till" and len(destroyed) < 3
+        raise CheckFailure(
+            "A destroy callback that raises when a request ends keeps no other bean of the "
+            "request alive: each of them is still destroyed, and the request is over (the "
+            "with statement may then raise that error, or only log it).",
+            expected="cart's, till's (raises TillJammed) and tray's @pre_destroy all run; no "
+                     "request in progress afterwards",
+            actual="; ".join(problems),
+            evidence="destroy callbacks that ran, in order: " + (", ".join(destroyed) or "none")
+            + "\nthe with statement "
+            + (f"raised {type(ended).__name__}: {ended}" if ended else "returned"),
+            lesson=REQUEST,
+            fix="Destroy each bean of the request in its own try: one whose callback raises "
+                "must not stop the others (raise or log its error once all are done)."
+            if stopped else None,
+        )
+
+
+def test_each_context_has_its_own_request_beans(learner, make_app):
+    shop, shop_ctx, scopes = _baskets(learner, make_app, REQUEST)
+    cafe, cafe_ctx, _ = _baskets(learner, make_app, REQUEST)
+    seen: dict[str, Any] = {}
+    with scopes.request():
+        seen["shop"] = call(shop_ctx.get_bean, "basket")
+        seen["cafe"] = call(cafe_ctx.get_bean, "basket")
+        seen["shop again"] = call(shop_ctx.get_bean, "basket")
+        seen["cafe again"] = call(cafe_ctx.get_bean, "basket")
+    apps = {"shop": shop, "cafe": cafe}
+    made = {name: [w for w in _events(app, "init") if w.startswith("basket")]
+            for name, app in apps.items()}
+    destroyed = {name: [w for w in _events(app, "destroy") if w.startswith("basket")]
+                 for name, app in apps.items()}
+    problems = []
+    for name, app in apps.items():
+        own, again = seen[name], seen[f"{name} again"]
+        if not type(own).__module__.startswith(app.base + "."):
+            other = "the other context's" if own is seen["cafe" if name == "shop" else "shop"] \
+                else "an object of another application's"
+            problems.append(f"{name}'s context gave {other} basket ({type(own).__module__})")
+        elif again is not own:
+            problems.append(f"{name}'s context gave another basket at its second lookup")
+        if len(made[name]) != 1:
+            problems.append(f"{name}'s Basket constructor ran {len(made[name])} time(s)")
+        if len(destroyed[name]) != len(made[name]):
+            problems.append(f"{name}: {len(made[name])} basket(s) made, "
+                            f"{len(destroyed[name])} destroyed when the request ended")
+    if problems:
+        shared = seen["shop"] is seen["cafe"] or seen["cafe"] is seen["shop again"]
+        raise CheckFailure(
+            "A request holds the request-scoped beans of every context used in it, each "
+            "context's its own: two applications whose request-scoped beans have the same "
+            "name each make their own in the request and get it back at every lookup, and "
+            "both are destroyed when the request ends.",
+            expected="in one request, each context's get_bean('basket') makes a basket of its "
+                     "own application once and gives it back again; both destroyed at the end",
+            actual="; ".join(problems),
+            evidence=table([(k, type(v).__module__, id(v)) for k, v in seen.items()],
+                           ("get_bean('basket') of", "class from", "id"))
+            + "\n" + "\n".join(f"{name} ({app.base}) events: "
+                                + ", ".join(f"{k} {w}" for k, w in app.probe.events)
+                                for name, app in apps.items())
+            + "\ntwo applications, each with a request-scoped Basket named basket, refreshed "
+              "in two contexts; one request uses both",
+            lesson=REQUEST,
+            fix="Keep a request's beans per context and name (the context is part of the key), "
+                "not by the bean's name alone." if shared else None,
         )
 
 

@@ -174,10 +174,40 @@ def _ms(value, zero):
     return f"{(value - zero) * 1000:.1f}"
 
 
+SECOND_APP = """\
+    from markers import component
+
+
+    @component
+    class Menu:
+        pass
+    """
+
+
+def _label(step):
+    if step.name == "bean":
+        return "bean " + str(dict(getattr(step, "tags", None) or {}).get("bean", "?"))
+    return f"the {step.name} phase"
+
+
+def _order_problem(steps):
+    """The first step listed after one that began later, or None (ties are in order)."""
+    for earlier, later in zip(steps, steps[1:], strict=False):
+        if later.started < earlier.started:
+            return (f"steps not listed in the order they began: {_label(later)} is listed "
+                    f"after {_label(earlier)}, which began later")
+    return None
+
+
 def test_refresh_records_its_phases_in_order(learner, make_app):
     app, imports = _phased_app(make_app)
     ctx, _, _ = _refresh_timed(learner, app, imports, PHASED_SHAPE)
     steps = _steps(ctx)
+    other_app = make_app("cafe")
+    other_app.write("menu.py", SECOND_APP)
+    other, _, _ = _refresh_timed(learner, other_app, _imports(other_app),
+                                 "a second application: one @component Menu")
+    mine_after, others = _steps(ctx), _steps(other)
     phases = [step for step in steps if step.name != "bean"]
     got = [step.name for step in phases]
     report = list(call(ctx.condition_report))
@@ -191,15 +221,32 @@ def test_refresh_records_its_phases_in_order(learner, make_app):
     if auto and {k: tags.get(k) for k in wanted_tags} != wanted_tags:
         problems.append("auto-configuration tags: "
                         + ", ".join(f"{k}={tags.get(k)!r}" for k in wanted_tags))
+    out_of_order = _order_problem(steps)
+    if out_of_order:
+        problems.append(out_of_order)
+    other_beans = {_label(s) for s in others if s.name == "bean"}
+    shared = bool({_label(s) for s in mine_after} & (other_beans - {"bean environment"}))
+    if len(mine_after) != len(steps) or shared:
+        problems.append(f"a second context's refresh() changed the first's report: {len(steps)} "
+                        f"step(s) before it, {len(mine_after)} after"
+                        + (", among them the second application's menu" if shared else ""))
+    elif got == PHASE_NAMES and [s.name for s in others if s.name != "bean"] != PHASE_NAMES \
+            or other_beans - {"bean menu", "bean environment"}:
+        problems.append("the second context's report: phases "
+                        + ", ".join(s.name for s in others if s.name != "bean")
+                        + "; beans " + (", ".join(sorted(other_beans)) or "none"))
     if problems:
         missing = [name for name in PHASE_NAMES if name not in got]
         raise CheckFailure(
             "refresh() records one step per phase, in the order they run: definitions, "
             "auto-configuration (tagged with the condition report's counts), definition "
             "post-processors, bean post-processors, singletons, refreshed; like Boot's "
-            "startup steps, the report is how you see where a startup went.",
+            "startup steps, the report is how you see where a startup went. startup_steps() "
+            "lists every step in the order it began, and each context keeps its own report.",
             expected="phases: " + ", ".join(PHASE_NAMES) + "; auto-configuration tags: "
-                     + ", ".join(f"{k}={v!r}" for k, v in wanted_tags.items()),
+                     + ", ".join(f"{k}={v!r}" for k, v in wanted_tags.items())
+                     + "; steps in the order they began; a second context's refresh() "
+                       "leaves the first's report as it was",
             actual="; ".join(problems),
             evidence="steps, in order:\n" + table(
                 [(s.name, s.tags.get("bean", "") if s.name == "bean" else "",
@@ -208,10 +255,22 @@ def test_refresh_records_its_phases_in_order(learner, make_app):
                 + "\ncondition report: " + ", ".join(
                     f"{o.name}={'matched' if o.matched else 'no match'}" for o in report),
             lesson=STEPS,
-            fix="Record the missing phase(s) where that part of refresh() begins: "
-                + ", ".join(missing) + "." if missing and len(got) + len(missing)
-            == len(PHASE_NAMES) else None,
+            fix=_phases_fix(missing, got, steps, shared),
         )
+
+
+def _phases_fix(missing, got, steps, shared):
+    if missing and len(got) + len(missing) == len(PHASE_NAMES):
+        return ("Record the missing phase(s) where that part of refresh() begins: "
+                + ", ".join(missing) + ".")
+    if shared:
+        return ("Give each context a list of steps of its own (made in __init__), not a "
+                "class attribute or a module-level list that every context appends to.")
+    ends = [s.started + s.duration for s in steps]
+    if _order_problem(steps) and ends == sorted(ends):
+        return ("Append a step to the report when it begins (a bean's before the beans made "
+                "for it, a phase's before its beans) and set its duration when it ends.")
+    return None
 
 
 def test_each_phase_is_timed_around_its_own_work(learner, make_app):
@@ -607,6 +666,54 @@ INIT_FAILING = """\
     """
 INIT_CHAIN = ["audit", "auditSink"]
 
+REACHED = """\
+    from typing import Annotated
+
+    from markers import Autowired, bean, configuration, lazy, service
+
+
+    class TaxTableMissing(Exception):
+        pass
+
+
+    @lazy
+    @service
+    class TaxRules:
+        def __init__(self):
+            raise TaxTableMissing("no tax table for region EU")
+
+
+    {ledger}
+
+
+    @service
+    class Shop:
+        def __init__(self, ledger: Ledger):
+            self.ledger = ledger
+    """
+
+LEDGERS = {  # how the failing TaxRules is reached from Ledger, which Shop's constructor takes
+    "Autowired field": """\
+    @lazy
+    @service
+    class Ledger:
+        rules: Annotated[TaxRules, Autowired()]
+    """,
+    "@bean method parameter": """\
+    class Ledger:
+        pass
+
+
+    @configuration
+    class LedgerConfig:
+        @lazy
+        @bean
+        def ledger(self, rules: TaxRules) -> Ledger:
+            return Ledger()
+    """,
+}
+REACHED_CHAIN = ["shop", "ledger", "taxRules"]
+
 
 def _chain_problems(error, startup, wanted, case):
     if error is None:
@@ -631,10 +738,28 @@ def test_failing_bean_names_its_chain(learner, make_app):
     ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
     init_error = raised(ctx.refresh)
     problems += _chain_problems(init_error, startup, INIT_CHAIN, "@post_construct")
+    reached = {}
+    for case, ledger in LEDGERS.items():
+        app = make_app("shop")
+        app.write("ledger.py", REACHED.replace("{ledger}", textwrap.indent(
+            textwrap.dedent(ledger), "    ").strip()))
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        reached[case] = raised(ctx.refresh)
+        problems += _chain_problems(reached[case], startup, REACHED_CHAIN, case)
     if problems:
         got = list(getattr(error, "chain", None) or [])
+        restarted = [case for case, e in reached.items()
+                     if list(getattr(e, "chain", None) or []) == REACHED_CHAIN[-1:]]
         fix = None
-        if got == CHAIN[::-1]:
+        if restarted and len(problems) == 2 * len(restarted):
+            fix = ("Hand the chain of the bean being created on to what its "
+                   + " and ".join(c.replace("@bean method parameter", "@bean method's "
+                                            "parameters").replace("Autowired field",
+                                                                  "Autowired fields")
+                                  for c in restarted)
+                   + " resolve: the bean made for them is created inside it, so the chain "
+                     "goes on from it rather than starting again.")
+        elif got == CHAIN[::-1]:
             fix = "List the chain from the bean refresh() asked for down to the failing one."
         elif got == CHAIN[-1:]:
             fix = ("Give BeanCreationError the path of beans being created (the failing "
@@ -643,15 +768,22 @@ def test_failing_bean_names_its_chain(learner, make_app):
             "A bean that fails during refresh() is reported with the way refresh() got to "
             "it: a BeanCreationError whose chain lists the beans being created, each needing "
             "the next, the failing one last, and no bean that was already finished. A bean "
-            "is being created until it is finished: its init callbacks fail inside it too.",
+            "is being created until it is finished: its init callbacks fail inside it too, "
+            "and so does a bean made for its Autowired field or its @bean method's parameter.",
             expected=f"constructor: chain={CHAIN!r}, {' -> '.join(CHAIN)!r} in the message; "
                      f"@post_construct: chain={INIT_CHAIN!r}, "
-                     f"{' -> '.join(INIT_CHAIN)!r} in the message",
+                     f"{' -> '.join(INIT_CHAIN)!r} in the message; through an Autowired "
+                     f"field and through a @bean method parameter: chain={REACHED_CHAIN!r}",
             actual="; ".join(problems),
             evidence=f"constructor case raised: {type(error).__name__}: {error}\n"
                      f"{FAILING_SHAPE}\n@post_construct case raised: "
                      f"{type(init_error).__name__}: {init_error}\nAudit(sink: AuditSink), "
-                     "AuditSink is @lazy and its @post_construct raises ConnectionError",
+                     "AuditSink is @lazy and its @post_construct raises ConnectionError\n"
+                     + "".join(f"{case} case raised: {type(e).__name__}: {e}\n"
+                               for case, e in reached.items())
+                     + "Shop(ledger: Ledger); the @lazy Ledger (a class, or a @bean method "
+                       "of LedgerConfig) needs the @lazy TaxRules, whose constructor raises "
+                       "TaxTableMissing, through an Autowired field or the method's parameter",
             lesson=STEPS,
             fix=fix,
         )
@@ -878,7 +1010,25 @@ BILLINGS = {
         def __init__(self, store: OrderStore):
             self.store = store
     """,
+    "BillingDown, and Mailer's @pre_destroy raises in the cleanup": """\
+    class MailerStuck(Exception):
+        pass
+
+
+    @service
+    class Mailer:
+        @pre_destroy
+        def drain(self):
+            raise MailerStuck("the mail queue did not drain")
+
+
+    @service
+    class Billing:
+        def __init__(self, store: OrderStore, mailer: Mailer):
+            raise BillingDown("the billing gateway refused the connection")
+    """,
 }
+RAISES = {"BillingDown": "BeanCreationError", "NoSuchBeanError": "NoSuchBeanError"}
 
 
 def _sessions_named(engine, name):
@@ -900,7 +1050,7 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
             "{billing}", textwrap.indent(textwrap.dedent(billing), "    ").strip()))
         cases.append((failure, name, app,
                        call(context.ApplicationContext, app.base, app.root, {}, [])))
-    rows, problems, fixable = [], [], False
+    rows, problems, fixable, replaced = [], [], False, False
     try:
         errors = [raised(ctx.refresh) for _, _, _, ctx in cases]
         # a backend leaves pg_stat_activity a moment after its client hung up
@@ -919,8 +1069,13 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
                          len(sessions), len(destroyed_by_refresh),
                          f"raised {type(again).__name__}" if again else "returned"))
             wrong = []
+            wanted = RAISES[failure.split()[0].rstrip(",")]
             if error is None:
                 wrong.append("refresh() succeeded")
+            elif type(error).__name__ != wanted:
+                wrong.append(f"refresh() raised {type(error).__name__}: {error}, not the "
+                             f"{wanted} of the failure itself")
+                replaced = replaced or type(error).__name__ == "MailerStuck"
             if not made:
                 wrong.append("OrderStore was never made")
             if sessions:
@@ -944,8 +1099,11 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
             "error reaches the caller (a bean's own exception or a container error alike) it "
             "destroys the singletons it had made, dependants first, as Spring does, so the "
             "Engine's pool is disposed and no session of its application_name stays open; a "
-            "later close() destroys nothing twice.",
-            expected="for each failure: refresh() raises; orderStore destroyed once; no "
+            "later close() destroys nothing twice. A destroy callback that raises during that "
+            "cleanup stops nothing else and replaces nothing: the caller gets the refresh's "
+            "own error.",
+            expected="for each failure: refresh() raises the failure's own error "
+                     "(BeanCreationError, NoSuchBeanError); orderStore destroyed once; no "
                      "session of the Engine's application_name left",
             actual="; ".join(problems),
             evidence=table(rows, ("failure", "refresh() raised", "sessions left",
@@ -955,8 +1113,13 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
                        "and again in its @pre_destroy (so it must be destroyed before the "
                        "Engine); Billing(store: OrderStore) either raises BillingDown "
                        "or has a field gateway: Annotated[PaymentGateway, Autowired()] that no "
-                       "bean provides",
+                       "bean provides, or takes a Mailer too, whose @pre_destroy raises, and "
+                       "raises BillingDown",
             lesson=STEPS,
             fix="In refresh(), on any exception, destroy the singletons made so far (what "
-                "close() does), then re-raise." if fixable else None,
+                "close() does), then re-raise." if fixable else
+                "Guard the cleanup in refresh(): an error a destroy callback raises while the "
+                "failed refresh() destroys its singletons must not replace the refresh's own "
+                "error (catch it around close(), then re-raise the original)."
+                if replaced else None,
         )

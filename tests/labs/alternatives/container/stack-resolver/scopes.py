@@ -7,6 +7,7 @@ block ends.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,7 +42,10 @@ def request() -> Iterator[None]:
     finally:
         _store.reset(token)
         while store.on_end:
-            store.on_end.pop()()
+            try:
+                store.on_end.pop()()
+            except Exception:           # logged; the request's other beans still go
+                logging.getLogger(__name__).exception("ending a request bean failed")
 
 
 def store_for(bean: str) -> Store:
