@@ -9,6 +9,7 @@ the busy path and the other database, plus a job with two sessions idle in trans
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from _pools import (
     PoolRun,
     pool_run,
 )
-from _support import POOLS, PROVE, field_of
+from _support import POOLS, PROVE, Sources, field_of
 from sqlalchemy import text
 
 from dojo.checks import CheckFailure, call, table
@@ -207,18 +208,21 @@ _SESSIONS = text("SELECT pid, coalesce(application_name, '') AS name, state, "
                  "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
-def test_the_toolkit_leaves_no_transaction_open(learner, database, other_database, seed):
+def test_the_toolkit_leaves_no_transaction_open(learner, database):
     # a session connection_leak() leaves idle in transaction is a forgotten connection of
     # its own, counted by the next look, which inside that transaction sees a frozen view
-    with pool_run(database, other_database, seed, leak=True) as run:
-        with run.observer.connect() as conn:
-            before = {row.pid for row in conn.execute(_SESSIONS)}
-        _leak_of(learner, run)
-        with run.observer.connect() as conn:
-            left = [(row.pid, row.name or "(no name)", row.state, str(row.open_for))
-                    for row in conn.execute(_SESSIONS) if row.pid not in before
-                    and (row.state or "").startswith("idle in transaction")]
-        evidence = run.evidence()
+    observer = database.make_admin_engine()
+    sources = Sources("", "", [], datetime.now(UTC), database_url=database.url)
+    with observer.connect() as conn:
+        before = {row.pid for row in conn.execute(_SESSIONS)}
+    found = call(learner.module("triage").connection_leak, sources)
+    with observer.connect() as conn:
+        left = [(row.pid, row.name or "(no name)", row.state, str(row.open_for))
+                for row in conn.execute(_SESSIONS) if row.pid not in before
+                and (row.state or "").startswith("idle in transaction")]
+    observer.dispose()
+    evidence = (f"a quiet shop: no path holds a connection; connection_leak() answered "
+                f"{'None' if found is None else repr(field_of(found, 'application_name'))}")
     if not left:
         return
     raise CheckFailure(
@@ -226,8 +230,8 @@ def test_the_toolkit_leaves_no_transaction_open(learner, database, other_databas
         expected="every session connection_leak() opened closed, or back in a pool outside "
                  "a transaction, when it returns",
         actual="; ".join(f"pid {pid} of {name}: {state}" for pid, name, state, _ in left),
-        evidence=table(left, ("pid", "application_name", "state", "transaction open for"))
-        + "\n" + evidence,
+        evidence=evidence + "\n"
+        + table(left, ("pid", "application_name", "state", "transaction open for")),
         lesson=POOLS,
         fix=("A connection left open when the function returns (kept at module level for "
              "the next call, say) stays in the transaction its first statement began: one "
