@@ -21,6 +21,8 @@ ENDPOINTS = ("POST /orders", "GET /orders", "POST /refunds")
 KINDS = ("refund-deploy", "pricing-flag", "provider-timeout", "stock-lock")
 WINDOW_MINUTES = 40
 BASELINE_MINUTES = 10
+MIN_REQUESTS = 10           # a minute with fewer is never bad (README, stage 1)
+QUIET_BASELINE_FAILED = 4   # stock-lock: failures of its quiet baseline minute
 SERVICES = ("orders-api", "payments", "notifier")
 
 
@@ -131,6 +133,11 @@ class Scenario:
     def describe(self) -> str:
         what = self.kind or "healthy"
         return f"scenario {what}, run {self.seed} (replay: DOJO_INCIDENT_RUN={self.seed})"
+
+
+def quiet_baseline_minute(scenario: Scenario) -> int | None:
+    """stock-lock: the index of the baseline minute with fewer than 10 requests."""
+    return 2 + scenario.seed % 7 if scenario.kind == "stock-lock" else None
 
 
 def _change(rng: random.Random, at: datetime, kind: str, service: str,
@@ -280,6 +287,16 @@ def record(scenario: Scenario) -> Recorded:
                 # and most of those fail (the minutes' rates differ: a mean of the
                 # per-minute rates is not the rate since the onset)
                 n, share = rng.randint(12, 16), 0.8
+            elif incident and scenario.kind == "stock-lock" and index == scenario.onset:
+                # the first bad minute has exactly 10 requests: at least 10, so it can be bad
+                n = MIN_REQUESTS
+            quiet_base = (scenario.kind == "stock-lock" and endpoint == scenario.endpoint
+                          and index == quiet_baseline_minute(scenario))
+            if quiet_base:
+                # a baseline minute with a handful of requests, half of them failing (the
+                # pods restarted): the baseline is every row of the first 10 minutes, a
+                # quiet one too, so the baseline error rate moves by more than its tolerance
+                n = rng.randint(7, 9)
             # provider-timeout: the provider wobbled two minutes before it failed for good (a
             # bad minute), then clients backed off and the endpoint saw a handful of requests,
             # most of them failing: a minute under 10 requests is not bad, however
@@ -300,6 +317,8 @@ def record(scenario: Scenario) -> Recorded:
                     scenario.kind, (8, 31))
             elif blip:
                 failing = set(rng.sample(range(n), round(n * 0.26)))
+            elif quiet_base:
+                failing = set(rng.sample(range(n), QUIET_BASELINE_FAILED))
             elif (index, endpoint) in background:
                 failing = {rng.randrange(n)}
             slow = set(rng.sample(range(n), round(n * 0.15)))

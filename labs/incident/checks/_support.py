@@ -93,6 +93,7 @@ def observability(scenario: Scenario, recorded: Recorded, log_paths: list[Path]
     try:
         sources = Sources(f"{base}/metrics", f"{base}/changes", log_paths, scenario.end)
         sources.extra["looks"] = looks
+        sources.extra["routes"] = routes    # a check may change what a route answers
         yield sources
     finally:
         server.shutdown()

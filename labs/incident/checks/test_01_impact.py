@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from _history import ENDPOINTS, Scenario
+from _history import ENDPOINTS, MIN_REQUESTS, Recorded, Scenario, quiet_baseline_minute
 from _support import (
     IMPACT,
     PROVE,
@@ -17,6 +17,7 @@ from _support import (
     first_error_minute,
     hm,
     iso_minute,
+    observability,
     run_kind,
 )
 
@@ -281,3 +282,116 @@ def test_the_finding_carries_its_evidence(learner, window, seed):
         evidence=scenario.describe(),
         lesson=PROVE,
     )
+
+
+def test_a_minute_of_exactly_ten_requests_can_be_bad(learner, window):
+    # stock-lock: the first bad minute has exactly 10 requests, a third or more of them failed
+    scenario, recorded, sources = window("stock-lock")
+    want = expected_impact(scenario, recorded)
+    found = _impact(learner, sources)
+    got = hm(field_of(found, "since")) if found is not None else "None"
+    if got == hm(want.since):
+        return
+    assert scenario.onset is not None
+    first = [r for r in recorded.minutes if r["endpoint"] == want.endpoint][scenario.onset]
+    assert first["requests"] == MIN_REQUESTS
+    fix = None
+    if got == hm(scenario.minute(scenario.onset + 1)):
+        fix = (f"The minute {hm(want.since)} had exactly {MIN_REQUESTS} requests "
+               f"({first['errors']} failed). A minute is bad from 10 requests on (at least "
+               "10, not more than 10): only one with fewer than 10 is never bad.")
+    raise CheckFailure(
+        "impact().since is not the first bad minute when that minute had exactly 10 "
+        "requests.",
+        expected=f"since {hm(want.since)} ({first['requests']} requests, {first['errors']} "
+                 "failed: a bad minute)",
+        actual=f"since {got}",
+        evidence=_summary(scenario, recorded.minutes, want.endpoint),
+        lesson=IMPACT,
+        fix=fix,
+    )
+
+
+def test_the_baseline_counts_its_quiet_minutes(learner, window):
+    # stock-lock: one minute of the baseline had a handful of requests, half of them failed
+    scenario, recorded, sources = window("stock-lock")
+    want = expected_impact(scenario, recorded)
+    found = _impact(learner, sources)
+    wrong = ([w for w in _diff(found, want) if w[0] in ("baseline_error_rate",
+                                                         "baseline_p95_ms")]
+             if found is not None else [("endpoint", want.endpoint, "None")])
+    if not wrong:
+        return
+    quiet = quiet_baseline_minute(scenario)
+    assert quiet is not None
+    rows = [r for r in recorded.minutes if r["endpoint"] == want.endpoint][:10]
+    loud = [r for i, r in enumerate(rows) if i != quiet]
+    without = sum(r["errors"] for r in loud) / sum(r["requests"] for r in loud)
+    got = field_of(found, "baseline_error_rate")
+    fix = None
+    if isinstance(got, int | float) and abs(got - without) <= RATE_TOLERANCE / 2:
+        fix = (f"That is the baseline without the minute {rows[quiet]['minute'][11:16]} "
+               f"({rows[quiet]['requests']} requests, {rows[quiet]['errors']} failed). The "
+               "baseline is every row of the first 10 minutes, however few requests a row "
+               "has: the 10-request rule decides which minutes are bad, not which count.")
+    raise CheckFailure(
+        "impact() measured the baseline wrongly when one of its minutes was quiet.",
+        expected="; ".join(f"{name} {w}" for name, w, _ in wrong),
+        actual="; ".join(f"{name} {g}" for name, _, g in wrong),
+        evidence=_summary(scenario, recorded.minutes, want.endpoint),
+        lesson=IMPACT,
+        fix=fix,
+    )
+
+
+def _relabelled(recorded: Recorded, names: dict[str, str], reverse: bool) -> Recorded:
+    """The metrics with the endpoints renamed as `names` says, each minute's rows listed in
+    reverse order when `reverse`."""
+    rows = [{**r, "endpoint": names.get(r["endpoint"], r["endpoint"])}
+            for r in recorded.minutes]
+    if reverse:
+        by_minute: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_minute.setdefault(row["minute"], []).append(row)
+        rows = [r for minute in by_minute.values() for r in reversed(minute)]
+    return Recorded(rows, recorded.lines)
+
+
+def test_the_evidence_names_the_reported_endpoints_onset(learner, window):
+    # pricing-flag: GET /orders (the most failures) and POST /orders (from two minutes earlier)
+    # are both in an incident. Asked twice: as recorded, then with the two endpoints' names
+    # swapped and each minute's rows listed in reverse, so that in one of the asks the other
+    # endpoint comes after the reported one in any order a loop may take them.
+    scenario, recorded, _ = window("pricing-flag")
+    want = expected_impact(scenario, recorded)
+    assert scenario.onset is not None
+    other = hm(scenario.minute(scenario.onset - 2))[11:]
+    minute = want.since.strftime("%H:%M")
+    swap = {"GET /orders": "POST /orders", "POST /orders": "GET /orders"}
+    for names, reverse in (({}, False), (swap, True)):
+        served = _relabelled(recorded, names, reverse)
+        with observability(scenario, served, []) as sources:
+            found = _impact(learner, sources)
+        endpoint = names.get(want.endpoint, want.endpoint)
+        evidence = field_of(found, "evidence") if found is not None else None
+        if (field_of(found, "endpoint") == endpoint and isinstance(evidence, list)
+                and any(isinstance(e, str) and minute in e for e in evidence)):
+            continue
+        named_other = isinstance(evidence, list) and any(
+            isinstance(e, str) and other in e for e in evidence)
+        fix = None
+        if field_of(found, "endpoint") == endpoint and named_other:
+            fix = (f"{other} is the onset of the other endpoint in an incident, "
+                   f"{names.get('POST /orders', 'POST /orders')}. Write the evidence from the "
+                   "reported endpoint's own onset row, not from a variable a loop over the "
+                   "endpoints left behind.")
+        raise CheckFailure(
+            "impact()'s evidence does not name the onset of the endpoint it reports.",
+            expected=f"endpoint {endpoint!r}, evidence naming its first bad minute {minute}",
+            actual=f"endpoint {field_of(found, 'endpoint')!r}, evidence {evidence!r}"[:300]
+            if found is not None else "None",
+            evidence=_summary(scenario, served.minutes, endpoint)
+            + f"\nthe other endpoint in an incident since {other}",
+            lesson=PROVE,
+            fix=fix,
+        )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -260,6 +261,73 @@ def test_a_change_on_the_windows_start_is_in_it(learner, window):
         expected=_describe(shown, first["id"]) + " (on the window's start, which is included)",
         actual=_describe(shown, got) if found is not None else "None",
         evidence=_changes(shown),
+        lesson=CHANGE,
+        fix=fix,
+    )
+
+
+# offsets no host runs by accident, on both sides of UTC and not whole hours
+_OFFSETS = (timezone(timedelta(hours=5, minutes=45)), timezone(-timedelta(hours=3, minutes=30)))
+
+
+@pytest.mark.parametrize("kind", ["refund-deploy", "stock-lock"])
+def test_since_in_another_time_zone_is_the_same_instant(learner, window, kind):
+    # since is an aware datetime: the same instant written with a non-UTC offset must give
+    # the same window (the change log is in UTC)
+    scenario, _, sources = window(kind)
+    assert scenario.since is not None
+    offset = _OFFSETS[0 if kind == "refund-deploy" else 1]
+    since = scenario.since.astimezone(offset)
+    found = call(learner.module("triage").what_changed, sources, since)
+    got = _suspect_id(found) if found is not None else None
+    if got == scenario.suspect_id:
+        return
+    fix = None
+    if found is not None and got is None:
+        fix = (f"since was {since.isoformat()}, the same instant as "
+               f"{scenario.since.isoformat()}: compare aware datetimes (parse `at` with its "
+               "Z as UTC and keep since's offset), never their wall-clock fields.")
+    raise CheckFailure(
+        "what_changed() missed the suspect when since came in another time zone.",
+        expected=_describe(scenario, scenario.suspect_id)
+        + f" (since {since.isoformat()} = {hm(scenario.since)} UTC)",
+        actual=_describe(scenario, got) if found is not None else "None",
+        evidence=_changes(scenario),
+        lesson=CHANGE,
+        fix=fix,
+    )
+
+
+def test_every_call_reads_the_change_log_again(learner, window):
+    # refund-deploy, asked twice in one process on the same change log URL: first before the
+    # deploy that started it was logged (nothing in the window), then after
+    scenario, _, sources = window("refund-deploy")
+    assert scenario.suspect_id is not None
+    routes = sources.extra["routes"]
+    full = routes["/changes"]
+    triage = learner.module("triage")
+    earlier = [c for c in scenario.changes if c["id"] != scenario.suspect_id]
+    routes["/changes"] = json.dumps({"changes": earlier}).encode()
+    try:
+        first = call(triage.what_changed, sources, scenario.since)
+    finally:
+        routes["/changes"] = full
+    _judge(replace(scenario, changes=earlier, suspect_id=None), first,
+           "what_changed() named a suspect although nothing changed in the window yet.")
+    second = call(triage.what_changed, sources, scenario.since)
+    got = _suspect_id(second) if second is not None else None
+    if got == scenario.suspect_id:
+        return
+    fix = None
+    if second is not None and got == _suspect_id(first):
+        fix = (f"{scenario.suspect_id} was logged between your two calls, on the same change "
+               "log URL; your second call answered as the first. The change log grows while "
+               "an incident lasts: read it on every call, keep no copy between calls.")
+    raise CheckFailure(
+        "what_changed() did not see a change logged after its first call.",
+        expected=_describe(scenario, scenario.suspect_id) + " (logged before the second call)",
+        actual=_describe(scenario, got) if second is not None else "None",
+        evidence=_changes(scenario),
         lesson=CHANGE,
         fix=fix,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -19,8 +20,33 @@ def _trace_lines(sources: Any, trace: str) -> list[dict[str, Any]]:
     for path in sources.log_paths:
         for raw in path.read_text(encoding="utf-8").splitlines():
             if trace in raw:
-                found.append(json.loads(raw))
+                line = json.loads(raw)
+                if line.get("trace_id") == trace:    # not a line that only quotes it
+                    found.append(line)
     return sorted(found, key=lambda line: line["ts"])
+
+
+# another request's ERROR line that quotes the trace id: payments' retry job took the failed
+# request up under a trace of its own, its span a child of the failed one (a span link)
+QUOTING_ROOT = "builtins.LookupError"
+
+
+def _quote_the_trace(shop: Any, sources: Any, trace: str) -> None:
+    """Append to payments' log another request's ERROR line whose text quotes `trace` and
+    whose parent span is the request's deepest ERROR span: taken into the request by a
+    match on the raw text, it would be the deepest line."""
+    errors = [line for line in _trace_lines(sources, trace) if line.get("error")]
+    parents = {line["parent_span_id"] for line in errors}
+    leaf = next(line for line in errors if line["span_id"] not in parents)
+    quoting = {"ts": shop.logs.stamp("payments"), "level": "ERROR", "service": "payments",
+               "trace_id": uuid.uuid4().hex, "span_id": uuid.uuid4().hex[:16],
+               "parent_span_id": leaf["span_id"], "message": f"retry of request {trace} failed",
+               "error": {"type": "payments.jobs.RetryFailed",
+                         "message": f"retry of trace {trace} gave up",
+                         "cause": {"type": QUOTING_ROOT, "message": f"no order for trace {trace}",
+                                   "cause": None}}}
+    with shop.logs.lock, sources.extra["paths"]["payments"].open("a", encoding="utf-8") as out:
+        out.write(json.dumps(quoting) + "\n")
 
 
 def _evidence(scenario: Any, lines: list[dict[str, Any]]) -> str:
@@ -43,9 +69,12 @@ def _failing(shop: Any, endpoint: str) -> str:
     return trace
 
 
-def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str) -> None:
+def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str,
+           quoted: bool = False) -> None:
     assert scenario.kind is not None
     trace = _failing(shop, scenario.endpoint)
+    if quoted:
+        _quote_the_trace(shop, sources, trace)
     lines = _trace_lines(sources, trace)
     service, kind, _ = root_of(scenario.kind)
     message = next(deepest(line["error"])["message"] for line in lines
@@ -78,6 +107,10 @@ def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str) 
         elif got[1] == background:
             fix = ("That error belongs to another request: keep only the lines whose "
                    "trace_id is the one you were given.")
+        elif quoted and got[1] == QUOTING_ROOT:
+            fix = ("That error is another request's: its line has a trace_id of its own and "
+                   "only quotes this one in its text. A line belongs to the request when its "
+                   "trace_id field is the one given, not when the id occurs in the raw line.")
     raise CheckFailure(
         headline,
         expected=f"service {service}, exception {kind}: {message}",
@@ -105,9 +138,39 @@ def test_the_deepest_cause_is_in_the_service_that_was_called(learner, shop, kind
 
 
 def test_only_this_requests_lines_count(learner, shop):
+    # besides the background failures, another request's ERROR line quotes this trace id
     the_shop, scenario, sources = shop("pricing-flag")
     _judge(learner, the_shop, scenario, sources,
-           "root_cause() did not follow the request it was given.")
+           "root_cause() did not follow the request it was given.", quoted=True)
+
+
+def test_every_call_reads_the_logs_again(learner, shop):
+    # two failing requests, root_cause() called after each in one process: the second
+    # request's lines were written after the first call
+    the_shop, scenario, sources = shop("refund-deploy")
+    service, kind, message = root_of("refund-deploy")
+    triage = learner.module("triage")
+    for number in (1, 2):
+        trace = _failing(the_shop, scenario.endpoint)
+        found = call(triage.root_cause, sources, trace)
+        got = ((field_of(found, "service"), field_of(found, "exception"),
+                field_of(found, "message")) if found is not None else None)
+        if got == (service, kind, message):
+            continue
+        fix = None
+        if number == 2 and got is None:
+            fix = ("Your first call found its request; this one was logged after it, in the "
+                   "same files, and your second call found no ERROR line of it. The logs grow "
+                   "while the shop runs: read them on every call, keep no index between calls.")
+        raise CheckFailure(
+            "root_cause() did not name the deepest cause of the "
+            f"{'second' if number == 2 else 'first'} of two failing requests.",
+            expected=f"service {service}, exception {kind}: {message}",
+            actual=(f"service {got[0]}, exception {got[1]}: {got[2]}" if got else "None"),
+            evidence=_evidence(scenario, _trace_lines(sources, trace)),
+            lesson=REQUEST,
+            fix=fix,
+        )
 
 
 def test_a_request_that_succeeded_has_no_root_cause(learner, shop):
