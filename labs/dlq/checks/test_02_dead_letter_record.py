@@ -208,6 +208,46 @@ def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
             evidence=headers_table(r.headers, ORIGIN), lesson=SEE)
 
 
+# The producer's timestamp of the record on a LogAppendTime topic: the broker replaces it
+CREATE_TIME_MS = 1_611_234_567_891
+
+
+@pytest.mark.needs_kafka()  # LogAppendTime: Tansu keeps the producer's timestamp
+def test_dead_letter_keeps_a_log_append_timestamp(lab, ledger_db, clock):
+    from dojo.checks.plugin import NeedsBackend
+
+    if lab.kafka.backend == "tansu":  # measured: it keeps the producer's timestamp
+        raise NeedsBackend(("log_append_time",), lab.kafka.backend)
+    topics = lab.topics(1, hint="appendtime",
+                        config={"message.timestamp.type": "LogAppendTime"})
+    settings = lab.settings(topics)
+    inputs = lab.produce(topics.source, [invalid("poison-i7", partition=0)],
+                         timestamp_ms=CREATE_TIME_MS)
+    if inputs[0].timestamp_ms == CREATE_TIME_MS:  # the broker kept the producer's time
+        raise NeedsBackend(("log_append_time",), lab.kafka.backend)
+    downstream = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=READ["classify"])
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    if not dlt:
+        raise CheckFailure("The poison of a LogAppendTime topic never reached the DLT.",
+                           expected="1 DLT record", actual="none", lesson=SEE)
+    r = dlt[0]
+    kind = r.text("kafka_dlt-original-timestamp-type")
+    stamp = java_int(r.header("kafka_dlt-original-timestamp"), 8)
+    if kind != "LogAppendTime" or stamp != inputs[0].timestamp_ms:
+        raise CheckFailure(
+            "The source topic stamps records with the broker's time "
+            "(message.timestamp.type=LogAppendTime): the original record's timestamp is the "
+            "time it was appended, and msg.timestamp() says so: (TIMESTAMP_LOG_APPEND_TIME, "
+            "ms). The DLT record says which kind of time it carries: a LogAppendTime stamp "
+            "labelled CreateTime tells a reader the producer set it.",
+            expected=f"kafka_dlt-original-timestamp-type = 'LogAppendTime', "
+                     f"kafka_dlt-original-timestamp = {inputs[0].timestamp_ms}",
+            actual=f"{kind!r}, {stamp!r} (the producer's own was {CREATE_TIME_MS})",
+            evidence=headers_table(r.headers, ORIGIN), lesson=SEE)
+
+
 def expected_message(lab, i, scripts):
     """str() of the exception that sent input `i` to the DLT."""
     outcome = scripts.get(i.item.event_id, [""])[-1] if i.item.event_id else ""
