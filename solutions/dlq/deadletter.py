@@ -171,7 +171,7 @@ def dead_letter_headers(msg: Any, failure: Failure, *, group_id: str, service: s
         (EXCEPTION_CAUSE_FQCN, fqcn(root_cause(error)).encode()),
         # a message may hold a lone surrogate (bytes decoded with surrogateescape): strict
         # UTF-8 would raise here and make the record a poison pill for the DLQ itself
-        (EXCEPTION_MESSAGE, str(error)[:MAX_MESSAGE_CHARS].encode("utf-8", "backslashreplace")),
+        (EXCEPTION_MESSAGE, header_text(str(error), MAX_MESSAGE_CHARS)),
         (EXCEPTION_STACKTRACE, trace.encode("utf-8", "backslashreplace")),
         (ATTEMPTS, str(failure.attempts).encode()),
         (FIRST_FAILURE_AT, iso_utc(failure.first_failure_at).encode()),
@@ -203,3 +203,10 @@ def publish_dead_letter(producer: Any, msg: Any, failure: Failure, *, topic: str
         raise DeadLetterWriteFailed(f"{topic} did not acknowledge within {timeout_seconds} s")
     if outcome[0] is not None:
         raise DeadLetterWriteFailed(f"{topic} rejected the record: {outcome[0]}")
+
+
+def header_text(text: str, limit: int) -> bytes:
+    """`text` as UTF-8, cut to at most `limit` characters. A lone surrogate cannot be UTF-8,
+    so it is escaped first (backslashreplace: one character becomes six, \\udcff), and the
+    cut comes after the escaping: the limit holds for what the header carries."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit].encode("utf-8")

@@ -144,8 +144,9 @@ class DLQLab:
         return self.module("payments")
 
     # -- topics ---------------------------------------------------------------------------
-    def topics(self, partitions: int = 3, hint: str = "payments") -> Topics:
-        source = self.kafka.topic(partitions, hint=hint)
+    def topics(self, partitions: int = 3, hint: str = "payments",
+               config: dict[str, str] | None = None) -> Topics:
+        source = self.kafka.topic(partitions, hint=hint, config=config)
         deadletter = self.module("deadletter")
         names = call(deadletter.topic_names, source)
         for name in (names.dead_letter, names.parking_lot):
@@ -201,9 +202,12 @@ class DLQLab:
 
     # -- producing inputs -----------------------------------------------------------------
     def produce(self, topic: str, items: Sequence[Item], *,
-                extra_headers: Sequence[tuple[str, bytes]] = ()) -> list[Input]:
+                extra_headers: Sequence[tuple[str, bytes]] = (),
+                timestamp_ms: int | None = None) -> list[Input]:
         """Produce `items` one at a time (linger 0, flushed each), so offsets are exact and
-        the broker's high watermark stays right; keys placed by murmur2 like Java."""
+        the broker's high watermark stays right; keys placed by murmur2 like Java.
+        `timestamp_ms` is the producer's (CreateTime) timestamp of every record; an Input's
+        timestamp is the one the broker acknowledged (its own on a LogAppendTime topic)."""
         if self._input_producer is None:
             self._input_producer = self.kafka.producer(**{"linger.ms": 0})
         out: list[Input] = []
@@ -212,6 +216,8 @@ class DLQLab:
             kwargs: dict[str, Any] = {}
             if item.partition is not None:
                 kwargs["partition"] = item.partition
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms
             self._input_producer.produce(
                 topic, key=item.key, value=item.value,
                 headers=list(item.headers) + list(extra_headers),

@@ -53,6 +53,13 @@ OLD_TRIP = (("kafka_dlt-exception-fqcn",
              b"NioSocketImpl.timedRead(NioSocketImpl.java:278)\n"),
             ("x-dlt-attempts", b"17"), ("x-dlt-service", b"payments-legacy"),
             ("x-dlt-origin-host", b"pay-legacy-7f9c"))
+# The second attempt of the "transient-cut" record: after it 150.03 to 150.19 s have passed
+# since its first attempt began (a first wait of 0.4 s ± 20%), past half of the 300 s poll
+# interval whatever the draw, so no third attempt is made.
+CUT_ATTEMPT_SECONDS = 149.71
+# The attempts each label's record gets in dead_letter_some(transient=True) (4 = max_attempts)
+ATTEMPTS = {"transient-exhausted": 4, "transient-deep": 4, "declined-late": 3,
+            "transient-cut": 2}
 FAILURE = ("kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn",
            "kafka_dlt-exception-message", "x-dlt-attempts", "x-dlt-first-failure-at",
            "x-dlt-last-failure-at", "x-dlt-service")
@@ -101,11 +108,21 @@ def dead_letter_some(lab, engine, clock, *, transient=False):
                      again.account, again.cents, again.partition)
         # a 503 at the top of a chain of 41 links
         deep = with_label(healthy("poison-t2", 700, partition=2), "transient-deep")
-        items += [stuck, declined, again, deep]
+        # declined on its third attempt, after a timeout and a 503: the exception that made
+        # the consumer give up is the decline (the last failure), and it tried three times
+        late = with_label(healthy("poison-d2", 1187, partition=1), "declined-late")
+        # fails every time, but its second attempt takes so long that no retry fits in half
+        # of max.poll.interval.ms (150 s here): dead-lettered after 2 attempts, not 4
+        cut = with_label(healthy("poison-t3", 2213, partition=0), "transient-cut")
+        items += [stuck, declined, again, deep, late, cut]
         scripts = {stuck.event_id: ["unavailable"] * 20, declined.event_id: ["declined"] * 5,
-                   again.event_id: ["declined-long"] * 5, deep.event_id: ["unavailable-deep"] * 20}
+                   again.event_id: ["declined-long"] * 5, deep.event_id: ["unavailable-deep"] * 20,
+                   late.event_id: ["timeout", "unavailable", "declined"],
+                   cut.event_id: ["timeout"] * 20}
+    slow = {(cut.event_id, 1): CUT_ATTEMPT_SECONDS} if transient else {}
     inputs = lab.produce(topics.source, items)
-    downstream = ScriptedDownstream(lab.payments, clock, scripts)
+    downstream = ScriptedDownstream(lab.payments, clock, scripts,
+                                    latency_of=lambda event_id, n: slow.get((event_id, n)))
     began = clock.now()
     run = lab.run(engine, topics, settings, downstream, clock)
     ended = clock.now()
@@ -123,7 +140,7 @@ def dead_letter_some(lab, engine, clock, *, transient=False):
             evidence="DLT:\n" + dlt_table(dlt, inputs) + "\nvalues in the DLT:\n" +
                      "\n".join(show_bytes(r.value) for r in dlt[:8]), lesson=SEE)
     pairs = [(i, found[n][0]) for n, i in enumerate(inputs) if n in found]
-    return topics, settings, pairs, (began, ended), scripts
+    return topics, settings, pairs, (began, ended), downstream
 
 
 def test_dead_letter_keeps_bytes_key_and_partition(lab, ledger_db, clock):
@@ -191,6 +208,46 @@ def test_dead_letter_headers_say_where_it_came_from(lab, ledger_db, clock):
             evidence=headers_table(r.headers, ORIGIN), lesson=SEE)
 
 
+# The producer's timestamp of the record on a LogAppendTime topic: the broker replaces it
+CREATE_TIME_MS = 1_611_234_567_891
+
+
+@pytest.mark.needs_kafka()  # LogAppendTime: Tansu keeps the producer's timestamp
+def test_dead_letter_keeps_a_log_append_timestamp(lab, ledger_db, clock):
+    from dojo.checks.plugin import NeedsBackend
+
+    if lab.kafka.backend == "tansu":  # measured: it keeps the producer's timestamp
+        raise NeedsBackend(("log_append_time",), lab.kafka.backend)
+    topics = lab.topics(1, hint="appendtime",
+                        config={"message.timestamp.type": "LogAppendTime"})
+    settings = lab.settings(topics)
+    inputs = lab.produce(topics.source, [invalid("poison-i7", partition=0)],
+                         timestamp_ms=CREATE_TIME_MS)
+    if inputs[0].timestamp_ms == CREATE_TIME_MS:  # the broker kept the producer's time
+        raise NeedsBackend(("log_append_time",), lab.kafka.backend)
+    downstream = ScriptedDownstream(lab.payments, clock)
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=READ["classify"])
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    if not dlt:
+        raise CheckFailure("The poison of a LogAppendTime topic never reached the DLT.",
+                           expected="1 DLT record", actual="none", lesson=SEE)
+    r = dlt[0]
+    kind = r.text("kafka_dlt-original-timestamp-type")
+    stamp = java_int(r.header("kafka_dlt-original-timestamp"), 8)
+    if kind != "LogAppendTime" or stamp != inputs[0].timestamp_ms:
+        raise CheckFailure(
+            "The source topic stamps records with the broker's time "
+            "(message.timestamp.type=LogAppendTime): the original record's timestamp is the "
+            "time it was appended, and msg.timestamp() says so: (TIMESTAMP_LOG_APPEND_TIME, "
+            "ms). The DLT record says which kind of time it carries: a LogAppendTime stamp "
+            "labelled CreateTime tells a reader the producer set it.",
+            expected=f"kafka_dlt-original-timestamp-type = 'LogAppendTime', "
+                     f"kafka_dlt-original-timestamp = {inputs[0].timestamp_ms}",
+            actual=f"{kind!r}, {stamp!r} (the producer's own was {CREATE_TIME_MS})",
+            evidence=headers_table(r.headers, ORIGIN), lesson=SEE)
+
+
 def expected_message(lab, i, scripts):
     """str() of the exception that sent input `i` to the DLT."""
     outcome = scripts.get(i.item.event_id, [""])[-1] if i.item.event_id else ""
@@ -238,12 +295,14 @@ def _quoted(text):
 
 
 def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
-    topics, settings, pairs, (began, ended), scripts = dead_letter_some(lab, ledger_db, clock,
-                                                                        transient=True)
+    topics, settings, pairs, (began, ended), downstream = dead_letter_some(
+        lab, ledger_db, clock, transient=True)
     expect_class = {"undecodable": ("UndecodableEvent", "UnicodeDecodeError"),
                     "invalid": ("InvalidEvent", "InvalidEvent"),
                     "business-rule": ("BusinessRuleViolation", "BusinessRuleViolation"),
                     "declined": ("PaymentDeclined", "PaymentDeclined"),
+                    "declined-late": ("PaymentDeclined", "PaymentDeclined"),
+                    "transient-cut": ("DownstreamTimeout", "DownstreamTimeout"),
                     "transient-exhausted": ("DownstreamUnavailable", "ConnectionResetError"),
                     "transient-deep": ("DownstreamUnavailable", "ConnectionAbortedError")}
     attempts = settings.retry.max_attempts
@@ -252,10 +311,16 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
         wrong = []
         cls, cause = expect_class[i.label]
         fq = r.text("kafka_dlt-exception-fqcn") or ""
+        # the declined-late record dead-lettered with an earlier attempt's exception
+        first = (i.label == "declined-late" and
+                 fq.rsplit(".", 1)[-1] in ("DownstreamTimeout", "DownstreamUnavailable"))
         if "." not in fq or fq.rsplit(".", 1)[1] != cls:
-            wrong.append(f"kafka_dlt-exception-fqcn should be module.{cls}")
+            wrong.append(f"kafka_dlt-exception-fqcn should be module.{cls}" + (
+                f", not {fq}: the gateway timed out, answered 503, then declined the "
+                "payment; the exception that made you give up is the last one, the decline, "
+                "not an earlier attempt's" if first else ""))
         cq = r.text("kafka_dlt-exception-cause-fqcn") or ""
-        if "." not in cq or cq.rsplit(".", 1)[1] != cause:
+        if ("." not in cq or cq.rsplit(".", 1)[1] != cause) and not first:
             chain = (" (DownstreamUnavailable from TimeoutError, raised while handling "
                      "ConnectionResetError: its __context__; the DownstreamUnavailable was "
                      "raised while handling a BrokenPipeError, its __context__, not its "
@@ -267,13 +332,20 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                          f"….{cause}{chain}, not {cq or 'missing'}: follow __cause__, else "
                          "__context__, to the end of the chain")
         problem = message_problem(r.header("kafka_dlt-exception-message"),
-                                  expected_message(lab, i, scripts))
+                                  expected_message(lab, i, downstream.scripts))
         if problem:
             wrong.append(problem)
-        want_attempts = str(attempts if i.label.startswith("transient") else 1)
+        want_attempts = str(ATTEMPTS.get(i.label, 1))
         if r.text("x-dlt-attempts") != want_attempts:
+            made = len(downstream.authorizations(i.item.event_id))
             wrong.append(f"x-dlt-attempts should be {want_attempts} (decimal text), not "
-                         f"{r.text('x-dlt-attempts')!r}")
+                         f"{r.text('x-dlt-attempts')!r}" + (
+                             f": authorize() was called {made} times; the header counts the "
+                             "attempts made, not max_attempts "
+                             f"({attempts}): the retries ended early, when the next wait "
+                             "would not fit in half of max_poll_interval_ms"
+                             if i.label == "transient-cut" and
+                             r.text("x-dlt-attempts") == str(attempts) else ""))
         times = []
         for name in ("x-dlt-first-failure-at", "x-dlt-last-failure-at"):
             raw = r.text(name)
@@ -294,10 +366,14 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
                 wrong.append(f"{name} should be ISO-8601 UTC, like 2025-01-16T11:33:00.752Z")
         if len(times) == 2:
             spread = times[1] - times[0]
-            if i.label.startswith("transient") and not 1.8 <= spread <= 4.5:
+            if i.label in ("transient-exhausted", "transient-deep") and \
+                    not 1.8 <= spread <= 4.5:
                 wrong.append(f"first and last failure should be ~2.8 s apart (three "
                              f"backoffs), not {spread:.2f} s")
-            if not i.label.startswith("transient") and abs(spread) > 0.25:
+            if i.label == "declined-late" and not 0.7 <= spread <= 2.2:
+                wrong.append(f"first and last failure should be ~1.2 s apart (two "
+                             f"backoffs), not {spread:.2f} s")
+            if i.label not in ATTEMPTS and abs(spread) > 0.25:
                 wrong.append("one attempt: first and last failure should be the same moment")
         if r.text("x-dlt-service") != SERVICE:
             wrong.append(f"x-dlt-service should be settings.service ({SERVICE!r})")

@@ -192,6 +192,19 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
         ledger_db, topics, settings, downstream, clock, producer=refusing, timeout=4.0,
         stop_when=lambda: len(refusing.to(topics.dead_letter)) >= wanted)
     tries = len(refusing.to(topics.dead_letter))
+    if ended.startswith("run() raised"):  # (giving up and committing: LOST, below)
+        raise CheckFailure(
+            "produce() refused the poison's DLT write by raising (KafkaException "
+            "MSG_SIZE_TOO_LARGE: it is larger than the producer's message.max.bytes), and the "
+            f"consumer died on it after {tries} attempt(s). A DLT write failed when "
+            "produce() raised anything, a BufferError or a KafkaException alike, as when the "
+            "delivery callback reported an error: back off and write again, however many "
+            "times it takes, until it succeeds or should_stop() says stop.",
+            expected=f"at least {wanted} DLT writes of the poison, run() running until "
+                     "should_stop()",
+            actual=f"{tries} DLT write(s); {ended}",
+            evidence=timeline(second, downstream, inputs, limit=16) if second else "",
+            lesson=SEE)
     if not (committed.get(0, -1) <= poison.offset):
         raise CheckFailure(
             f"The DLT refused the record {tries} times in a row (it is larger than the "

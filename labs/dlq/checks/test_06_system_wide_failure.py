@@ -4,10 +4,13 @@ when ping() answers again it resumes and the lag drains."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _support import (
     READ,
     CommitAudit,
+    SteppedWallClock,
     applied_ids,
     dlt_table,
     require_done,
@@ -25,6 +28,37 @@ POLL_INTERVAL_MS = 10_000
 # The probing check opens the circuit for longer than max.poll.interval.ms (as a 30 s breaker
 # against a 20 s poll interval would): only naps shorter than the open period keep polling.
 LONG_OPEN = 11.0
+# While the circuit is open the wall clock (clock.now()) steps back (an NTP correction) this
+# long after the ping that opened it: the open period is a duration, on clock.monotonic().
+STEP_AFTER = 3.71
+WALL_STEP = -3607.3
+
+
+class LaterSteppedClock(SteppedWallClock):
+    """A SteppedWallClock whose wall time steps by `seconds` once monotonic() reaches a
+    moment set with step_at() (in the middle of a nap, not at a call the check sees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step: tuple[float, float] | None = None  # (monotonic moment, seconds)
+        self.stepped_at: float | None = None
+
+    def step_at(self, moment: float, seconds: float) -> None:
+        self.step = (moment, seconds)
+
+    def _due(self) -> None:
+        if self.step is not None and self.monotonic() >= self.step[0]:
+            self.stepped_at, seconds = self.step[0], self.step[1]
+            self.step = None
+            self.step_wall(seconds)
+
+    def now(self) -> float:
+        self._due()
+        return super().now()
+
+    def __call__(self) -> Any:
+        self._due()
+        return super().__call__()
 
 
 class Outage:
@@ -59,7 +93,8 @@ class Outage:
                 self.on_start()
 
 
-def outage_run(lab, engine, clock, *, open_seconds=OPEN, down_as="unavailable"):
+def outage_run(lab, engine, clock, *, open_seconds=OPEN, down_as="unavailable",
+               also_on_call=None, stop_when=None):
     topics = lab.topics()
     settings = lab.settings(topics, open_seconds=open_seconds,
                             max_poll_interval_ms=POLL_INTERVAL_MS)
@@ -70,8 +105,14 @@ def outage_run(lab, engine, clock, *, open_seconds=OPEN, down_as="unavailable"):
         inputs.extend(lab.produce(topics.source, wave))
 
     outage = Outage(clock, 5, second_wave)
+
+    def on_call(call):
+        outage.on_call(call)
+        if also_on_call is not None:
+            also_on_call(call)
+
     downstream = ScriptedDownstream(lab.payments, clock, down_while=outage.down,
-                                    on_call=outage.on_call, override=outage.flaky,
+                                    on_call=on_call, override=outage.flaky,
                                     down_as=down_as)
     audit = CommitAudit(lab, engine, topics, clock)
     lags = []
@@ -82,7 +123,8 @@ def outage_run(lab, engine, clock, *, open_seconds=OPEN, down_as="unavailable"):
                                             for p, e in ends.items())))
 
     run = lab.run(engine, topics, settings, downstream, clock, watch=watch, timeout=25,
-                  producer=audit.producer, before_commit=audit)
+                  producer=audit.producer, before_commit=audit,
+                  **({"stop_when": stop_when} if stop_when is not None else {}))
     return topics, settings, inputs, downstream, outage, run, lags, audit
 
 
@@ -142,9 +184,45 @@ def test_outage_is_not_dead_lettered(lab, ledger_db, clock):
             evidence=timeline(run, downstream, inputs, limit=10), lesson=SEE)
 
 
-def test_open_circuit_pauses_and_probes_gently(lab, ledger_db, clock):
+def test_open_circuit_pauses_and_probes_gently(lab, ledger_db):
+    clock = LaterSteppedClock()
+
+    probed_after_step = []
+
+    def step_when_opened(call):  # the first failed ping opens the circuit (or reopens it)
+        if call.what != "ping":
+            return
+        if clock.stepped_at is not None:
+            probed_after_step.append(call.at)
+        elif call.outcome == "down" and clock.step is None:
+            clock.step_at(call.at + STEP_AFTER, WALL_STEP)
+
+    def no_probe_long_after_the_step():  # the run cannot pass any more: end it early
+        return clock.stepped_at is not None and not probed_after_step and \
+            clock.monotonic() > clock.stepped_at + 3 * LONG_OPEN
+
     topics, settings, inputs, downstream, outage, run, _, audit = outage_run(
-        lab, ledger_db, clock, open_seconds=LONG_OPEN)
+        lab, ledger_db, clock, open_seconds=LONG_OPEN, also_on_call=step_when_opened,
+        stop_when=no_probe_long_after_the_step)
+    pings = [c.at for c in downstream.calls if c.what == "ping"]
+    if clock.stepped_at is not None:
+        opened = max(p for p in pings if p < clock.stepped_at)
+        probe = next((p for p in pings if p > clock.stepped_at), None)
+        if probe is None or probe - opened > LONG_OPEN + 1.0:
+            waited = (probe if probe is not None else clock.monotonic()) - opened
+            raise CheckFailure(
+                "The circuit opened after a failed ping(); "
+                f"{STEP_AFTER:.2f} s later the wall clock (clock.now()) stepped back "
+                f"{-WALL_STEP:.1f} s (an NTP correction), and the next probe "
+                + (f"came {waited:.1f} s after the circuit opened" if probe is not None else
+                   f"had not come {waited:.1f} s after the circuit opened, when the run "
+                   "ended") + f". open_seconds is {LONG_OPEN:.0f} s: a duration, measured "
+                "with clock.monotonic(), which never jumps; clock.now() is for timestamps.",
+                expected=f"a ping about {LONG_OPEN:.0f} s after the one that opened the "
+                         "circuit",
+                actual="pings at (clock time since the outage began): " + ", ".join(
+                    f"t+{p - outage.started:.1f}s" for p in pings[:8]),
+                lesson=SEE)
     require_done(run, inputs, downstream, read=SEE)
     start, end = outage.started, outage.ended
     during = [c for c in downstream.calls if start <= c.at < end]

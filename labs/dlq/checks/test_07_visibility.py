@@ -90,6 +90,16 @@ def test_counter_counts_acknowledged_dead_letters_by_type(lab, ledger_db, clock)
             expected=str(expected), actual=str(got),
             evidence=table(sorted({**{k: 0 for k in expected}, **got}.items()),
                         ("exception type", "counted")), lesson=SEE)
+    fresh = simple(call(call(metrics_module.DeadLetterMetrics).counts))
+    if fresh:
+        raise CheckFailure(
+            "A DeadLetterMetrics made after another one counted five DLT writes, and handed to "
+            "no run(), already reports writes: the instances share one tally (a counter kept "
+            "on the class or in the module). Two consumers in one process, or a consumer "
+            "restarted in it, then report each other's dead letters. Keep the counter (and "
+            "its lock) on the instance, made in __init__.",
+            expected="counts() == {} on a new DeadLetterMetrics()",
+            actual=f"counts() == {dict(sorted(fresh.items()))}", lesson=SEE)
 
 
 # (partition, seconds ago, handled by the replay group already?) of each DLT record, written
