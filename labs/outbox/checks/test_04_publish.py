@@ -580,8 +580,9 @@ def late_failure_leaves_a_live_lease_alone(engine: Any, relay: Any, topic: str,
                                         "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).scalar()
     finally:
         b_done.set()
+        first.join(15)  # A's statements read the listener list: remove it once A is done
         event.remove(engine, "before_cursor_execute", hold_a)
-    first.result(15)
+    first.result(0)
     if len(claimed or []) != 1 or b_lease is None:
         return  # B did not claim it: the claim stage covers that
     with engine.connect() as conn:
@@ -644,8 +645,9 @@ def late_failure_leaves_a_published_row_alone(engine: Any, relay: Any, topic: st
         [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
     finally:
         b_done.set()
+        first.join(15)  # A's statements read the listener list: remove it once A is done
         event.remove(engine, "before_cursor_execute", hold_a)
-    first.result(15)
+    first.result(0)
     [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
     if second != 1 or after_b["published_at"] is None:
         return  # B did not publish: nothing to compare (the first half covers B)
