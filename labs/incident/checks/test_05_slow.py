@@ -379,6 +379,13 @@ def test_the_plan_shows_the_sequential_scan(learner, scenario):
     )
 
 
+def _sub_millisecond(period: Period) -> bool:
+    """Its mean grew 3 x or more, but by less than 1 ms."""
+    return (period.calls_before > 0 and period.calls_after > 0
+            and period.mean_after >= 3 * period.mean_before
+            and period.mean_after - period.mean_before < 1.0)
+
+
 def test_no_slow_query_without_a_change(learner, scenario):
     run, found = scenario.steady(learner)
     if found is None:
@@ -391,11 +398,13 @@ def test_no_slow_query_without_a_change(learner, scenario):
     elif got == run.frequent.queryid:
         fix = ("That statement's total time grew because it was called more often, not "
                "because its calls got slower: compare means per call.")
-    elif got == run.jitter.queryid:
-        fix = (f"That statement's mean grew from {run.jitter.mean_before:.3f} ms to "
-               f"{run.jitter.mean_after:.3f} ms: {run.jitter.factor:.0f} x, but not even 1 ms "
-               "more. A regression is a mean at least 3 x and at least 1 ms above its mean "
-               "before: both conditions.")
+    elif got in run.periods and _sub_millisecond(run.periods[got]):
+        # the jitter statement, or another sub-millisecond one a busy machine slowed down
+        grew = run.periods[got]
+        fix = (f"That statement's mean grew from {grew.mean_before:.3f} ms to "
+               f"{grew.mean_after:.3f} ms: {grew.factor:.0f} x, but not even 1 ms more. A "
+               "regression is a mean at least 3 x and at least 1 ms above its mean before: "
+               "both conditions.")
     raise CheckFailure(
         "slow_query() reported a slow statement although nothing changed.",
         expected="None (no statement's mean grew 3 x and by 1 ms or more)",
