@@ -257,7 +257,7 @@ class SlowQuery:
 
 
 STATEMENTS_SQL = text("""
-    SELECT queryid, min(query) AS query, sum(calls) AS calls,
+    SELECT queryid, (array_agg(query ORDER BY toplevel DESC))[1] AS query, sum(calls) AS calls,
            sum(total_exec_time) AS total_ms
       FROM pg_stat_statements
      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())

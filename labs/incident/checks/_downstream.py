@@ -41,6 +41,8 @@ OTHER_TIMEOUT_MS = 2000    # the others': the slow one's tail stays well within 
 SLOW_TAIL_S = 0.5          # one call in SLOW_EVERY of the slow dependency takes this long
 SLOW_EVERY = 8
 FLAKY_EVERY = 4            # from the onset the fast dependency answers one call in 4 with 503
+SPUTTER_EVERY = 3          # the healthy run's fast dependency, in its last minute: a 503 in 3
+LAST_HEALTHY_PER_MINUTE = 12   # requests in that minute: the stray timeout stays under a fifth
 PER_MINUTE = 8             # POST /orders requests per minute (every second one: a GET too)
 OPEN_FOR_S = 150           # the breaker refuses calls this long (shop clock) before a probe
 BREAKER_WINDOW = 8         # it opens when BREAKER_FAILURES of the last BREAKER_WINDOW calls
@@ -123,7 +125,8 @@ class Dependency:
     answered); "failing" (of every four calls: one answered, one 503, two never answered);
     "stray" (the first call of the phase never answered, the rest answered); "flaky" (of
     every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
-    open its breaker)."""
+    open its breaker); "sputter" (the same, one call in SPUTTER_EVERY); "down" (every call
+    answered 503, at once)."""
 
     def __init__(self, name: str, phase: str) -> None:
         self.name = name
@@ -181,6 +184,10 @@ class Dependency:
             return "hang" if k == 0 else "ok"
         if phase == "flaky":
             return "error" if k % FLAKY_EVERY == 0 else "ok"
+        if phase == "down":
+            return "error"
+        if phase == "sputter":
+            return "error" if k % SPUTTER_EVERY == 0 else "ok"
         return "ok"
 
     def close(self) -> None:
@@ -346,9 +353,9 @@ class DownstreamShop:
                                  for name in DEPENDENCIES]}
 
     # -- traffic, as the check drives it ------------------------------------------------------
-    def _minute(self, m: int) -> None:
-        step = timedelta(minutes=1) / PER_MINUTE
-        for i in range(PER_MINUTE):
+    def _minute(self, m: int, requests: int) -> None:
+        step = timedelta(minutes=1) / requests
+        for i in range(requests):
             self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
             user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
             post(self.api.url + "/orders", {"user": user})
@@ -363,12 +370,16 @@ class DownstreamShop:
         until its breaker is open and refuses every call of the last minute, while from the
         onset on the fast dependency answers a call in FLAKY_EVERY with 503 (the requests it
         fails are neither the failing dependency's nor the service's own); or (healthy) a
-        quiet end with a single stray timeout in the last minute."""
+        quiet end with a single stray timeout in the last minute, in which the fast dependency
+        answers a call in SPUTTER_EVERY with 503 (errors above a fifth of its calls, none timed
+        out: not failing)."""
         failing = self.deps[self.plan.failing]
         last = HEALTHY_MINUTES - 1
         for m in range(MAX_MINUTES):
             if broken and m == self.plan.onset:
                 self.deps[self.plan.fast].set_phase("flaky")
+            if not broken and m == last:
+                self.deps[self.plan.fast].set_phase("sputter")
             if m == self.plan.burst or (broken and m == self.plan.onset):
                 failing.set_phase("burst")      # half its calls time out, its breaker holds
             elif broken and m > self.plan.onset:
@@ -377,13 +388,29 @@ class DownstreamShop:
                 failing.set_phase("stray")
             else:
                 failing.set_phase("ok")
-            self._minute(m)
+            self._minute(m, LAST_HEALTHY_PER_MINUTE if not broken and m == last
+                         else PER_MINUTE)
             if not broken and m == last:
                 return
             if broken and m >= self.plan.onset + MIN_MINUTES_AFTER and self._refused_all(m):
+                self._trip_fast_breaker()
                 return
         raise RuntimeError(f"run {self.plan.seed}: the breaker of {self.plan.failing} never "
                            "refused a whole minute; the scenario cannot be set up")
+
+    def _trip_fast_breaker(self) -> None:
+        """At the end of the window (now), the fast dependency stops answering but with 503s
+        and its breaker opens: open now, though its last minute shows no refused call (the
+        calls that tripped it belong to the minute that has just begun)."""
+        fast = self.deps[self.plan.fast]
+        fast.set_phase("down")
+        for _ in range(BREAKER_WINDOW):
+            if self.breakers[self.plan.fast].state == "open":
+                return
+            try:
+                self._call(self.plan.fast)
+            except DependencyError:
+                pass
 
     def _refused_all(self, m: int) -> bool:
         row = self.metrics.outbound.get((m, self.plan.failing)) or _outbound_row()
@@ -545,6 +572,7 @@ def play(seed: int, broken: bool) -> DownstreamRun:
                    or want.since != plan.start + timedelta(minutes=plan.onset)
                    or want.other_errors == 0
                    or want.first_refused in (None, want.since)
+                   or want.by_dependency[plan.fast]["breaker"] != "open"
                    or want.by_dependency[plan.slow]["p95_ms"]
                    <= want.by_dependency[plan.failing]["p95_ms"]):
         shop.close()

@@ -38,7 +38,7 @@ INSERT INTO orders (user_id, sku, qty, created_at)
             now() - mod(n, 43200) * interval '1 minute'
        FROM generate_series(1, {ROWS}) AS n;
 INSERT INTO payments (order_id, amount_cents, kind)
-     SELECT n, 1999, 'charge' FROM generate_series(1, {{payments}}) AS n;
+     SELECT n, 1999, 'charge' FROM generate_series(1, {ROWS}) AS n;
 CREATE INDEX orders_created_at_idx ON orders (created_at);
 CREATE INDEX orders_user_id_idx ON orders (user_id);
 CREATE INDEX payments_order_id_idx ON payments (order_id);
@@ -104,13 +104,28 @@ NESTED = "SELECT shop_nested(:v)"
 # grows more than any other statement's, while each call costs what it did.
 CALLS = {"regressed": (40, 4), "nested": (3, 3), "report": (4, 4), "frequent": (3, 300),
          "lookup": (20, 20), "export": (3, 3), "rare": (1, 3)}
+# The second migration's statement: exactly 3 calls in each of its periods (the README's
+# "at least 3" includes 3).
+SECOND_CALLS = 3
+# The shop's many small statements (a back office's pages), run once after the first
+# migration (not in the first snapshot: the first regression's statement stays among the
+# shop's dearest there), each waiting 2 ms: at the second migration's snapshot more
+# statements than a "top 20 by total time" keeps, each with more time than the second
+# migration's statement had taken (3 index lookups). Distinct statements by their number of
+# columns.
+FILLERS = tuple("SELECT pg_sleep(0.002)" + ", :c" * n for n in range(1, 35))
+# A statement far under a millisecond whose mean grows more than 3 x in the period with no
+# change (the rows it counts grew): 3 x, but not 1 ms more, so no regression.
+JITTER = ("SELECT count(*) FROM generate_series(1, CAST(:n AS integer)) AS g "
+          "WHERE g % 7 = CAST(:r AS integer)")
+JITTER_CALLS = 30
+JITTER_ROWS = (7, 1500)      # the first run before the change, the second (the steady period)
 
 
 def schema(regression: Regression) -> str:
-    """The tables and rows of the run: payments as big as orders only when the run's
-    migration loses a payments index (filling it takes a while)."""
-    return SLOW_SCHEMA.replace("{payments}",
-                               str(ROWS if regression.table == "payments" else 2000))
+    """The tables and rows of the run (the same for every regression: the other one is the
+    second migration, see `second_regression`)."""
+    return SLOW_SCHEMA
 
 
 def nested_function(regression: Regression) -> str:
@@ -146,6 +161,12 @@ def regression_of(seed: int) -> Regression:
     return REGRESSIONS[seed % len(REGRESSIONS)]
 
 
+def second_regression(regression: Regression) -> Regression:
+    """The index a second migration loses, later: the other one. Its statement is rare: 3
+    calls before the first snapshot, none until the second migration, 3 after it."""
+    return REGRESSIONS[1 - REGRESSIONS.index(regression)]
+
+
 def ensure_pg_stat_statements(admin: Engine) -> None:
     """pg_stat_statements in the check's own database, or needs-backend with the setting to
     add when the server was started without the library."""
@@ -175,10 +196,22 @@ def reset_own_statements(admin: Engine, role: str) -> None:
             {"r": role})
 
 
-def run_workload(conn: Connection, regression: Regression, rng: random.Random, period: int
-                 ) -> None:
+def run_workload(conn: Connection, regression: Regression, rng: random.Random, period: int,
+                 *, steady: bool = False) -> None:
     """One period's statements (0: before the change, 1: after it), as the shop runs them:
-    on the shop's session (`conn`, in autocommit), each statement on its own."""
+    on the shop's session (`conn`, in autocommit), each statement on its own. The first run
+    before the change also runs the second migration's statement and the jitter's cheap
+    calls, the second run (`steady`) the jitter's dearer ones; the run after the change the
+    fillers."""
+    if period == 0:
+        rows = JITTER_ROWS[1 if steady else 0]
+        for _ in range(JITTER_CALLS):
+            conn.execute(text(JITTER), {"n": rows, "r": rng.randint(1, 6)}).all()
+    if period == 0 and not steady:
+        run_second(conn, regression, rng)
+    if period == 1:
+        for filler in FILLERS:
+            conn.execute(text(filler), {"c": rng.randint(2, 99)}).all()
     for _ in range(CALLS["lookup"][period]):
         conn.execute(text(LOOKUP), {"v": f"sku-{rng.randint(1001, 1050)}"}).all()
     for _ in range(CALLS["report"][period]):
@@ -194,6 +227,13 @@ def run_workload(conn: Connection, regression: Regression, rng: random.Random, p
         conn.execute(text(regression.statement), {"v": regression.value(rng)}).all()
     for _ in range(CALLS["nested"][period]):
         conn.execute(text(NESTED), {"v": regression.value(rng)}).all()
+
+
+def run_second(conn: Connection, regression: Regression, rng: random.Random) -> None:
+    """The second migration's statement, SECOND_CALLS times (`regression` is the first's)."""
+    second = second_regression(regression)
+    for _ in range(SECOND_CALLS):
+        conn.execute(text(second.statement), {"v": second.value(rng)}).all()
 
 
 @dataclass

@@ -163,7 +163,16 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
              if _close(have.get("p95_ms"), want.mean_ms[dep], 0.05 * want.mean_ms[dep] + 0.5)]
     inbound = [dep for dep, expect, have in wrong if want.inbound_rate[dep] != expect[
         "error_rate"] and _close(have.get("error_rate"), want.inbound_rate[dep], RATE_TOLERANCE)]
-    if means:
+    last = {r["dependency"]: r for r in run.served["outbound"]}     # each one's last minute
+    guessed = [dep for dep, expect, have in wrong if have.get("breaker") != expect["breaker"]
+               and have.get("breaker") == (
+                   "open" if last[dep]["short_circuited"] > 0 else "closed")]
+    if guessed:
+        fix = (f"The breaker of {guessed[0]} opened after its last minute's calls: that minute "
+               "refused none, and it is open now. Its state now is in the metrics' "
+               "dependencies list (breaker, breaker_since); a minute's refused calls say what "
+               "it did then.")
+    elif means:
         fix = ("That p95 is the mean of the calls' durations: a few slow calls hide in an "
                "average. p95 is the ceil(0.95 × n)-th smallest duration.")
     elif inbound:
@@ -226,10 +235,15 @@ def test_a_healthy_run_raises_nothing(learner, runs):
         fix = ("That dependency's last minute has one timeout of its calls, under a fifth, "
                "and its earlier burst recovered. A minute is bad when a fifth of its calls "
                "timed out, or when its breaker refused calls.")
+    elif got == run.plan.fast:
+        fix = ("That dependency answers some calls with 503, at once: errors, but none of its "
+               "calls timed out and its breaker refused none. A minute is bad when a fifth of "
+               "the calls sent timed out (timeouts / calls), or when its breaker refused "
+               "calls; errors / calls is its error rate, not a timeout rate.")
     raise CheckFailure(
         "downstream() reported a failing dependency although none fails.",
-        expected="None (a slow tail within the timeout, a burst that recovered and a stray "
-                 "timeout are not an incident)",
+        expected="None (a slow tail within the timeout, a burst that recovered, a stray "
+                 "timeout and quick 503 answers are not an incident)",
         actual=f"dependency {got!r}, since {hm(field_of(found, 'since'))}",
         evidence=run.evidence(),
         lesson=DOWNSTREAM,

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,71 @@ REPORT_KINDS = ("refund-deploy", "pricing-flag", "stock-lock")
 STEPS = ("metrics", "changes", "request", "database")
 SAID = {"metrics": "the metrics", "changes": "the change log",
         "request": "a failing request", "database": "the database"}
+# the metrics' first answer of each run is held this long, and a first read of the change log
+# begun before the metrics answered is held HOLD_EARLY_CHANGES_S: a read of the change log
+# begun while the metrics' answer is on its way (at the same time, not after it) reaches the
+# recorded change log first, and the two reads overlap
+HOLD_FIRST_METRICS_S = 0.08
+HOLD_EARLY_CHANGES_S = 0.03
+# the incident that also has a lock chain headed by a session running a statement (active)
+BUSY_KIND, BUSY_APP, BUSY_SKU = "pricing-flag", "reports/stock-recount", "sku-1041"
+
+
+class HeldReads:
+    """The metrics endpoint and the change log as triage() reaches them: a relay to the
+    recorded ones (which note each look when the relay passes the GET on) that holds the
+    metrics' first answer, and a change log read that begins before it came. `spans` holds,
+    per route, (asked, answered) of each GET."""
+
+    def __init__(self, upstream: dict[str, str]) -> None:
+        self.spans: dict[str, list[tuple[float, float]]] = {route: [] for route in upstream}
+        self.lock = threading.Lock()
+        self.started: set[str] = set()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                route = self.path.split("?")[0]
+                asked = time.monotonic()
+                with outer.lock:
+                    first = route not in outer.started
+                    outer.started.add(route)
+                    metrics_answered = bool(outer.spans.get("/metrics"))
+                if route not in upstream:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                if first and route == "/metrics":
+                    time.sleep(HOLD_FIRST_METRICS_S)
+                elif first and not metrics_answered:
+                    time.sleep(HOLD_EARLY_CHANGES_S)
+                with urllib.request.urlopen(upstream[route], timeout=10) as answer:  # noqa: S310
+                    body = answer.read()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                with outer.lock:
+                    outer.spans[route].append((asked, time.monotonic()))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def overlap(self, route: str) -> bool:
+        """Whether a GET of `route` and the metrics' first GET were on their way at once."""
+        with self.lock:
+            metrics, other = self.spans["/metrics"][:1], self.spans.get(route, [])
+        return any(a1 < b2 and a2 < b1 for a1, b1 in metrics for a2, b2 in other)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 @dataclass
@@ -68,6 +135,8 @@ class Run:
     sources: TriageSources
     looks: list[tuple[str, float]]
     blocker_pid: int | None = None
+    held: HeldReads | None = None
+    busy_pid: int | None = None         # a blocker running a statement (active): waited for
 
     def first_looks(self) -> list[str]:
         """Each kind of look once, in the order of its first occurrence."""
@@ -93,6 +162,9 @@ class Run:
                       f"; its request fails with {root_of(scenario.kind)[1]}")
         if self.blocker_pid is not None:
             text_ += f"\nrow lock on stock held by inventory-sync, pid {self.blocker_pid}, idle"
+        if self.busy_pid is not None:
+            text_ += (f"\nrow lock on stock held by {BUSY_APP}, pid {self.busy_pid}, running a "
+                      "statement (active), an order session waiting behind it")
         return (text_ + "\nthe change log:\n"
                 + table(rows, ("id", "at", "kind", "service", "description"))
                 + "\nwhat triage() looked at, in order: "
@@ -104,17 +176,31 @@ def report_run(shop: Callable[..., Any], database: Any) -> Iterator[Callable[[st
     """report_run(kind) → the live shop broken the way `kind` says (None: healthy), with the
     sources triage() gets; for stock-lock an order session queues behind the job's lock."""
     relays: list[ConnectionRecorder] = []
+    relayed: list[HeldReads] = []
+    busy: list[tuple[threading.Thread, list[int]]] = []
     waiters: list[tuple[threading.Thread, list[int]]] = []
     observer = database.make_admin_engine()
 
+    def end_busy_chains() -> None:
+        """The next incident has no busy chain (the row lock's would tie with it)."""
+        while busy:
+            thread, pids = busy.pop()
+            with observer.connect() as conn:
+                for pid in pids:
+                    conn.execute(text("SELECT pg_cancel_backend(:p)"), {"p": pid})
+            thread.join(10)
+
     def make(kind: str | None) -> Run:
+        end_busy_chains()
         the_shop, scenario, base = shop(kind)
         looks: list[tuple[str, float]] = base.extra["looks"]
         relay = ConnectionRecorder(database.url, looks)
         relays.append(relay)
-        sources = TriageSources(base.metrics_url, base.changes_url, base.log_paths, base.now,
-                                relay.url, the_shop, looks)
-        run = Run(kind, scenario, sources, looks)
+        reads = HeldReads({"/metrics": base.metrics_url, "/changes": base.changes_url})
+        relayed.append(reads)
+        sources = TriageSources(f"{reads.base}/metrics", f"{reads.base}/changes",
+                                base.log_paths, base.now, relay.url, the_shop, looks)
+        run = Run(kind, scenario, sources, looks, held=reads)
         if kind == "stock-lock":
             with observer.connect() as conn:
                 run.blocker_pid = int(conn.execute(text(
@@ -125,11 +211,21 @@ def report_run(shop: Callable[..., Any], database: Any) -> Iterator[Callable[[st
             thread.start()
             waiters.append((thread, pids))
             _wait_for_lock_waiter(observer)
+        if kind == BUSY_KIND:
+            # a recount running a long statement holds another row, an order waits behind it:
+            # a lock chain whose head is active (stage 4 advice "wait"), beside the flag
+            pids = []
+            thread = threading.Thread(target=_busy_chain, args=(database, pids), daemon=True)
+            thread.start()
+            busy.append((thread, pids))
+            _wait_for_lock_waiter(observer)
+            run.busy_pid = pids[0]
         return run
 
     try:
         yield make
     finally:
+        end_busy_chains()
         with observer.connect() as conn:
             for _thread, pids in waiters:
                 for pid in pids:
@@ -138,21 +234,45 @@ def report_run(shop: Callable[..., Any], database: Any) -> Iterator[Callable[[st
             thread.join(10)
         for relay in relays:
             relay.close()
+        for reads in relayed:
+            reads.close()
         observer.dispose()
 
 
-def _queue_behind(database: Any, pids: list[int]) -> None:
-    """An order session waiting for the stock row (a request stuck behind the job's lock)."""
+def _queue_behind(database: Any, pids: list[int], sku: str = SKU) -> None:
+    """An order session waiting for a stock row (a request stuck behind the job's lock)."""
     engine = database.make_engine(connect_args={"application_name": "orders-api/place-order"})
     try:
         with engine.begin() as conn:
             pids.append(int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
             conn.execute(text("SET LOCAL statement_timeout = '60s'"))
-            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": SKU})
+            conn.execute(text("UPDATE stock SET qty = qty - 1 WHERE sku = :s"), {"s": sku})
     except Exception:  # noqa: BLE001 (cancelled when the check ends)
         pass
     finally:
         engine.dispose()
+
+
+def _busy_chain(database: Any, pids: list[int]) -> None:
+    """A session running one long statement that holds a row lock on BUSY_SKU (active), and
+    an order session waiting for that row; pids[0] is the active one."""
+    busy = database.make_engine(connect_args={"application_name": BUSY_APP})
+    try:
+        with busy.connect() as conn:
+            pids.append(int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+            conn.commit()
+            waiter = threading.Thread(target=_queue_behind, args=(database, pids, BUSY_SKU),
+                                      daemon=True)
+            conn.execute(text("SET statement_timeout = '60s'"))
+            later = threading.Timer(0.05, waiter.start)
+            later.start()
+            conn.execute(text(
+                "WITH held AS (UPDATE stock SET qty = qty WHERE sku = :s RETURNING sku) "
+                "SELECT pg_sleep(60) FROM held"), {"s": BUSY_SKU})
+    except Exception:  # noqa: BLE001 (cancelled when the check ends)
+        pass
+    finally:
+        busy.dispose()
 
 
 def _wait_for_lock_waiter(observer: Any) -> None:
@@ -190,6 +310,17 @@ def _looks_in_order(learner: Any, run: Run) -> None:
                 "failing request, a failing request before the database")
     if not order or order[0] != "metrics":
         first = SAID[order[0]] if order else "nothing"
+        fix = (f"It looked at {first} before the metrics. Impact comes first: which endpoint, "
+               "since when, how many users; it says whether there is an incident at all and "
+               "when it began, which is what the change log and a failing request are read "
+               "against. Measure the impact, then look for causes.")
+        if order and order[0] == "changes" and run.held is not None and run.held.overlap(
+                "/changes"):
+            fix = ("It asked for the metrics and for the change log at the same time: the change "
+                   "log's answer came while the metrics' answer was still on its way (held "
+                   f"{HOLD_FIRST_METRICS_S * 1000:.0f} ms here). Two reads at once are in no "
+                   "order. Read the metrics, take the impact from them, then read the next "
+                   "source.")
         raise CheckFailure(
             "triage() looked for a cause before it measured the impact.",
             expected=expected,
@@ -197,10 +328,7 @@ def _looks_in_order(learner: Any, run: Run) -> None:
             else "never read the metrics",
             evidence=run.evidence(),
             lesson=ORDER,
-            fix=(f"It looked at {first} before the metrics. Impact comes first: which endpoint, "
-                 "since when, how many users; it says whether there is an incident at all and "
-                 "when it began, which is what the change log and a failing request are read "
-                 "against. Measure the impact, then look for causes."),
+            fix=fix,
         )
     ranks = [STEPS.index(w) for w in order]
     if ranks == sorted(ranks):
@@ -286,7 +414,12 @@ def _first_mitigation(learner: Any, run: Run) -> None:
         return
     _service, exception, _message = root_of(run.scenario.kind)
     fix = None
-    if action == "rollback" and want_action == "terminate":
+    if action == "terminate" and want_action == "rollback" and run.busy_pid is not None:
+        fix = (f"The session at the head of the lock chain (pid {run.busy_pid}) is running a "
+               "statement (active): stage 4 advises to wait, it will commit or fail on its "
+               "own. Terminate only a blocker idle in transaction; otherwise roll back the "
+               "suspect change.")
+    elif action == "rollback" and want_action == "terminate":
         fix = ("Rolling back the change that started the job does not end the transaction it "
                "holds open: the lock stays until that session ends. Terminate the blocker "
                "first (its work is rolled back), then undo the change.")
