@@ -580,10 +580,7 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
             "a key the application did not set, never replace its value.",
             expected="refresh() succeeds; get_bean(Producer) is a Producer; produce() of a "
                      "6000-byte value fails at once (message.max.bytes=2048)",
-            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
-                    f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
-                    if not isinstance(producer, Producer) else
-                    "produce() of a 6000-byte value was accepted"),
+            actual=_what_refresh_gave(error, producer),
             evidence="properties:\n" + table(sorted(properties.items()), ("property", "value")),
             lesson=BACK_OFF,
         )
@@ -598,16 +595,25 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
             "(enable.idempotence=true does) makes the Producer refuse the application's acks.",
             expected="refresh() succeeds; get_bean(Producer) is a Producer; produce() of a "
                      "6000-byte value fails at once (message.max.bytes=2048)",
-            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
-                    f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
-                    if not isinstance(producer, Producer) else
-                    "produce() of a 6000-byte value was accepted"),
+            actual=_what_refresh_gave(error, producer),
             evidence="properties:\n" + table(sorted(alone.items()), ("property", "value")),
             lesson=BACK_OFF,
             fix="Add enable.idempotence=true only where the application's keys allow it (acks "
                 "unset or all, no max.in.flight nor retries of its own)."
             if error is not None and "idempotence" in str(error) else None,
         )
+
+
+def _what_refresh_gave(error: BaseException | None, producer: object) -> str:
+    """What a refresh with producer properties came to, when it was not a working Producer
+    that refuses a 6000-byte value."""
+    from confluent_kafka import Producer
+
+    if error:
+        return f"refresh() raised {type(error).__name__}: {error}"
+    if not isinstance(producer, Producer):
+        return f"get_bean(Producer) gave {type(producer).__name__}: {producer}"
+    return "produce() of a 6000-byte value was accepted"
 
 
 def _producer_from(learner, app, kafka, properties):
