@@ -184,3 +184,21 @@ def test_row_locks_are_readable_by_the_databases_own_role(database):
     from dojo.checks.observers import ensure_pgrowlocks
 
     assert ensure_pgrowlocks(database.engine), "pgrowlocks is created for the role to use"
+
+
+def test_a_dropped_database_leaves_no_statements_in_pg_stat_statements(services):
+    """pg_stat_statements keeps a dropped database's statements until it is full and then
+    evicts live ones too (the incident lab lost a 3-call statement mid-check after a few
+    hundred checks): dropping a database forgets its entries."""
+    db = create_database(services)
+    with db.engine.begin() as conn:
+        for n in range(1, 6):
+            conn.execute(text("SELECT " + ", ".join(["1"] * n)))
+    with psycopg.connect(libpq_url(services.database_url), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = %s",
+                           (db.name,)).fetchone()[0]
+        count = "SELECT count(*) FROM pg_stat_statements WHERE dbid = %s"
+        assert conn.execute(count, (oid,)).fetchone()[0] >= 5
+        drop_database(services, db)
+        assert conn.execute(count, (oid,)).fetchone()[0] == 0

@@ -238,7 +238,8 @@ def start_embedded(recorded_port: int | None = None) -> ServiceRecord:
         os.chown(log, entry.pw_uid, entry.pw_gid)
     # TCP on loopback only, no unix socket; fsync off because these databases are disposable
     # practice data and speed matters more than surviving a power cut. pg_stat_statements is
-    # loaded (a lab reads it; each check creates the extension in its own database only).
+    # loaded (a lab reads it in its own database; dropping a check's database forgets its
+    # entries, see dojo.checks.database._forget_statements).
     options = (
         f"-h {HOST} -p {port} -k '' -c fsync=off -c synchronous_commit=off "
         "-c full_page_writes=off -c max_connections=200 "

@@ -267,6 +267,20 @@ def stats(admin: Engine, role: str) -> dict[int, Stat]:
     return found
 
 
+def evicted(admin: Engine, statement: str) -> str:
+    """Why a statement the workload ran is missing from pg_stat_statements: the view was full
+    and evicted it (the server's fault, not the learner's)."""
+    with admin.connect() as conn:
+        size = conn.execute(text("SHOW pg_stat_statements.max")).scalar_one()
+        dealloc = conn.execute(text("SELECT dealloc FROM pg_stat_statements_info")).scalar()
+    return (f"pg_stat_statements lost the statement {statement!r} that this check ran "
+            f"earlier: the view holds at most {size} statements and has evicted entries "
+            f"{dealloc} times since its last reset. This is the server, not your code: run "
+            "the check again on a server with fewer statements kept (`SELECT "
+            "pg_stat_statements_reset()` as its administrator) or a larger "
+            "pg_stat_statements.max.")
+
+
 def find(found: dict[int, Stat], statement: str) -> Stat:
     """The workload's `statement` as pg_stat_statements shows it: the entry whose text starts
     like it, up to its first parameter or constant (an EXPLAIN of it is another entry, which

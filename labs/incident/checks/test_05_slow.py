@@ -32,6 +32,7 @@ from _slow import (
     Period,
     Regression,
     ensure_pg_stat_statements,
+    evicted,
     find,
     generic_plan,
     nested_function,
@@ -241,6 +242,8 @@ class Scenario:
         now = stats(admin, database.role)
         both = periods(then, now)
         regressed = both[find(now, second.statement).queryid]
+        if regressed.queryid not in then:
+            raise RuntimeError(evicted(admin, second.statement))
         cheaper = sum(1 for stat in then.values()
                       if stat.queryid != regressed.queryid and stat.total_ms > (
                           then[regressed.queryid].total_ms))
