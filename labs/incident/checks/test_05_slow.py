@@ -26,7 +26,6 @@ from _slow import (
     CALLS,
     EXPORT,
     FREQUENT,
-    JITTER,
     RARE,
     REPORT,
     Period,
@@ -72,7 +71,6 @@ class SlowRun:
     frequent: Period
     export: Period
     rare: Period
-    jitter: Period
     changed: bool
     seed: int
 
@@ -255,7 +253,7 @@ class Scenario:
         return SlowRun(regression, sources, both, both[find(now, regression.statement).queryid],
                        both[find(now, REPORT).queryid], both[find(now, FREQUENT).queryid],
                        both[find(now, EXPORT).queryid], both[find(now, RARE).queryid],
-                       both[find(now, JITTER).queryid], changed, self.seed)
+                       changed, self.seed)
 
     def _other_database(self, database: Any) -> Any:
         """Another database on the server where the shop's role works too: its statements
