@@ -9,9 +9,9 @@ Which operation uses which lock, and why:
 - withdraw: the row lock of UPDATE ... WHERE balance >= :amount. The database checks and
   debits in one statement; a second UPDATE waiting on the row re-checks its WHERE against
   the committed balance (Read Committed), so two withdrawals cannot both pass.
-- transfer: SELECT ... WHERE id IN (:a, :b) ORDER BY id FOR UPDATE. The decision spans two
-  rows, so both are locked before reading; lowest id first, whatever the direction, so two
-  opposite transfers can never wait for each other (no deadlock).
+- transfer: SELECT ... ORDER BY id FOR NO KEY UPDATE: both rows locked before reading, lowest
+  id first whatever the direction (opposite transfers never wait for each other); NO KEY, or
+  it blocks the KEY SHARE lock an exchange's foreign key takes and deadlocks with its debit.
 - apply_interest: no lock while the rule computes; UPDATE ... WHERE version = :read
   (optimistic), re-read and retried on zero rows. The rule may be slow (a pricing call):
   holding a row lock through it would block every payment on the account.
@@ -315,7 +315,7 @@ def transfer(engine: Engine, from_account_id: int, to_account_id: int, amount: D
         # Both rows, lowest id first, whatever the direction: one global lock order.
         rows = {row.id: row for row in conn.execute(text(
             "SELECT id, kind, currency, balance FROM account WHERE id IN (:a, :b) "
-            "ORDER BY id FOR UPDATE"), {"a": from_account_id, "b": to_account_id})}
+            "ORDER BY id FOR NO KEY UPDATE"), {"a": from_account_id, "b": to_account_id})}
         for account_id in (from_account_id, to_account_id):
             if account_id not in rows or rows[account_id].kind != "CUSTOMER":
                 raise AccountNotFound(f"no customer account {account_id}")

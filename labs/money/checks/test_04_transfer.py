@@ -183,7 +183,7 @@ def test_opposite_transfers_do_not_deadlock(accounts: ModuleType, bank: Engine,
                     "in one order and the other in the opposite order (from, then to: A->B "
                     "holds A and waits for B while B->A holds B and waits for A). Lock both "
                     "rows in one global order, whatever the direction: SELECT ... FROM account "
-                    "WHERE id IN (:a, :b) ORDER BY id FOR UPDATE",
+                    "WHERE id IN (:a, :b) ORDER BY id FOR NO KEY UPDATE",
                 lesson=(READ["transfer"], READ["deadlock"]))
         broken = failures(outcomes)
         if broken:
@@ -258,7 +258,7 @@ def test_transfer_locks_the_lower_id_first(accounts: ModuleType, bank: Engine, f
                  "(:a, :b)) locks them in scan order, which every update of a row changes, not "
                  "in id order. " if re.search(r"(?is)\bin\s*\(|=\s*any\s*\(", query) else "")
                 + "Lock both rows first with SELECT ... WHERE id IN (:a, :b) ORDER BY id FOR "
-                "UPDATE, or update them one at a time, lower id first"
+                "NO KEY UPDATE, or update them one at a time, lower id first"
                 + (f" (lower as numbers: {low} < {high}, though '{high}' sorts before '{low}' "
                    "as text)" if str(high) < str(low)
                    and not re.search(r"(?is)\bin\s*\(|=\s*any\s*\(", query) else ""),
@@ -376,8 +376,9 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
             actual=f"{len(deadlocked)} workers raised a deadlock",
             evidence=describe_errors(broken),
             fix="lock both rows in id order before changing them (SELECT ... WHERE id IN "
-                "(:a, :b) ORDER BY id FOR UPDATE, or two single-row UPDATEs in id order): one "
-                "UPDATE ... WHERE id IN (:a, :b) locks its rows in scan order, not id order",
+                "(:a, :b) ORDER BY id FOR NO KEY UPDATE, or two single-row UPDATEs in id "
+                "order): one UPDATE ... WHERE id IN (:a, :b) locks its rows in scan order, not "
+                "id order",
             lesson=(READ["transfer"], READ["deadlock"]))
     if broken:
         raise CheckFailure(
@@ -397,7 +398,7 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
             expected="the total stays 500.00 and no balance goes below 0",
             actual=f"total {fmt(total)}; balances "
                    + ", ".join(f"{i}: {fmt(v)}" for i, v in balances.items()),
-            fix="lock both rows (ORDER BY id FOR UPDATE) before reading the source balance, "
+            fix="lock both rows (ORDER BY id FOR NO KEY UPDATE) before reading the source balance, "
                 "then update both in the same transaction", lesson=READ["transfer"])
     if entries != len(receipts):
         raise CheckFailure(
@@ -459,6 +460,6 @@ def test_transfers_racing_for_one_balance_are_refused_cleanly(
                  + log.timeline([f"worker {o.index}" for o in (vetoed or ok)[:2]],
                                 match=r"\baccount\b"),
         fix="the balance was judged on a read made before the rows were locked, so every "
-            "transfer saw 100.00. Lock both rows first (SELECT ... ORDER BY id FOR UPDATE) and "
-            "decide on what that locked read returns" if vetoed else None,
+            "transfer saw 100.00. Lock both rows first (SELECT ... ORDER BY id FOR NO KEY "
+            "UPDATE) and decide on what that locked read returns" if vetoed else None,
         lesson=(READ["transfer"], READ["race"]))

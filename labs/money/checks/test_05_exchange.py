@@ -731,6 +731,78 @@ def test_exchanges_both_ways_do_not_deadlock(kit: ExchangeKit, database: Any) ->
     assert_ledger_agrees(kit.engine, "after exchanges both ways", read="exchange")
 
 
+HOLD_EXCHANGE = 0.25  # every INSERT of the exchange in flight waits this long before it is sent
+
+
+def test_a_refused_transfer_does_not_deadlock_an_exchange(kit: ExchangeKit,
+                                                          database: Any) -> None:
+    """A customer asks for a transfer between the two accounts of an exchange in flight: they
+    differ in currency, so the transfer is refused, but it must not deadlock the exchange on
+    its way there. The USD account has the lower id; the exchange sells EUR into it. While the
+    exchange's transaction holds the EUR row (its debit) and waits before each INSERT, the
+    transfer takes the lower id first, the USD row, and waits for the EUR row. The exchange's
+    INSERT that refers to the USD account (a foreign key) then asks for a KEY SHARE lock on
+    it, which FOR UPDATE blocks and FOR NO KEY UPDATE does not."""
+    from dojo.checks.faults import slow_sql
+    from dojo.checks.observers import record_sql
+
+    usd = int(call(kit.accounts.open_account, kit.engine, currency="USD"))
+    eur = int(call(kit.accounts.open_account, kit.engine, currency="EUR"))
+    call(kit.accounts.deposit, kit.engine, eur, Decimal("412.37"))
+    fx = kit.client(timeout=5.0)
+    quote = kit.quote(fx, sell="EUR", buy="USD")
+    kit.provider.script(place="fill")
+    observer = database.make_admin_engine()
+    other = database.make_engine(pool_size=2, max_overflow=0)
+    try:
+        if not ensure_pgrowlocks(observer):
+            raise RuntimeError("the check needs the pgrowlocks extension to read row locks")
+        with record_sql(kit.engine) as exchange_log, record_sql(other) as transfer_log:
+            with slow_sql(kit.engine, HOLD_EXCHANGE, match=r"^\s*insert\b", when="before"):
+                trade = in_thread(kit.start, fx, quote, eur, usd, "37.19", "ex-in-flight")
+                deadline, held = time.monotonic() + 10, False
+                while not held and time.monotonic() < deadline and not trade.join(0.005):
+                    held = any(r["row_id"] == eur and "Update" in str(r["modes"])
+                               for r in row_locks(observer, "account"))
+                refused = in_thread(raised, kit.accounts.transfer, other, usd, eur,
+                                    Decimal("1.00"))
+                trade.join(30)
+                refused.join(30)
+    finally:
+        other.dispose()
+        observer.dispose()
+    for job in (trade, refused):
+        if isinstance(job.error, CheckFailure):
+            raise job.error  # a stub: not written yet
+    for log in (exchange_log, transfer_log):
+        if log.errors("40P01"):
+            raise _deadlock_failure(
+                log, "A transfer between the two accounts of an exchange in flight (refused: "
+                     "one is in USD, the other in EUR) deadlocked with that exchange. The "
+                     "transfer held the USD account's row and waited for the EUR row the "
+                     "exchange had debited; the exchange's INSERT that refers to the USD "
+                     "account (a foreign key) waited for the transfer.",
+                "lock the transfer's rows with FOR NO KEY UPDATE: FOR UPDATE also blocks the "
+                "KEY SHARE lock a foreign key to the account takes, FOR NO KEY UPDATE does not "
+                "(or check the two currencies before locking anything)"
+                if transfer_log.matching(r"\baccount\b.*\bfor\s+update\b") else None,
+                HOLD_EXCHANGE)
+    outcome = refused.value
+    if (trade.error is not None or getattr(trade.value, "status", None) != "COMPLETED"
+            or not isinstance(outcome, kit.accounts.CurrencyMismatch)):
+        raise CheckFailure(
+            "An exchange from EUR to USD must complete while a transfer between its two "
+            "accounts is refused with CurrencyMismatch.",
+            expected="exchange() returns COMPLETED; transfer() raises CurrencyMismatch",
+            actual=("exchange() raised " + first_line(trade.error) if trade.error is not None
+                    else f"exchange() returned {getattr(trade.value, 'status', trade.value)!r}")
+                   + "; transfer() " + ("returned" if outcome is None
+                                        else f"raised {first_line(outcome)}"),
+            evidence=kit.provider.history(), lesson=READ["exchange"])
+    assert_ledger_agrees(kit.engine, "after a refused transfer met an exchange",
+                         read="exchange")
+
+
 def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
     from dojo.checks.faults import run_concurrently
 

@@ -129,8 +129,8 @@ def transfer(engine: Engine, from_account_id: int, to_account_id: int, amount: D
     """
     raise NotImplementedError(
         "lock both account rows in one global order (SELECT ... WHERE id IN (:a, :b) ORDER BY "
-        "id FOR UPDATE), check currency and balance, update both, write one TRANSFER entry "
-        "with two postings")
+        "id FOR NO KEY UPDATE), check currency and balance, update both, write one TRANSFER "
+        "entry with two postings")
 
 
 def apply_interest(engine: Engine, account_id: int, rule: Callable[[Decimal], Decimal], *,
