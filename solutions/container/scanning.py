@@ -92,7 +92,7 @@ def _stereotypes(trees: list[ast.Module]) -> set[str]:
 
 
 def _init_parameters(cls: ast.ClassDef) -> tuple[str, ...]:
-    for node in cls.body:
+    for node in reversed(cls.body):  # a later def replaces an earlier one, as in Python
         if isinstance(node, ast.FunctionDef) and node.name == "__init__":
             return _parameters(node)
     return ()

@@ -165,9 +165,9 @@ def relay_once(engine: Engine, producer: Any, topic: str, *, batch_size: int = 1
 
 def _kafka_headers(event: ClaimedEvent) -> list[tuple[str, bytes]]:
     headers = [(EVENT_ID_HEADER, str(event.id).encode()),
-               (EVENT_TYPE_HEADER, event.event_type.encode()),
-               ("aggregate-version", str(event.aggregate_version).encode())]
-    fixed = {name for name, _ in headers}  # a row cannot replace the id the consumer dedupes on
+               (EVENT_TYPE_HEADER, event.event_type.encode())]
+    if "aggregate-version" not in event.headers:  # ours, unless the row brings its own
+        headers.append(("aggregate-version", str(event.aggregate_version).encode()))
     headers += [(name, str(value).encode()) for name, value in event.headers.items()
-                if name not in fixed]
+                if name not in (EVENT_ID_HEADER, EVENT_TYPE_HEADER)]  # never the deduped id
     return headers
