@@ -170,15 +170,17 @@ def test_claim_sets_lease_and_counts_attempt(outbox, learner):
             evidence=table(outbox_rows(outbox), CLAIM_COLUMNS), lesson=SEE)
 
 
-def require_oldest_first(outbox: Engine, claimed: list[str], oldest: list[str]) -> None:
-    """A batch holding exactly the `oldest` rows must list them in created_at order."""
+def require_oldest_first(outbox: Engine, claimed: list[str], oldest: list[str],
+                         why: str | None = None) -> None:
+    """A batch holding exactly the `oldest` rows must list them in created_at order; `why`
+    replaces the headline where the check knows what reordered them."""
     if sorted(claimed) != sorted(oldest) or claimed == oldest:
         return
     raise CheckFailure(
-        f"claim_batch leased the right rows, the {len(oldest)} oldest, but returned them in "
-        "another order. The relay sends them in the order it gets them, so an order's version 2 "
-        "can leave before its version 1. RETURNING has no order of its own, whatever the "
-        "subquery's ORDER BY.",
+        why or f"claim_batch leased the right rows, the {len(oldest)} oldest, but returned them "
+        "in another order. The relay sends them in the order it gets them, so an order's "
+        "version 2 can leave before its version 1. RETURNING has no order of its own, whatever "
+        "the subquery's ORDER BY.",
         expected=f"the {len(oldest)} oldest ids in created_at order: {oldest}",
         actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
         lesson=SEE,
@@ -249,18 +251,12 @@ def test_claim_returns_oldest_first_whatever_the_plan(outbox, learner):
         claimed = event_ids(call(relay.claim_batch, hashing, batch_size=5, lease_seconds=LEASE))
     finally:
         hashing.dispose()
-    if sorted(claimed) == sorted(ids[:5]) and claimed != ids[:5]:
-        raise CheckFailure(
-            "claim_batch leased the right rows, the 5 oldest, but returned them in another "
-            "order once the database joined the picked ids to the table by hashing (the plan it "
-            "takes for a big table; forced here with enable_nestloop=off, enable_mergejoin=off). "
-            "RETURNING gives rows in the order the UPDATE met them, whatever the subquery's "
-            "ORDER BY, so the relay would send an order's version 2 before its version 1.",
-            expected=f"the 5 oldest ids in created_at order: {ids[:5]}",
-            actual=f"{claimed}", evidence=table(outbox_rows(outbox), CLAIM_COLUMNS),
-            lesson=SEE,
-            fix="sort what the claim returns by created_at (in Python, or SELECT … ORDER BY "
-                "created_at over the UPDATE's RETURNING)")
+    require_oldest_first(outbox, claimed, ids[:5], why=(
+        "claim_batch leased the right rows, the 5 oldest, but returned them in another "
+        "order once the database joined the picked ids to the table by hashing (the plan it "
+        "takes for a big table; forced here with enable_nestloop=off, enable_mergejoin=off). "
+        "RETURNING gives rows in the order the UPDATE met them, whatever the subquery's "
+        "ORDER BY, so the relay would send an order's version 2 before its version 1."))
     if claimed != ids[:5]:
         raise CheckFailure(
             "claim_batch must lease the oldest unpublished rows and return them oldest first, "
