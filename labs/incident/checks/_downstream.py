@@ -123,7 +123,8 @@ class Dependency:
     """One dependency's server. `phase` (set by the driver) says how it answers: "ok";
     "slow-tail" (every SLOW_EVERY-th call slow); "burst" (every second call never
     answered); "failing" (of every four calls: one answered, one 503, two never answered);
-    "stray" (the first call of the phase never answered, the rest answered); "flaky" (of
+    "stray" (the first call of the phase never answered, the rest answered); "dead" (no call
+    answered); "flaky" (of
     every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
     open its breaker); "sputter" (the same, one call in SPUTTER_EVERY); "down" (every call
     answered 503, at once)."""
@@ -186,6 +187,8 @@ class Dependency:
             return "error" if k % FLAKY_EVERY == 0 else "ok"
         if phase == "down":
             return "error"
+        if phase == "dead":
+            return "hang"
         if phase == "sputter":
             return "error" if k % SPUTTER_EVERY == 0 else "ok"
         return "ok"
@@ -263,6 +266,7 @@ class DownstreamShop:
         self.timeout_ms = {name: FAILING_TIMEOUT_MS if name == plan.failing else OTHER_TIMEOUT_MS
                            for name in DEPENDENCIES}
         self.breakers = {name: Breaker(self.clock) for name in DEPENDENCIES}
+        self.listing = DEPENDENCIES     # the order /metrics lists them in (not the call order)
         self.posts = 0
         self.gets = 0
         self.end = plan.start
@@ -342,7 +346,7 @@ class DownstreamShop:
                     row = self.metrics.inbound.get((m, endpoint)) or _inbound_row()
                     minutes.append({"minute": at, "endpoint": endpoint,
                                     **json.loads(json.dumps(row))})
-                for name in DEPENDENCIES:
+                for name in self.listing:
                     row = self.metrics.outbound.get((m, name)) or _outbound_row()
                     outbound.append({"minute": at, "dependency": name,
                                      **json.loads(json.dumps(row))})
@@ -350,7 +354,7 @@ class DownstreamShop:
                 "dependencies": [{"dependency": name, "timeout_ms": self.timeout_ms[name],
                                   "breaker": self.breakers[name].state,
                                   "breaker_since": iso(self.breakers[name].since)}
-                                 for name in DEPENDENCIES]}
+                                 for name in self.listing]}
 
     # -- traffic, as the check drives it ------------------------------------------------------
     def _minute(self, m: int, requests: int) -> None:
@@ -509,11 +513,13 @@ def expected(served: dict[str, Any]) -> Expected | None:
     )
 
 
-def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES) -> str:
+def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES,
+                   after: str = "") -> str:
     """The outbound calls per minute of the dependencies `names`, from the minute before the
-    first that went wrong (a long window's table must fit in a failure message)."""
+    first that went wrong after `after` (a long window's table must fit in a failure
+    message)."""
     troubled = [r["minute"] for r in served["outbound"]
-                if r["errors"] or r["timeouts"] or r["short_circuited"]]
+                if (r["errors"] or r["timeouts"] or r["short_circuited"]) and r["minute"] > after]
     minutes = sorted({r["minute"] for r in served["outbound"]})
     start = max(0, minutes.index(min(troubled)) - 1) if troubled else 0
     rows = [(r["minute"][11:16], r["dependency"], r["calls"], r["errors"], r["timeouts"],
@@ -521,7 +527,8 @@ def outbound_table(served: dict[str, Any], names: tuple[str, ...] = DEPENDENCIES
             for r in served["outbound"]
             if r["dependency"] in names and r["minute"] >= minutes[start]]
     before = "the minute" if start == 1 else f"the {start} minutes"
-    quiet = f"({before} before {minutes[start][11:16]}: no errors)\n" if start else ""
+    left_out = "not shown" if after else "no errors"
+    quiet = f"({before} before {minutes[start][11:16]}: {left_out})\n" if start else ""
     return (quiet + "refused: short_circuited, the calls its breaker refused\n"
             + table(rows, ("minute", "dependency", "calls", "errors", "timeouts", "refused",
                            "p95 ms"), limit=80))
@@ -582,4 +589,126 @@ def play(seed: int, broken: bool) -> DownstreamRun:
         shop.close()
         raise RuntimeError(f"run {seed}: the healthy shop's metrics show a failing "
                            f"dependency (the machine may be too loaded):\n{run.evidence()}")
+    return run
+
+
+# -- several dependencies failing at once: which one to name ------------------------------------
+SEVERAL_MINUTES = 14
+
+
+@dataclass(frozen=True)
+class SeveralPlan:
+    """Three dependencies failing at the end of one window. `named` has the most timeouts since
+    its onset (the README's one to name); `earliest` began first, after a burst that recovered,
+    and has the most timeouts over the whole window, but its breaker has refused nearly every
+    call since its onset; `latest` began last. The shop stops a request at the first call that
+    fails, so `earliest` (its breaker open) is the last it calls; `named` and `latest` swap
+    places with the run, and /metrics lists the three in a run's own order."""
+    seed: int
+    named: str
+    latest: str
+    earliest: str
+    start: datetime
+    listing: tuple[str, ...]
+
+
+def several_plan(seed: int) -> SeveralPlan:
+    rng = random.Random(seed * 104729 + 3)
+    first, second, earliest = DEPENDENCIES
+    named, latest = (first, second) if rng.random() < 0.5 else (second, first)
+    listing = list(DEPENDENCIES)
+    rng.shuffle(listing)
+    if listing[0] == named:
+        listing.append(listing.pop(0))
+    return SeveralPlan(seed, named, latest, earliest, plan_of(seed).start, tuple(listing))
+
+
+@dataclass(frozen=True)
+class Failing:
+    onset: datetime
+    since_onset: int        # its timeouts from its onset on
+    in_window: int          # its timeouts over the whole window
+
+
+def failing_of(served: dict[str, Any]) -> dict[str, Failing]:
+    """Every dependency whose last minute is bad, with the README's onset and its timeouts."""
+    by_dep: dict[str, list[dict[str, Any]]] = {}
+    for row in served["outbound"]:
+        by_dep.setdefault(row["dependency"], []).append(row)
+    found = {}
+    for name, rows in by_dep.items():
+        rows.sort(key=lambda r: r["minute"])
+        start = len(rows)
+        while start > 0 and bad(rows[start - 1]):
+            start -= 1
+        if start < len(rows):
+            found[name] = Failing(_when(rows[start]["minute"]),
+                                  sum(r["timeouts"] for r in rows[start:]),
+                                  sum(r["timeouts"] for r in rows))
+    return found
+
+
+@dataclass
+class SeveralRun:
+    plan: SeveralPlan
+    shop: DownstreamShop
+    served: dict[str, Any]
+    want: Expected
+    failing: dict[str, Failing]
+    sources: Sources
+
+    def evidence(self) -> str:
+        rows = [(name, f.onset.strftime("%H:%M"), f.since_onset, f.in_window)
+                for name, f in sorted(self.failing.items(), key=lambda kv: kv[1].onset)]
+        return "\n".join([
+            f"three dependencies fail (run {self.plan.seed}, replay: "
+            f"DOJO_INCIDENT_RUN={self.plan.seed})",
+            table(rows, ("dependency", "onset", "timeouts since onset", "timeouts in window")),
+            "the shop's dependencies now:", breakers_table(self.served),
+            "its outbound calls per minute (from /metrics), from the earliest onset on:",
+            outbound_table(self.served, after=iso(min(f.onset for f in self.failing.values())
+                                                  - timedelta(minutes=1)))])
+
+
+def _drive_several(shop: DownstreamShop, plan: SeveralPlan) -> None:
+    """`earliest`: a burst (minutes 1-5) that recovers, then from minute 7 no answer at all, so
+    its breaker opens and refuses calls from then on, letting a probe through now and then;
+    `named`: half its calls time out from minute 9 (its breaker holds: never five failures in
+    eight calls); `latest`: the same in the last minute."""
+    for m in range(SEVERAL_MINUTES):
+        shop.deps[plan.earliest].set_phase("burst" if 1 <= m <= 5 else "dead" if m >= 7
+                                           else "ok")
+        shop.deps[plan.named].set_phase("burst" if m >= 9 else "ok")
+        shop.deps[plan.latest].set_phase("burst" if m == SEVERAL_MINUTES - 1 else "ok")
+        shop._minute(m, PER_MINUTE)
+
+
+def play_several(seed: int) -> SeveralRun:
+    """Play the three-failing window, and check that its metrics show what the check needs:
+    three failing, the README's choice `named`, and the rival rules (the whole window's
+    timeouts, the earliest onset, the latest onset) each naming another."""
+    plan = several_plan(seed)
+    shop = DownstreamShop(plan_of(seed))
+    shop.listing = plan.listing
+    shop.timeout_ms = dict.fromkeys(DEPENDENCIES, FAILING_TIMEOUT_MS)
+    for dep in shop.deps.values():
+        dep.set_phase("ok")
+    try:
+        _drive_several(shop, plan)
+        served = shop.served()
+        want = expected(served)
+        failing = failing_of(served)
+    except BaseException:
+        shop.close()
+        raise
+    run = SeveralRun(plan, shop, served, want, failing, shop.sources())  # type: ignore[arg-type]
+    f = failing
+    if (want is None or set(f) != set(DEPENDENCIES) or want.dependency != plan.named
+            or len({x.since_onset for x in f.values()}) < 3
+            or not f[plan.earliest].onset < f[plan.named].onset < f[plan.latest].onset
+            or f[plan.earliest].in_window <= f[plan.named].in_window):
+        shop.close()
+        raise RuntimeError(f"run {seed}: the shop's metrics do not show three failing "
+                           f"dependencies as planned (the machine may be too loaded):\n"
+                           f"{run.evidence()}")
     return run

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from _downstream import DOWNSTREAM, DownstreamRun, Expected, play
+from _downstream import DOWNSTREAM, DownstreamRun, Expected, SeveralRun, play, play_several
 from _support import PROVE, field_of, hm
 
 from dojo.checks import CheckFailure, call
@@ -43,6 +43,21 @@ def runs(seed: int) -> Iterator[Callable[[bool], DownstreamRun]]:
 
     yield get
     for run in played.values():
+        run.shop.close()
+
+
+@pytest.fixture(scope="module")
+def several(seed: int) -> Iterator[Callable[[], SeveralRun]]:
+    """several() → the window in which three dependencies fail, played once per module."""
+    played: list[SeveralRun] = []
+
+    def get() -> SeveralRun:
+        if not played:
+            played.append(play_several(seed))
+        return played[0]
+
+    yield get
+    for run in played:
         run.shop.close()
 
 
@@ -113,6 +128,43 @@ def test_the_failing_dependency_is_named(learner, runs):
         actual="None" if found is None else (
             f"dependency {got!r}, since {hm(field_of(found, 'since'))}, timeout rate "
             f"{rate!r}, breaker {breaker!r}"),
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
+    )
+
+
+def test_of_several_failing_the_one_with_most_timeouts_since_its_onset_is_named(learner,
+                                                                               several):
+    run = several()
+    want = run.want
+    found = call(learner.module("triage").downstream, run.sources)
+    got = field_of(found, "dependency") if found is not None else None
+    since = _minute(field_of(found, "since")) if found is not None else None
+    if got == want.dependency and since == want.since:
+        return
+    fix = None
+    named = run.failing[want.dependency]
+    if isinstance(got, str) and got in run.failing and got != want.dependency:
+        other = run.failing[got]
+        traits = []
+        if other.in_window == max(f.in_window for f in run.failing.values()):
+            traits.append("the most timeouts over the whole window")
+        if other.onset == min(f.onset for f in run.failing.values()):
+            traits.append("the earliest onset")
+        if other.onset == max(f.onset for f in run.failing.values()):
+            traits.append("the latest onset")
+        has = f"{got} has {' and '.join(traits)}, but" if traits else f"{got} has"
+        fix = (f"Name the one with the most timeouts since its own onset: {want.dependency}, "
+               f"{named.since_onset} since {named.onset:%H:%M}. {has} only "
+               f"{other.since_onset} since its onset ({other.onset:%H:%M}); a burst that "
+               "recovered is not part of it.")
+    raise CheckFailure(
+        "downstream() did not name, of three failing dependencies, the one the README names.",
+        expected=(f"dependency {want.dependency!r}, since {hm(want.since)} (the most timeouts "
+                  f"since its onset: {named.since_onset})"),
+        actual="None" if found is None else (
+            f"dependency {got!r}, since {hm(field_of(found, 'since'))}"),
         evidence=run.evidence(),
         lesson=DOWNSTREAM,
         fix=fix,
