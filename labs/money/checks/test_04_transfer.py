@@ -369,16 +369,18 @@ def test_transfers_keep_the_total(accounts: ModuleType, bank: Engine, funded: An
     deadlocked = [o for o in broken if sqlstate(o.error) == "40P01"]
     if deadlocked:
         raise CheckFailure(
-            "Concurrent transfers among five accounts deadlocked: two transfers locked the "
-            "same two account rows in opposite orders.",
+            "Concurrent transfers among five accounts deadlocked: two of them waited for "
+            "each other's account row locks.",
             expected="each transfer succeeds or raises InsufficientFunds; no deadlock "
                      "(SQLSTATE 40P01)",
             actual=f"{len(deadlocked)} workers raised a deadlock",
             evidence=describe_errors(broken),
-            fix="lock both rows in id order before changing them (SELECT ... WHERE id IN "
-                "(:a, :b) ORDER BY id FOR NO KEY UPDATE, or two single-row UPDATEs in id "
-                "order): one UPDATE ... WHERE id IN (:a, :b) locks its rows in scan order, not "
-                "id order",
+            fix="take the lock you will write with, on both rows, in id order, before "
+                "changing either (SELECT ... WHERE id IN (:a, :b) ORDER BY id FOR NO KEY "
+                "UPDATE, or two single-row UPDATEs in id order). Rows locked in different "
+                "orders deadlock, and so does a shared lock (FOR SHARE, FOR KEY SHARE) that "
+                "two transfers hold and each then upgrades to write; one UPDATE ... WHERE id "
+                "IN (:a, :b) locks its rows in scan order, not id order",
             lesson=(READ["transfer"], READ["deadlock"]))
     if broken:
         raise CheckFailure(
