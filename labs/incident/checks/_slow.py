@@ -119,6 +119,7 @@ FILLERS = tuple("SELECT pg_sleep(0.002)" + ", :c" * n for n in range(1, 35))
 JITTER = ("SELECT count(*) FROM generate_series(1, CAST(:n AS integer)) AS g "
           "WHERE g % 7 = CAST(:r AS integer)")
 JITTER_CALLS = 30
+STEADY_TRIES = 3             # periods without a change played before one shows nothing
 JITTER_ROWS = (7, 1500)      # the first run before the change, the second (the steady period)
 
 
@@ -307,6 +308,13 @@ class Period:
     @property
     def factor(self) -> float:
         return self.mean_after / self.mean_before if self.mean_before else float("inf")
+
+
+def regressed_by_the_readme(period: Period) -> bool:
+    """Called 3 times or more in each period, its mean 3 x and 1 ms or more above before."""
+    return (period.calls_before >= 3 and period.calls_after >= 3
+            and period.mean_after >= 3 * period.mean_before
+            and period.mean_after - period.mean_before >= 1.0)
 
 
 def periods(before: dict[int, Stat], after: dict[int, Stat]) -> dict[int, Period]:

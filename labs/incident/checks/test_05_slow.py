@@ -28,6 +28,7 @@ from _slow import (
     FREQUENT,
     RARE,
     REPORT,
+    STEADY_TRIES,
     Period,
     Regression,
     ensure_pg_stat_statements,
@@ -36,6 +37,7 @@ from _slow import (
     generic_plan,
     nested_function,
     periods,
+    regressed_by_the_readme,
     regression_of,
     reset_own_statements,
     reset_statement,
@@ -187,10 +189,22 @@ class Scenario:
 
         run_workload(shop, regression, rng, 0)
         self._elsewhere(other, 0)
-        first = self._snapshot(learner, sources)
-        then = stats(admin, database.role)
-        run_workload(shop, regression, rng, 0, steady=True)
-        now = stats(admin, database.role)
+        for _attempt in range(STEADY_TRIES):
+            first = self._snapshot(learner, sources)
+            then = stats(admin, database.role)
+            run_workload(shop, regression, rng, 0, steady=True)
+            now = stats(admin, database.role)
+            # a busy machine can stall a cheap statement long enough to meet the README's
+            # rule: that period would not be steady, so it is played again
+            noisy = [p for p in periods(then, now).values() if regressed_by_the_readme(p)]
+            if not noisy:
+                break
+        else:
+            raise RuntimeError(
+                f"run {self.seed}: {STEADY_TRIES} periods without a change each showed a "
+                f"statement slowed down on its own ({noisy[0].query[:60]}: "
+                f"{noisy[0].mean_before:.3f} ms to {noisy[0].mean_after:.3f} ms); the machine "
+                "may be too loaded. Run the check again.")
         steady = self._describe(regression, sources, periods(then, now), now, False)
         try:
             self.healthy = (steady, call(learner.module("triage").slow_query, sources, first))
@@ -392,6 +406,15 @@ def test_no_slow_query_without_a_change(learner, scenario):
     if found is None:
         return
     got = field_of(found, "queryid")
+    if got in run.periods and regressed_by_the_readme(run.periods[got]):
+        # a busy machine stalled a cheap statement long enough to meet the README's rule:
+        # the answer is right for the view the learner read, and the run shows nothing
+        grew = run.periods[got]
+        raise RuntimeError(
+            f"run {run.seed}: in the period without a change, statement {got} slowed "
+            f"down on its own ({grew.mean_before:.3f} ms to {grew.mean_after:.3f} ms over "
+            f"{grew.calls_after} calls), enough to count as a regression; the machine may be "
+            "too loaded. Run the check again.")
     fix = None
     if got == run.report.queryid:
         fix = ("That report is slow, but as slow as it always was: only a mean that grew "
