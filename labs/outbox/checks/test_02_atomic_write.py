@@ -254,6 +254,27 @@ def test_version_starts_at_1_and_increments(outbox, learner):
             evidence=state(outbox), lesson=SEE,
             fix=("read the order (SELECT … FOR UPDATE) before updating it and put that total "
                  "in the event") if echoed else None)
+    placed_payload = events[0]["payload"] if isinstance(events[0]["payload"], dict) else {}
+    keys = ("order_id", "customer_id", "total_cents", "previous_total_cents")
+    partial = [{"version": e["aggregate_version"], "missing": ", ".join(
+                    k for k in keys if k not in (e["payload"] or {})),
+                "payload": e["payload"]} for e in events[1:]
+               if not isinstance(e["payload"], dict) or any(
+                   k not in e["payload"] for k in keys)
+               or str(e["payload"]["order_id"]) != str(order_id)
+               or str(e["payload"]["customer_id"]) != str(placed_payload.get("customer_id"))]
+    if partial:
+        raise CheckFailure(
+            "order.total-changed.v1 carries what order.placed.v1 carries (order_id, customer_id, "
+            "total_cents: the order as it is now) and adds previous_total_cents. A consumer reads "
+            "the payload, not the Kafka key: a change event without its order_id cannot be "
+            "applied to the order it is about.",
+            expected=f"each change's payload: order_id {order_id}, the order's customer_id, "
+                     "total_cents, previous_total_cents",
+            actual="; ".join(f"version {p['version']}: "
+                             + (f"no {p['missing']}" if p["missing"] else "another order_id or "
+                                "customer_id") for p in partial),
+            evidence=table(partial, ("version", "missing", "payload")), lesson=SEE)
     [order] = order_rows(outbox)
     if order["version"] != 3:
         raise CheckFailure("After two changes the order itself must be at version 3.",

@@ -404,24 +404,42 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
     """Relay A is held just before the UPDATE that leases its rows (after whatever it ran
     before it: a pick in a transaction of its own, a locking SELECT, or nothing); relay B
     claims in that moment. Rows A picked must be locked or leased by then."""
+    from sqlalchemy import event
+
     seed_rows(engine, 12)
+    worker = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
+    begun: list[bool] = []
+
+    def begin_first(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        # A's transaction begins before its first statement on outbox_event (as it does after
+        # any statement the claim runs first): now() is then that moment, HOLD s or more
+        # before the UPDATE, even when the claim is one statement.
+        if threading.current_thread().name == worker and not begun and touches_outbox(statement):
+            begun.append(True)
+            cursor.execute("SELECT 1")
+
     started = db_now(engine)
-    with record_sql(engine, peek=0, xid=True) as log, \
-            slow_sql(engine, HOLD, match=LEASING, when="before") as held:
-        first = in_thread(relay.claim_batch, engine, batch_size=6, lease_seconds=30)
-        deadline = time.monotonic() + 10
-        while not held and first.alive and time.monotonic() < deadline:
-            time.sleep(0.002)
-        holding = bool(held)
-        second = event_ids(call(relay.claim_batch, engine, batch_size=6, lease_seconds=30))
-        a = event_ids(first.result(15))
+    event.listen(engine, "before_cursor_execute", begin_first)  # before slow_sql's hold
+    try:
+        with record_sql(engine, peek=0, xid=True) as log, \
+                slow_sql(engine, HOLD, match=LEASING, when="before") as held:
+            first = in_thread(relay.claim_batch, engine, batch_size=6, lease_seconds=30)
+            deadline = time.monotonic() + 10
+            while not held and first.alive and time.monotonic() < deadline:
+                time.sleep(0.002)
+            holding = bool(held)
+            second = event_ids(call(relay.claim_batch, engine, batch_size=6, lease_seconds=30))
+            a = event_ids(first.result(15))
+    finally:
+        event.remove(engine, "before_cursor_execute", begin_first)
     shared = sorted(set(a) & set(second))
+    if holding and not shared and len(a) + len(second) < 12:
+        require_each_relay_got_its_rows(engine, relay, log, a, second)
     if not (holding and shared):
         require_lease_from_the_update(engine, a, started)
         with engine.begin() as conn:  # the barrier race next starts from an empty outbox
             conn.execute(text("DELETE FROM outbox_event"))
         return
-    worker = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
     mine = [s for s in log if s.worker == worker and touches_outbox(s.sql)]
     picks = [s for s in mine if not re.search(LEASING, s.sql, re.IGNORECASE)]
     leases = [s for s in mine if re.search(LEASING, s.sql, re.IGNORECASE)]
@@ -452,6 +470,42 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
             "UPDATE that leases them" if unlocked else None)
 
 
+def require_each_relay_got_its_rows(engine: Engine, relay: Any, log: Any, a: list[str],
+                                    b: list[str]) -> None:
+    """12 claimable rows, two claims of 6, relay A held before its leasing UPDATE: A's pick
+    holds its row locks until the UPDATE (or is that UPDATE), so each relay gets 6 rows. A pick
+    whose locks ended before the lease loses its rows to B and, re-checking the lease, comes
+    back short: the two relays never shared a row, and yet rows nobody claimed stay behind."""
+    worker = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
+    mine = [s for s in log if s.worker == worker and touches_outbox(s.sql)]
+    picks = [s for s in mine if not re.search(LEASING, s.sql, re.IGNORECASE)]
+    leases = [s for s in mine if re.search(LEASING, s.sql, re.IGNORECASE)]
+    split = bool(picks and leases) and picks[0].xid is not None and \
+        picks[0].xid != leases[0].xid
+    raise CheckFailure(
+        f"12 rows were claimable and two relays asked for 6 each. Relay A had picked its rows "
+        f"and was about to lease them (the check held its UPDATE for {HOLD} s) when relay B "
+        f"claimed; then A got {len(a)} row(s) and B {len(b)}: "
+        f"{12 - len(a) - len(b)} claimable row(s) went to nobody. "
+        + ("A's pick ran in a transaction of its own, committed before the UPDATE: its row "
+           "locks were gone, B took A's rows, and A's UPDATE (re-checking the lease) found them "
+           "leased. No row was sent twice, but A's batch came back short while rows waited."
+           if split else
+           "The rows A picked were no longer locked when B claimed, so B took them and A's "
+           "lease found them gone."),
+        expected="A and B get 6 rows each, none shared (A's picked rows stay locked until its "
+                 "UPDATE leases them, so B takes the 6 others)",
+        actual=f"A got {len(a)} row(s), B got {len(b)}",
+        evidence="relay A's statements (and their transactions):\n" +
+                 "\n".join(f"  {st.compact[:100]}\n    transaction {st.xid or '(none yet)'}"
+                           for st in mine) +
+                 "\n\nrows A got:\n" + "\n".join(a) + "\n\nrows B got:\n" + "\n".join(b),
+        lesson=SEE,
+        fix="pick and lease in one transaction (SELECT … FOR UPDATE SKIP LOCKED, then the "
+            "UPDATE, before the commit) or in one statement (WITH … FOR UPDATE SKIP LOCKED "
+            "UPDATE …)" if split else None)
+
+
 def require_lease_from_the_update(engine: Engine, leased: list[str], started: Any) -> None:
     """Relay A's UPDATE ran at least HOLD s after its claim began: its lease runs 30 s from
     then (clock_timestamp() at the UPDATE), not from the start of its transaction (now())."""
@@ -459,11 +513,12 @@ def require_lease_from_the_update(engine: Engine, leased: list[str], started: An
     short = [r for r in rows if r["after_start"] is None or r["after_start"] < 30 + HOLD - SLACK]
     if short:
         raise CheckFailure(
-            f"Relay A's claim was held {HOLD} s between its start and the UPDATE that leased its "
-            "rows, and its leases ended up short: 30 s counted from when its transaction began, "
-            "not from the lease. now() (and CURRENT_TIMESTAMP) is the transaction's start; a "
-            "claim that picks first and leases after, or that waits for a lock, loses that time "
-            "from every lease, and another relay takes the rows while they are still being sent.",
+            f"Relay A's claim transaction had begun (a first statement ran) and was held {HOLD} s "
+            "before the UPDATE that leased its rows, and its leases ended up short: 30 s counted "
+            "from when its transaction began, not from the lease. now() (and CURRENT_TIMESTAMP) "
+            "is the transaction's start, even inside a single UPDATE; a claim that picks first "
+            "and leases after, runs anything before, or waits for a lock, loses that time from "
+            "every lease, and another relay takes the rows while they are still being sent.",
             expected=f"lease_until − the claim's start ≥ {30 + HOLD:g} s (30 s from the UPDATE, "
                      f"which ran {HOLD} s or more after the start)",
             actual="lease_until − the claim's start: " + ", ".join(

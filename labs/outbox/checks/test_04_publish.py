@@ -63,9 +63,28 @@ def names_of(key: str) -> tuple[str, ...]:
     return (key,)
 
 
+# The same choices under librdkafka's other names: a default a relay adds under one name must
+# not override the base's setting under the other.
+ALIAS_CHOICES = {"delivery.timeout.ms": 43210, "queue.buffering.max.ms": 7,
+                 "message.send.max.retries": 2147483647, "max.in.flight": 3,
+                 "compression.codec": "lz4"}
+
+
+def alias_base(kafka: Any) -> dict[str, Any]:
+    """The check's broker settings with every choice under its other librdkafka name."""
+    base = kafka.producer_config()
+    base["metadata.broker.list"] = base.pop("bootstrap.servers")
+    base.pop("linger.ms", None)
+    return base | ALIAS_CHOICES
+
+
 def test_producer_is_idempotent_with_acks_all(learner, kafka):
     relay = learner.module("relay")
-    base = kafka.producer_config(**BASE_CHOICES)
+    for base in (kafka.producer_config(**BASE_CHOICES), alias_base(kafka)):
+        require_producer_config(relay, base)
+
+
+def require_producer_config(relay: Any, base: dict[str, Any]) -> None:
     given = dict(base)
     config = call(relay.producer_config, given)
     problems = []
@@ -106,9 +125,14 @@ def test_producer_is_idempotent_with_acks_all(learner, kafka):
             expected="acks=all, enable.idempotence=true, base settings kept (under any of "
                      "their librdkafka names)",
             actual="; ".join(problems),
-            evidence="\n".join(f"{key} = {value!r}" for key, value in sorted(config.items())),
+            evidence="base:\n" + "\n".join(f"  {key} = {value!r}"
+                                           for key, value in sorted(base.items()))
+                     + "\nproducer_config(base):\n" + "\n".join(
+                         f"  {key} = {value!r}" for key, value in sorted(config.items())),
             lesson=f"{SEE} {PRODUCER}",
             fix=f"drop {', '.join(a for _, _, a, _ in aliased)}: the base already sets it"
+                " under another name (a default of yours applies only when none of its names "
+                "is in base)"
             if aliased and len(problems) == len(aliased) else None)
     Producer(config)  # librdkafka accepts it
 
@@ -229,18 +253,23 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
                 "event_id=event.id: …) and mark by those ids")
 
 
+# The row's headers column: trace context, an empty value (a header that is there, empty) and
+# text beyond ASCII (its UTF-8 bytes, not Latin-1, not JSON).
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+ROW_HEADERS = {"traceparent": TRACE, "tenant": "", "x-note": "café ☕ Zürich"}
+
+
 def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(1, hint="headers")
-    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    rows = seed_aggregates(outbox, 2, 2, headers={"traceparent": trace})
+    rows = seed_aggregates(outbox, 2, 2, headers=ROW_HEADERS)
     call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100, lease_seconds=30)
     records = read_topic(kafka, topic, 1)
     events = {r["id"]: r for r in outbox_rows(outbox)}
     require_event_ids(records, list(events))
     problems: list[str] = []
-    quoted: list[int] = []
+    fixes: set[str] = set()
     for rec in records:
         event_id = rec.text("event-id")
         row = events.get(event_id or "")
@@ -258,31 +287,49 @@ def test_headers_carry_event_id_and_type(outbox, learner, kafka, relay_producer)
         if value != row["payload"]:
             problems.append(f"offset {rec.offset}: value {value!r} is not the row's payload "
                             f"{row['payload']!r}")
-        got = rec.header("traceparent")
-        if got == json.dumps(trace).encode():
-            quoted.append(rec.offset)
-            problems.append(f"offset {rec.offset}: header traceparent = {got!r}: the value "
-                            "JSON-encoded, with its quotes")
-        elif got is None:
-            problems.append(f"offset {rec.offset}: the row's headers column "
-                            f"{{'traceparent': …}} did not travel as a Kafka header")
-        elif got != trace.encode():
-            problems.append(f"offset {rec.offset}: header traceparent = {got!r}, the row "
-                            f"says {trace!r}")
+        for name, want in ROW_HEADERS.items():
+            got = rec.header(name)
+            if name not in rec.names() or (got is None and want):
+                problems.append(f"offset {rec.offset}: the row's headers column "
+                                f"{{{name!r}: {want!r}}} did not travel as a Kafka header"
+                                + (" (its value is the empty string: still a header)"
+                                   if not want else ""))
+                if not want:
+                    fixes.add("empty")
+            elif (got or b"") == want.encode():
+                continue
+            elif got == json.dumps(want).encode() or got == json.dumps(
+                    want, ensure_ascii=False).encode():
+                problems.append(f"offset {rec.offset}: header {name} = {got!r}: the value "
+                                "JSON-encoded, with its quotes")
+                fixes.add("json")
+            else:
+                latin = want.encode("latin-1", "replace")
+                problems.append(f"offset {rec.offset}: header {name} = {got!r}, the row says "
+                                f"{want!r} (UTF-8: {want.encode()!r})"
+                                + (": encoded as Latin-1, not UTF-8" if got == latin else ""))
+                fixes.add("utf-8")
     if not (len(records) == len(rows) and not problems):
+        fix = {"json": "send each value of the headers column as its text, UTF-8 encoded "
+                       "(value.encode()), not json.dumps(value)",
+               "empty": "send every key of the headers column, whatever its value: an empty "
+                        "string is a header whose value is b''",
+               "utf-8": "encode each value as UTF-8 (value.encode()); Latin-1 and other codecs "
+                        "change or lose every character beyond ASCII"}
         raise CheckFailure(
             "A consumer deduplicates on the event id and routes on the event type without "
             "parsing the payload, so both travel in headers; the payload is the value, unchanged; "
-            "the row's headers column (trace context here) becomes Kafka headers too.",
+            "the row's headers column becomes Kafka headers too, one per key, each value its "
+            "string's UTF-8 bytes (here: trace context, an empty tenant, a note with é, ☕ "
+            "and ü).",
             expected=f"{len(rows)} records with headers event-id = row id, event-type = row "
-                     "event_type, traceparent; value = payload JSON",
+                     "event_type, traceparent, tenant = b'', x-note = "
+                     f"{ROW_HEADERS['x-note'].encode()!r}; value = payload JSON",
             actual=f"{len(records)} records; " + "; ".join(
                 sorted({problem.split(": ", 1)[-1] for problem in problems})[:3]),
             evidence="\n".join(problems[:10]) + "\n" + records_table(records),
             lesson=SEE,
-            fix="send each value of the headers column as its text, UTF-8 encoded "
-                "(value.encode()), not json.dumps(value)"
-            if quoted and len(quoted) == len(problems) else None)
+            fix=fix[next(iter(fixes))] if len(fixes) == 1 else None)
 
 
 def require_event_ids(records: Any, row_ids: list[str]) -> None:
@@ -347,6 +394,18 @@ def test_marks_only_acknowledged_records(outbox, learner, kafka, relay_producer)
             expected="relay_once returns 3; the 3 claimed rows published",
             actual=f"returned {published!r}; {len(marked)} rows published",
             evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE)
+    still_leased = [r for r in marked if r["lease_until"] is not None]
+    if still_leased:
+        raise CheckFailure(
+            f"relay_once published the 3 claimed rows, and {len(still_leased)} of them still "
+            "carry the claim's lease. The mark ends the relay's ownership: a published row has "
+            "no lease (lease_until = NULL), so a row with a lease is one a relay is still "
+            "sending — what an operator, a dashboard or the next check reads.",
+            expected="the 3 published rows: lease_until NULL",
+            actual=f"{len(still_leased)} published row(s) with lease_until set",
+            evidence=table(outbox_rows(outbox), ROW_COLUMNS + ("lease_until",)), lesson=SEE,
+            fix="UPDATE outbox_event SET published_at = clock_timestamp(), lease_until = NULL "
+                "WHERE id = ANY(:ids) AND published_at IS NULL")
     marks_wait_for_the_acknowledgement(outbox, relay, kafka, topic)
     reports_are_matched_by_event_id(outbox, relay, topic, relay_producer)
 

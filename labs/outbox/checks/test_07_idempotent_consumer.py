@@ -337,6 +337,7 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
                    f"{'present' if marked else 'absent'}; customer_stats "
                    f"{stats(outbox).get(customer)}", evidence=after_failure,
             lesson=MARKER)
+    require_integrity_error_propagates(outbox, consumer, message, event_id, customer)
     seen: dict[str, Any] = {}
 
     def effect_that_looks(conn: Any, event_type: str, payload: Any) -> None:
@@ -376,6 +377,42 @@ def test_failed_effect_rolls_back_the_marker(outbox, learner, kafka):
                    f"{seen.get('committed')}; writing transaction (xmin) of the marker "
                    f"{xmins[0]}, of the customer_stats row {xmins[1]}",
             evidence=state(outbox), lesson=MARKER)
+
+
+def require_integrity_error_propagates(engine: Engine, consumer: Any, message: Any,
+                                       event_id: str, customer: str) -> None:
+    """The effect's own write breaks a constraint (a NOT NULL column left empty): the database
+    raises an IntegrityError, as it does for a duplicate marker. It is a failure, not a
+    duplicate: handle_record raises and nothing remains."""
+
+    def effect_that_breaks_a_constraint(conn: Any, event_type: str, payload: Any) -> None:
+        consumer.apply_effect(conn, event_type, payload)
+        conn.execute(text("INSERT INTO customer_stats (customer_id) VALUES (NULL)"))
+
+    outcome = raised_or_value(consumer.handle_record, engine, message,
+                              effect=effect_that_breaks_a_constraint)
+    marked = event_id in processed(engine)
+    if isinstance(outcome, BaseException) and not marked and customer not in stats(engine):
+        return
+    swallowed = outcome is False and not marked
+    raise CheckFailure(
+        "The effect's own INSERT broke a NOT NULL constraint (the check's effect wrote "
+        "customer_stats without a customer_id): the database raised an IntegrityError, a "
+        "failure like any other. "
+        + ("handle_record returned False, \"a duplicate\", though no marker exists: an "
+           "IntegrityError caught around the marker and the effect also catches the effect's "
+           "own, consume() then commits the offset, and the event is lost without a trace."
+           if swallowed else
+           "It must propagate, and leave no marker and no half effect."),
+        expected="handle_record raises the IntegrityError; processed_event without the event; "
+                 "customer_stats untouched",
+        actual=(f"returned {outcome!r}" if not isinstance(outcome, BaseException) else
+                f"raised {first_line(outcome)}") + f"; marker "
+               f"{'present' if marked else 'absent'}; customer_stats {stats(engine).get(customer)}",
+        evidence=state(engine), lesson=MARKER,
+        fix="decide \"duplicate\" from the marker insert alone (INSERT … ON CONFLICT DO NOTHING "
+            "and its row count), and let every error of the effect propagate"
+        if swallowed else None)
 
 
 def marker_count(conn: Any, event_id: str) -> int:
@@ -786,3 +823,72 @@ def test_consume_again_starts_at_the_first_record_not_handled(outbox, learner, k
             fix="before re-raising, consumer.seek(TopicPartition(record.topic(), "
                 "record.partition(), record.offset())): the next poll returns that record "
                 "again" if skipped else None)
+    failure_rewinds_every_partition(outbox, consumer_module, kafka)
+
+
+SPREAD = 3  # records on each of the two partitions
+
+
+def failure_rewinds_every_partition(engine: Engine, consumer_module: Any, kafka: Any) -> None:
+    """Two partitions, three records each, all waiting before the call; the first record
+    handled fails once. A consume() that fetched a batch (consume(num_messages=…)) holds
+    records of both partitions when it raises: seeking back only the failed record's partition
+    leaves the other one's position past records it never handled."""
+    topic = kafka.topic(2, hint="again2")
+    customer = str(uuid.uuid4())
+    producer = kafka.producer(**{"linger.ms": 0})
+    number: dict[str, tuple[int, int]] = {}
+    for partition in (0, 1):
+        for offset in range(SPREAD):
+            event_id = str(uuid.uuid4())
+            payload = placed(customer, 211 + 10 * partition + offset)
+            number[payload["order_id"]] = (partition, offset)
+            producer.produce(topic, partition=partition, key=b"k",
+                             value=json.dumps(payload).encode(),
+                             headers=[("event-id", event_id.encode()),
+                                      ("event-type", PLACED.encode())])
+    if producer.flush(10):
+        raise RuntimeError(f"the check could not write its records to {topic}")
+    applied: list[tuple[int, int]] = []
+    failed: list[tuple[int, int]] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        where = number[payload["order_id"]]
+        if not failed:
+            failed.append(where)
+            raise EffectFailure("the effect failed (injected by the check)")
+        consumer_module.apply_effect(conn, event_type, payload)
+        applied.append(where)
+
+    consumer = kafka.consumer(kafka.group_id("again2"))
+    consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    try:
+        error = raised(consumer_module.consume, engine, consumer, max_records=2 * SPREAD,
+                       timeout_seconds=3, effect=effect)
+        first = list(applied)
+        again = raised(consumer_module.consume, engine, consumer, max_records=2 * SPREAD,
+                       timeout_seconds=3, effect=effect)
+    finally:
+        consumer.close()
+    missing = sorted(set(number.values()) - set(applied))
+    if error is not None and again is None and not missing and len(applied) == 2 * SPREAD:
+        return
+    raise CheckFailure(
+        f"Two partitions held {SPREAD} records each (partition, offset) before the first call; "
+        f"the effect of the first record handled, {failed[0] if failed else '?'}, failed once. "
+        "The next consume() on the same consumer must handle that record and every record it "
+        "had not handled yet, on both partitions."
+        + (f" Records {', '.join(map(str, missing))} were never handled: the call that raised had "
+           "fetched them too, and the consumer's position on their partition had moved past "
+           "them. Seeking back only the failed record's partition leaves the others' records "
+           "fetched and dropped." if error is not None and missing else ""),
+        expected=f"the first call raises at once; the second handles all {2 * SPREAD} "
+                 "records, each once",
+        actual=(f"first call: {'raised ' + type(error).__name__ if error else 'returned'}, "
+                f"applied {first}; second call: "
+                f"{'raised ' + first_line(again) if again else 'returned'}, applied "
+                f"{applied[len(first):]}"),
+        evidence=state(engine), lesson=OFFSETS,
+        fix="before re-raising, seek every partition you fetched from back to its first record "
+            "not handled (or fetch one record at a time with poll())"
+        if error is not None and missing else None)
