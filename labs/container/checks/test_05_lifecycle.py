@@ -1093,6 +1093,11 @@ def test_autowired_fields_follow_the_parameter_rules(learner, make_app):
             got = "refresh() succeeded; " + (", ".join(
                 f"Cart.{k}={'None' if v is None else type(v).__name__}"
                 for k, v in vars(cart).items()) or "no field set")
+        elif hasattr(error, "candidates"):
+            got = f"{type(error).__name__} {sorted(error.candidates)}"
+        elif hasattr(error, "parameter"):
+            got = (f"{type(error).__name__} (bean {getattr(error, 'bean', '?')}, "
+                   f"parameter {error.parameter})")
         else:
             got = f"{type(error).__name__}: {error}"
         if wanted.startswith("Cart."):
