@@ -820,3 +820,103 @@ def test_a_property_set_to_an_empty_string_is_present(learner, make_app):
             fix="Test `key in properties` (or `get(key) is None`), not the value's truth."
             if any(w[2] in ("''", "' '") for w in wrong) else None,
         )
+
+
+TOOLS_AUTO = """\
+    from markers import bean, conditional_on_property, configuration
+
+
+    class Hammer:
+        pass
+
+
+    class Saw:
+        pass
+
+
+    class Bit:
+        pass
+
+
+    @configuration
+    class ToolsAutoConfiguration:
+        @bean
+        def hammer(self) -> Hammer:
+            return Hammer()
+
+        @bean
+        @conditional_on_property("tools.saw")
+        def saw(self) -> Saw:
+            return Saw()
+
+
+    @configuration
+    @conditional_on_property("tools.drill")
+    class DrillAutoConfiguration:
+        @bean
+        @conditional_on_property("tools.bit")
+        def bit(self) -> Bit:
+            return Bit()
+    """
+
+
+def test_the_report_holds_exactly_the_listed_classes_and_their_conditions(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/tools.py", TOOLS_AUTO)
+    auto = f"{app.base}_auto.tools"
+    listed = app.root / "tools.imports"
+    listed.write_text(f"# the tools\n{auto}.ToolsAutoConfiguration   # always applies\n\n"
+                      f"{auto}.DrillAutoConfiguration# only with tools.drill\n",
+                      encoding="utf-8")
+    context = learner.module("context")
+    problems, rows = [], []
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [listed])
+    error = raised(ctx.refresh)
+    if error is not None:
+        problems.append(f"with the imports file: refresh() raised {type(error).__name__}: "
+                        f"{error}")
+    else:
+        rows = _report_rows(call(ctx.condition_report))
+        got = [str(r[0]).replace(auto + ".", "") for r in rows]
+        wanted = ["ToolsAutoConfiguration", "ToolsAutoConfiguration.saw",
+                  "DrillAutoConfiguration"]
+        if sorted(got) != sorted(wanted):
+            problems.append("report names " + (", ".join(got) or "nothing"))
+        if "hammer" not in ctx.definitions:
+            problems.append("hammer not defined")
+    empty = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(empty.refresh)
+    if error is not None:
+        problems.append(f"with imports_files=[]: refresh() raised {type(error).__name__}: "
+                        f"{error}")
+    else:
+        none = [str(getattr(o, "name", "?")) for o in call(empty.condition_report) or []]
+        if none:
+            problems.append("with imports_files=[], the report names " + ", ".join(none))
+    if problems:
+        raise CheckFailure(
+            "An imports file lists one class a line, and everything after a `#` is a comment; "
+            "imports_files=[] lists no class at all. The report has one outcome per listed "
+            "class, and one per @bean method with conditions of its own on a class that "
+            "matched: nothing for a method without conditions, nothing for the methods of a "
+            "class that did not match.",
+            expected="ToolsAutoConfiguration, ToolsAutoConfiguration.saw, "
+                     "DrillAutoConfiguration; an empty report with imports_files=[]",
+            actual="; ".join(problems),
+            evidence="imports file:\n" + listed.read_text(encoding="utf-8")
+                     + "ToolsAutoConfiguration: @bean hammer (no condition), @bean saw "
+                       "(@conditional_on_property('tools.saw')); DrillAutoConfiguration "
+                       "(@conditional_on_property('tools.drill')): @bean bit "
+                       "(@conditional_on_property('tools.bit')); no property set\n"
+                     + ("condition report:\n" + table(rows, ("name", "matched", "messages"))
+                        if rows else ""),
+            lesson=REPORT,
+        )
