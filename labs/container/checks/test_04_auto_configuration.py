@@ -602,6 +602,37 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
                 "unset or all, no max.in.flight nor retries of its own)."
             if error is not None and "idempotence" in str(error) else None,
         )
+    # acks=0: the broker answers nothing, so a delivery report carries no offset; with any
+    # other acks it carries the record's offset
+    unacked = {"dojo.kafka.bootstrap-servers": kafka.bootstrap, "dojo.kafka.producer.acks": "0"}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, unacked, None)
+    error = raised(ctx.refresh)
+    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean, Producer)
+    reports: list = []
+    if isinstance(producer, Producer):
+        try:
+            producer.produce(kafka.topic(hint="container-acks"), value=b"acks-0",
+                             on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        finally:
+            producer.flush(10)
+    if error or not isinstance(producer, Producer) or len(reports) != 1 \
+            or reports[0][0] is not None or reports[0][1] is not None:
+        raise CheckFailure(
+            "dojo.kafka.producer.acks=0 must reach the Producer as acks=0: a default acks "
+            "of the auto-configuration fills in an acks the application did not set, and "
+            "never replaces one it did.",
+            expected="one delivery report, without error and without an offset (acks=0: the "
+                     "broker acknowledges nothing)",
+            actual=_what_refresh_gave(error, producer) if error or not isinstance(
+                producer, Producer) else
+            "no delivery report" if not reports else
+            f"the delivery report carried error {reports[0][0]} and offset {reports[0][1]}"
+            + (" (the broker acknowledged the record: acks was not 0)"
+               if reports[0][1] is not None else ""),
+            evidence="properties:\n" + table(sorted(unacked.items()), ("property", "value")),
+            lesson=BACK_OFF,
+        )
 
 
 def _what_refresh_gave(error: BaseException | None, producer: object) -> str:
