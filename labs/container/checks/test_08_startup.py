@@ -1202,3 +1202,57 @@ def test_every_bean_refresh_creates_has_a_step_in_order(learner, make_app):
                                                             "started (ms after the first)")),
             lesson=STEPS,
         )
+
+
+UNFINISHED = """\
+    from markers import component, post_construct, pre_destroy
+    import {probe} as probe
+
+
+    class JournalCorrupt(Exception):
+        pass
+
+
+    @component
+    class Journal:
+        def __init__(self):
+            probe.events.append(("init", "journal"))
+
+        @post_construct
+        def load(self):
+            raise JournalCorrupt("page 17 unreadable")
+
+        @pre_destroy
+        def stop(self):
+            probe.events.append(("destroy", "journal"))
+    """
+
+
+def test_a_bean_that_failed_is_never_destroyed(learner, make_app):
+    app = make_app("shop")
+    app.write("journal.py", UNFINISHED)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    by_refresh = [e[1] for e in app.probe.events if e[0] == "destroy"]
+    raised(ctx.close)
+    destroyed = [e[1] for e in app.probe.events if e[0] == "destroy"]
+    problems = []
+    if error is None:
+        problems.append("refresh() succeeded")
+    if by_refresh:
+        problems.append(f"the failed refresh() destroyed journal {len(by_refresh)} time(s)")
+    elif destroyed:
+        problems.append(f"close() after it destroyed journal {len(destroyed)} time(s)")
+    if problems:
+        raise CheckFailure(
+            "A failed refresh() destroys the singletons it had finished; a bean whose own "
+            "creation failed (here its @post_construct raised) was never finished, so none "
+            "of its destroy callbacks runs, then or at close(), as in Spring, which registers "
+            "a bean for destruction only once its initialisation succeeded.",
+            expected="refresh() raises; journal's @pre_destroy never runs",
+            actual="; ".join(problems),
+            evidence="Journal's constructor succeeds, its @post_construct raises "
+                     "JournalCorrupt, it has a @pre_destroy",
+            lesson=STEPS,
+        )
