@@ -163,7 +163,8 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
         "ledger": ("singleton", False, False, ("prices", "audit")),
     }
     # where each class's flag is written relative to its marker (the README: either side)
-    above = {"fastPrices": "@primary above @component", "archiveStore": "@lazy above @repository"}
+    above = {"fastPrices": "@primary above @component", "archiveStore": "@lazy above @repository",
+             "toolConfig": "@primary above @configuration"}
     below = {"quote": "@scope below @service"}
     rows, wrong = [], []
     for name, (scope, lazy, primary, deps) in wanted.items():
