@@ -498,18 +498,39 @@ def test_a_package_outside_the_base_package_is_not_found(learner, make_app):
     app.write_top(f"{app.base}_admin/users.py", marked.replace("{name}", "AdminUsers"))
     app.write_top(f"{app.base}x.py", marked.replace("{name}", "Neighbour"))
     app.write_top("tools_outside/cli.py", marked.replace("{name}", "CliTool"))
+    # a stereotype declared outside the base package is no marker of the application's
+    app.write_top("tools_outside/stereo.py", """\
+        from markers import component
+
+
+        @component
+        def endpoint(cls):
+            return cls
+        """)
+    app.write("hooks.py", """\
+        from tools_outside.stereo import endpoint
+
+
+        @endpoint
+        class Webhook:
+            pass
+        """)
     got = names(call(scanning.scan, app.base, app.root))
     wanted = ["catalogItem", "shopRoot"]
     if got != wanted:
-        extra = sorted(set(got) - set(wanted))
+        extra = sorted(set(got) - set(wanted) - {"webhook"})
         raise CheckFailure(
             "scan must look only inside the base package (its directory and sub-packages); a "
-            "package whose name merely starts with the same letters is another package.",
+            "package whose name merely starts with the same letters is another package, and a "
+            "stereotype declared outside the base package marks nothing.",
             expected=", ".join(wanted),
             actual=(", ".join(got) or "nothing")
-                   + (f" (outside {app.base}: {', '.join(extra)})" if extra else ""),
+                   + (f" (outside {app.base}: {', '.join(extra)})" if extra else "")
+                   + (" (webhook: marked only by the stereotype @endpoint of tools_outside)"
+                      if "webhook" in got else ""),
             evidence=f"base package {app.base}; also on the path: {app.base}_admin/users.py, "
-                     f"{app.base}x.py, tools_outside/cli.py",
+                     f"{app.base}x.py, tools_outside/cli.py, tools_outside/stereo.py (@component "
+                     f"def endpoint); {app.base}/hooks.py: @endpoint class Webhook",
             lesson=WHERE,
             fix=None if not extra else "Map the base package to its directory "
                 "(root / 'a' / 'b' for 'a.b') and walk only that directory; do not compare "

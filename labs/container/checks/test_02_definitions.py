@@ -114,9 +114,38 @@ def _write_shop(app, dsn="", with_parameters=True):
         app.write(name, source, side_effect=dsn if name == "quotes.py" else "")
 
 
+# only in the definitions check (it never refreshes): a flag on a configuration class is not
+# its @bean methods', and a positional-only parameter is a dependency like any other
+EXTRA = {
+    "tools.py": """\
+        from markers import bean, configuration, primary
+
+
+        @primary
+        @configuration
+        class ToolConfig:
+            @bean
+            def toolbox(self) -> set:
+                return set()
+        """,
+    "ledger.py": """\
+        from markers import component
+        from {base}.prices import PriceList
+
+
+        @component
+        class Ledger:
+            def __init__(self, prices: PriceList, /, audit: PriceList | None = None):
+                self.prices, self.audit = prices, audit
+        """,
+}
+
+
 def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app):
     app = make_app("shop")
     _write_shop(app)
+    for name, source in EXTRA.items():
+        app.write(name, source)
     _, ctx = _context(learner, app)
     found = dict(getattr(ctx, "definitions", {}) or {})
     wanted = {
@@ -129,9 +158,13 @@ def test_definitions_carry_scope_lazy_primary_and_dependencies(learner, make_app
         "report_cache": ("singleton", True, False, ()),
         "scratch": ("prototype", False, False, ()),
         "main_cache": ("singleton", False, True, ()),
+        "toolConfig": ("singleton", False, True, ()),
+        "toolbox": ("singleton", False, False, ()),
+        "ledger": ("singleton", False, False, ("prices", "audit")),
     }
     # where each class's flag is written relative to its marker (the README: either side)
-    above = {"fastPrices": "@primary above @component", "archiveStore": "@lazy above @repository"}
+    above = {"fastPrices": "@primary above @component", "archiveStore": "@lazy above @repository",
+             "toolConfig": "@primary above @configuration"}
     below = {"quote": "@scope below @service"}
     rows, wrong = [], []
     for name, (scope, lazy, primary, deps) in wanted.items():

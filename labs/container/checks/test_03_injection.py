@@ -242,11 +242,19 @@ def test_an_optional_dependency_without_a_bean_is_none(learner, make_app):
             pass
 
 
+        class Limits:
+            pass
+
+
+        DEFAULT_LIMITS = Limits()
+
+
         @service
         class Reporter:
             def __init__(self, audit: AuditLog | None, metrics: Optional[Metrics],
-                         trail: Optional[AuditLog]):
+                         trail: Optional[AuditLog], limits: Limits = DEFAULT_LIMITS):
                 self.audit, self.metrics, self.trail = audit, metrics, trail
+                self.limits = limits
         """)
     context = learner.module("context")
     ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
@@ -255,13 +263,19 @@ def test_an_optional_dependency_without_a_bean_is_none(learner, make_app):
     got = [("audit: AuditLog | None", "None", _describe(getattr(reporter, "audit", "?"))),
            ("metrics: Optional[Metrics]", "PrometheusMetrics",
             _describe(getattr(reporter, "metrics", "?"))),
-           ("trail: Optional[AuditLog]", "None", _describe(getattr(reporter, "trail", "?")))]
+           ("trail: Optional[AuditLog]", "None", _describe(getattr(reporter, "trail", "?"))),
+           ("limits: Limits = DEFAULT_LIMITS", "DEFAULT_LIMITS",
+            "DEFAULT_LIMITS" if reporter is not None and getattr(reporter, "limits", None)
+            is application_module(f"{app.base}.reporting").DEFAULT_LIMITS
+            else _describe(getattr(reporter, "limits", "?")))]
     wrong = [row for row in got if row[1] != row[2]]
     if error or wrong:
         raise CheckFailure(
             "A parameter typed `T | None` or `Optional[T]` receives the bean of type T when "
-            "there is one, and None when there is none: it is not an error.",
-            expected="audit=None, metrics=PrometheusMetrics, trail=None",
+            "there is one, and None when there is none: it is not an error. A parameter with "
+            "a default value and no candidate keeps its default.",
+            expected="audit=None, metrics=PrometheusMetrics, trail=None, "
+                     "limits=DEFAULT_LIMITS (the default object)",
             actual=f"refresh() raised {type(error).__name__}: {error}" if error
                    else "; ".join(f"{w[0]} got {w[2]}" for w in wrong),
             evidence=table(got, ("parameter", "expected", "received")),

@@ -602,6 +602,37 @@ def test_every_producer_property_reaches_the_producer(learner, make_app, kafka):
                 "unset or all, no max.in.flight nor retries of its own)."
             if error is not None and "idempotence" in str(error) else None,
         )
+    # acks=0: the broker answers nothing, so a delivery report carries no offset; with any
+    # other acks it carries the record's offset
+    unacked = {"dojo.kafka.bootstrap-servers": kafka.bootstrap, "dojo.kafka.producer.acks": "0"}
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, unacked, None)
+    error = raised(ctx.refresh)
+    producer = None if error else raised(ctx.get_bean, Producer) or call(ctx.get_bean, Producer)
+    reports: list = []
+    if isinstance(producer, Producer):
+        try:
+            producer.produce(kafka.topic(hint="container-acks"), value=b"acks-0",
+                             on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+        finally:
+            producer.flush(10)
+    if error or not isinstance(producer, Producer) or len(reports) != 1 \
+            or reports[0][0] is not None or reports[0][1] is not None:
+        raise CheckFailure(
+            "dojo.kafka.producer.acks=0 must reach the Producer as acks=0: a default acks "
+            "of the auto-configuration fills in an acks the application did not set, and "
+            "never replaces one it did.",
+            expected="one delivery report, without error and without an offset (acks=0: the "
+                     "broker acknowledges nothing)",
+            actual=_what_refresh_gave(error, producer) if error or not isinstance(
+                producer, Producer) else
+            "no delivery report" if not reports else
+            f"the delivery report carried error {reports[0][0]} and offset {reports[0][1]}"
+            + (" (the broker acknowledged the record: acks was not 0)"
+               if reports[0][1] is not None else ""),
+            evidence="properties:\n" + table(sorted(unacked.items()), ("property", "value")),
+            lesson=BACK_OFF,
+        )
 
 
 def _what_refresh_gave(error: BaseException | None, producer: object) -> str:
@@ -819,4 +850,104 @@ def test_a_property_set_to_an_empty_string_is_present(learner, make_app):
             lesson=CONDITIONS,
             fix="Test `key in properties` (or `get(key) is None`), not the value's truth."
             if any(w[2] in ("''", "' '") for w in wrong) else None,
+        )
+
+
+TOOLS_AUTO = """\
+    from markers import bean, conditional_on_property, configuration
+
+
+    class Hammer:
+        pass
+
+
+    class Saw:
+        pass
+
+
+    class Bit:
+        pass
+
+
+    @configuration
+    class ToolsAutoConfiguration:
+        @bean
+        def hammer(self) -> Hammer:
+            return Hammer()
+
+        @bean
+        @conditional_on_property("tools.saw")
+        def saw(self) -> Saw:
+            return Saw()
+
+
+    @configuration
+    @conditional_on_property("tools.drill")
+    class DrillAutoConfiguration:
+        @bean
+        @conditional_on_property("tools.bit")
+        def bit(self) -> Bit:
+            return Bit()
+    """
+
+
+def test_the_report_holds_exactly_the_listed_classes_and_their_conditions(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    app.write_top(f"{app.base}_auto/tools.py", TOOLS_AUTO)
+    auto = f"{app.base}_auto.tools"
+    listed = app.root / "tools.imports"
+    listed.write_text(f"# the tools\n{auto}.ToolsAutoConfiguration   # always applies\n\n"
+                      f"{auto}.DrillAutoConfiguration# only with tools.drill\n",
+                      encoding="utf-8")
+    context = learner.module("context")
+    problems, rows = [], []
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [listed])
+    error = raised(ctx.refresh)
+    if error is not None:
+        problems.append(f"with the imports file: refresh() raised {type(error).__name__}: "
+                        f"{error}")
+    else:
+        rows = _report_rows(call(ctx.condition_report))
+        got = [str(r[0]).replace(auto + ".", "") for r in rows]
+        wanted = ["ToolsAutoConfiguration", "ToolsAutoConfiguration.saw",
+                  "DrillAutoConfiguration"]
+        if sorted(got) != sorted(wanted):
+            problems.append("report names " + (", ".join(got) or "nothing"))
+        if "hammer" not in ctx.definitions:
+            problems.append("hammer not defined")
+    empty = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(empty.refresh)
+    if error is not None:
+        problems.append(f"with imports_files=[]: refresh() raised {type(error).__name__}: "
+                        f"{error}")
+    else:
+        none = [str(getattr(o, "name", "?")) for o in call(empty.condition_report) or []]
+        if none:
+            problems.append("with imports_files=[], the report names " + ", ".join(none))
+    if problems:
+        raise CheckFailure(
+            "An imports file lists one class a line, and everything after a `#` is a comment; "
+            "imports_files=[] lists no class at all. The report has one outcome per listed "
+            "class, and one per @bean method with conditions of its own on a class that "
+            "matched: nothing for a method without conditions, nothing for the methods of a "
+            "class that did not match.",
+            expected="ToolsAutoConfiguration, ToolsAutoConfiguration.saw, "
+                     "DrillAutoConfiguration; an empty report with imports_files=[]",
+            actual="; ".join(problems),
+            evidence="imports file:\n" + listed.read_text(encoding="utf-8")
+                     + "ToolsAutoConfiguration: @bean hammer (no condition), @bean saw "
+                       "(@conditional_on_property('tools.saw')); DrillAutoConfiguration "
+                       "(@conditional_on_property('tools.drill')): @bean bit "
+                       "(@conditional_on_property('tools.bit')); no property set\n"
+                     + ("condition report:\n" + table(rows, ("name", "matched", "messages"))
+                        if rows else ""),
+            lesson=REPORT,
         )

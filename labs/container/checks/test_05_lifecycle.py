@@ -9,6 +9,7 @@ URL, and the records that reached the topic.
 
 from __future__ import annotations
 
+import textwrap
 import time
 import uuid
 from collections import Counter
@@ -1013,4 +1014,432 @@ def test_close_flushes_the_producer(learner, make_app, kafka):
             lesson=SHUTDOWN,
             fix="Declare @bean(destroy_method=\"flush\") on the Producer bean, and have close() "
                 "call a @bean's destroy_method." if left == queued else None,
+        )
+
+
+OPTIONAL_FIELDS = """\
+    from __future__ import annotations
+
+    from typing import Annotated
+
+    from markers import Autowired, component, lazy, service
+
+
+    class Store:
+        pass
+
+
+    @component
+    class RedisStore(Store):
+        pass
+
+
+    @component
+    class MemoryStore(Store):
+        pass
+
+
+    class Missing:
+        '''No bean has this type.'''
+
+
+    class Tracker:
+        '''No bean has this type either.'''
+
+
+    @component
+    @lazy
+    class AuditLog:
+        def __init__(self, sink: Missing):
+            self.sink = sink
+
+
+    {consumer}
+    """
+
+# (shape, what refresh() must do, the consumer): the field rules are the parameter rules
+FIELD_CONSUMERS = (
+    ("tracker: Annotated[Tracker | None, Autowired()]", "Cart.tracker=None", """\
+    @service
+    class Cart:
+        tracker: Annotated[Tracker | None, Autowired()]
+    """),
+    ("store: Annotated[Store | None, Autowired()]",
+     "NoUniqueBeanError ['memoryStore', 'redisStore']", """\
+    @service
+    class Cart:
+        store: Annotated[Store | None, Autowired()]
+    """),
+    ("audit: Annotated[AuditLog | None, Autowired()], AuditLog(sink: Missing)",
+     "NoSuchBeanError (bean auditLog, parameter sink)", """\
+    @service
+    class Cart:
+        audit: Annotated[AuditLog | None, Autowired()]
+    """),
+)
+
+
+def test_autowired_fields_follow_the_parameter_rules(learner, make_app):
+    context = learner.module("context")
+    rows = []
+    for shape, wanted, consumer in FIELD_CONSUMERS:
+        app = make_app("shop")
+        app.write("cart.py", OPTIONAL_FIELDS.replace("{consumer}", textwrap.indent(
+            textwrap.dedent(consumer), "    ").strip()))
+        ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+        error = raised(ctx.refresh)
+        if error is None:
+            cart = call(ctx.get_bean, "cart")
+            got = "refresh() succeeded; " + (", ".join(
+                f"Cart.{k}={'None' if v is None else type(v).__name__}"
+                for k, v in vars(cart).items()) or "no field set")
+        elif hasattr(error, "candidates"):
+            got = f"{type(error).__name__} {sorted(error.candidates)}"
+        elif hasattr(error, "parameter"):
+            got = (f"{type(error).__name__} (bean {getattr(error, 'bean', '?')}, "
+                   f"parameter {error.parameter})")
+        else:
+            got = f"{type(error).__name__}: {error}"
+        if wanted.startswith("Cart."):
+            ok = error is None and "tracker" in vars(cart) and vars(cart)["tracker"] is None
+        elif wanted.startswith("NoUnique"):
+            ok = isinstance(error, context.NoUniqueBeanError) and sorted(
+                getattr(error, "candidates", None) or []) == ["memoryStore", "redisStore"]
+        else:
+            ok = isinstance(error, context.NoSuchBeanError) \
+                and getattr(error, "bean", None) == "auditLog" \
+                and getattr(error, "parameter", None) == "sink"
+        rows.append((shape, wanted, got, ok))
+    wrong = [row for row in rows if not row[3]]
+    if wrong:
+        raise CheckFailure(
+            "An Autowired field is resolved like a constructor parameter of its name: "
+            "`Annotated[T | None, Autowired()]` receives None when no bean of type T exists, "
+            "and only then; two candidates are still NoUniqueBeanError and a candidate whose "
+            "own creation fails is still its error.",
+            expected="; ".join(f"{w[0]}: {w[1]}" for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
+            evidence=table([r[:3] for r in rows], ("field of Cart", "expected", "got"))
+                     + "\nStore has two beans, redisStore and memoryStore; AuditLog has one, "
+                       "auditLog, whose constructor needs a Missing that no bean provides; "
+                       "Tracker has none",
+            lesson=SINGLETON_LIFE,
+        )
+
+
+LISTENERS = """\
+    from __future__ import annotations
+
+    from markers import ContextRefreshed, bean, component, configuration, event_listener
+    from markers import post_construct
+    import {probe} as probe
+
+
+    class PriceChanged:
+        '''An event of the application's own: refresh() never publishes it.'''
+
+
+    class Feed:
+        @post_construct
+        def start(self):
+            probe.events.append(("post_construct", "feed"))
+
+        @event_listener(ContextRefreshed)
+        def ready(self, event):
+            probe.events.append(("refreshed", "feed"))
+
+
+    @configuration
+    class FeedConfig:
+        @bean
+        def feed(self) -> Feed:
+            return Feed()
+
+
+    class BaseJob:
+        @event_listener(ContextRefreshed)
+        def ready(self, event):
+            probe.events.append(("refreshed", "BaseJob.ready"))
+
+
+    @component
+    class NightlyJob(BaseJob):
+        @event_listener(ContextRefreshed)
+        def ready(self, event):
+            probe.events.append(("refreshed", "nightlyJob"))
+
+
+    @component
+    class Repricer:
+        @event_listener(PriceChanged)
+        def reprice(self, event):
+            probe.events.append(("refreshed", "Repricer.reprice(PriceChanged)"))
+    """
+
+
+def test_every_bean_is_initialised_and_hears_only_its_own_event_once(learner, make_app):
+    app = make_app("shop")
+    app.write("jobs.py", LISTENERS)
+    _refreshed(learner, app, "FeedConfig's @bean feed() -> Feed (a @post_construct and a "
+                             "ContextRefreshed listener on Feed); NightlyJob(BaseJob) overriding "
+                             "BaseJob's listener; Repricer listening for PriceChanged",
+               imports=[])
+    seen = Counter(app.probe.events)
+    wanted = {("post_construct", "feed"): 1, ("refreshed", "feed"): 1,
+              ("refreshed", "nightlyJob"): 1, ("refreshed", "BaseJob.ready"): 0,
+              ("refreshed", "Repricer.reprice(PriceChanged)"): 0}
+    rows = [(f"{kind} {who}", n, seen[(kind, who)]) for (kind, who), n in wanted.items()]
+    wrong = [row for row in rows if row[1] != row[2]]
+    if wrong:
+        raise CheckFailure(
+            "What a @bean method returns is a bean like any other: its @post_construct "
+            "methods run and its ContextRefreshed listeners are called. Each listener of a "
+            "bean is called once, for its own event type only: a method a subclass overrides "
+            "is the subclass's, called once, and a listener of another event is not called.",
+            expected="; ".join(f"{w[0]}: {w[1]} call(s)" for w in wrong),
+            actual="; ".join(f"{w[0]}: {w[2]} call(s)" for w in wrong),
+            evidence=table(rows, ("callback", "expected calls", "calls seen")),
+            lesson=EVENTS,
+        )
+
+
+ORDERED_PROCESSORS = """\
+    from __future__ import annotations
+
+    from typing import Annotated
+
+    from markers import Autowired, BeanPostProcessor, component
+    import {probe} as probe
+
+
+    @component
+    class Clock:
+        pass
+
+
+    @component
+    class Billing:
+        clock: Annotated[Clock, Autowired()]
+
+
+    @component
+    class Recorder(BeanPostProcessor):
+        def before_init(self, bean, name):
+            probe.events.append(("before", name, getattr(bean, "clock", None) is not None))
+            return bean
+
+        def after_init(self, bean, name):
+            probe.events.append(("after", name, None))
+            return bean
+
+
+    @component
+    class Stamper(BeanPostProcessor):
+        def before_init(self, bean, name):
+            return bean
+
+        def after_init(self, bean, name):
+            return bean
+    """
+
+
+def test_post_processors_see_injected_fields_and_never_each_other(learner, make_app):
+    app = make_app("shop")
+    app.write("billing.py", ORDERED_PROCESSORS)
+    _refreshed(learner, app, "Recorder and Stamper (bean post-processors, in that order); "
+                             "Billing with a field clock: Annotated[Clock, Autowired()]",
+               imports=[])
+    events = [e for e in app.probe.events if e[0] in ("before", "after")]
+    handed = sorted({name for _, name, _ in events})
+    problems = [f"Recorder was handed the post-processor {name}"
+                for name in handed if name in ("recorder", "stamper")]
+    billing = [has for kind, name, has in events if kind == "before" and name == "billing"]
+    if billing != [True]:
+        problems.append("before_init saw billing without its clock field" if billing
+                        else "before_init was never handed billing")
+    if problems:
+        raise CheckFailure(
+            "A bean's Autowired fields are set before any post-processor's before_init sees "
+            "it, and the post-processors themselves go through no post-processor, not even "
+            "one made before them.",
+            expected="Recorder handed billing (with its clock set) and clock, never recorder "
+                     "or stamper",
+            actual="; ".join(problems),
+            evidence=table([(k, n, "" if h is None else ("set" if h else "not set"))
+                            for k, n, h in events], ("call", "bean", "billing.clock")),
+            lesson=TWO_PROCESSORS,
+        )
+
+
+PROMOTED = """\
+    from __future__ import annotations
+
+    from dataclasses import replace
+
+    from markers import DefinitionPostProcessor, component
+    import {probe} as probe
+
+
+    class Store:
+        pass
+
+
+    @component
+    class RedisStore(Store):
+        pass
+
+
+    @component
+    class MemoryStore(Store):
+        pass
+
+
+    @component
+    class Cart:
+        def __init__(self, store: Store):
+            self.store = store
+
+
+    @component
+    class Promote(DefinitionPostProcessor):
+        def post_process_definitions(self, definitions):
+            probe.events.append(("handed", definitions))
+            definitions["memoryStore"] = replace(definitions["memoryStore"], primary=True)
+    """
+
+
+def test_a_definition_post_processor_edits_the_definitions_in_use(learner, make_app):
+    app = make_app("shop")
+    app.write("cart.py", PROMOTED)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    handed = [m for kind, m in app.probe.events if kind == "handed"]
+    problems = []
+    if len(handed) != 1:
+        problems.append(f"post_process_definitions called {len(handed)} time(s)")
+    elif handed[0] is not ctx.definitions:
+        problems.append(f"it was handed a {type(handed[0]).__name__} that is not "
+                        "ctx.definitions")
+    store = None
+    if error is not None:
+        problems.append(f"refresh() raised {type(error).__name__}: {error}")
+    else:
+        store = type(getattr(call(ctx.get_bean, "cart"), "store", None)).__name__
+        if store != "MemoryStore":
+            problems.append(f"Cart received a {store}")
+    if problems:
+        raise CheckFailure(
+            "A definition post-processor is handed ctx.definitions itself, and what it "
+            "changes there is what the context goes on with: a definition it makes @primary "
+            "decides between two candidates.",
+            expected="Promote handed ctx.definitions once; Cart(store: Store) receives "
+                     "MemoryStore, made primary by Promote",
+            actual="; ".join(problems),
+            evidence="RedisStore and MemoryStore are Stores, neither @primary as written; "
+                     "Promote replaces memoryStore's definition with primary=True",
+            lesson=TWO_PROCESSORS,
+        )
+
+
+ALL_DESTROYED = """\
+    from __future__ import annotations
+
+    from markers import BeanPostProcessor, DefinitionPostProcessor, bean, component
+    from markers import configuration, lazy, pre_destroy
+    import {probe} as probe
+
+
+    def _gone(name):
+        probe.events.append(("destroy", name))
+
+
+    @component
+    class Ledger:
+        @pre_destroy
+        def stop(self):
+            _gone("ledger")
+
+
+    @lazy
+    @component
+    class Statement:            # made after refresh(), by get_bean
+        def __init__(self, ledger: Ledger):
+            self.ledger = ledger
+
+        @pre_destroy
+        def stop(self):
+            _gone("statement")
+
+
+    @component
+    class Audit(BeanPostProcessor):
+        def before_init(self, bean, name):
+            return bean
+
+        def after_init(self, bean, name):
+            return bean
+
+        @pre_destroy
+        def stop(self):
+            _gone("audit")
+
+
+    @component
+    class Tidy(DefinitionPostProcessor):
+        def post_process_definitions(self, definitions):
+            pass
+
+        @pre_destroy
+        def stop(self):
+            _gone("tidy")
+
+
+    class Pool:
+        @pre_destroy
+        def drain(self):
+            _gone("pool @pre_destroy")
+
+        def dispose(self):
+            _gone("pool destroy_method")
+
+
+    @configuration
+    class PoolConfig:
+        @bean(destroy_method="dispose")
+        def pool(self) -> Pool:
+            return Pool()
+    """
+
+
+def test_close_destroys_every_singleton_it_made_callbacks_in_order(learner, make_app):
+    app = make_app("shop")
+    app.write("ledger.py", ALL_DESTROYED)
+    ctx = _refreshed(learner, app, "Ledger; @lazy Statement(ledger: Ledger), got after "
+                                   "refresh(); Audit (a BeanPostProcessor) and Tidy (a "
+                                   "DefinitionPostProcessor), each with a @pre_destroy; "
+                                   "@bean(destroy_method='dispose') pool() -> Pool, Pool "
+                                   "with a @pre_destroy", imports=[])
+    call(ctx.get_bean, "statement")
+    call(ctx.close)
+    order = [bean for kind, bean in app.probe.events if kind == "destroy"]
+    counts = Counter(order)
+    problems = [f"{bean} destroyed {counts[bean]} time(s)"
+                for bean in ("ledger", "statement", "audit", "tidy", "pool @pre_destroy",
+                             "pool destroy_method") if counts[bean] != 1]
+    if not problems:
+        for first, then in (("statement", "ledger"),
+                            ("pool @pre_destroy", "pool destroy_method")):
+            if order.index(first) > order.index(then):
+                problems.append(f"{then} before {first}")
+    if problems:
+        raise CheckFailure(
+            "close() destroys every singleton the context made: a lazy one made after "
+            "refresh() too, before the beans it depends on, and the post-processors; a bean's "
+            "@pre_destroy methods run before a @bean's destroy_method.",
+            expected="each destroyed once; statement before ledger; pool's @pre_destroy "
+                     "before its destroy_method",
+            actual="; ".join(problems),
+            evidence="destroyed, in order: " + (", ".join(order) or "nothing"),
+            lesson=SHUTDOWN,
         )

@@ -495,3 +495,62 @@ def test_each_thread_has_its_own_transaction(shop):
             fix="Keep the current connection in a contextvars.ContextVar (or a threading.local), "
                 "not in an attribute of the manager." if mixed else None,
         )
+
+
+def test_a_failed_commit_ends_the_transaction(shop):
+    parent = f"{shop.table}_known"
+    with shop.observer.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {parent} (key text PRIMARY KEY)"))
+        conn.execute(text(f"INSERT INTO {parent} VALUES ('c7-known')"))
+        conn.execute(text(f"ALTER TABLE {shop.table} ADD CONSTRAINT {shop.table}_known_fk "
+                          f"FOREIGN KEY (key) REFERENCES {parent} (key) "
+                          "DEFERRABLE INITIALLY DEFERRED"))
+    try:
+        # the INSERT succeeds; the deferred foreign key fails at COMMIT, and only there
+        _, failed = _outcome(shop.orders.place, "c7-unknown")
+        manager = call(shop.ctx.get_bean, "transactionManager")
+        _, outside = _outcome(manager.connection)
+        result, error = _outcome(shop.orders.place, "c7-known")
+        problems = []
+        if failed is None:
+            problems.append("place('c7-unknown') raised nothing, though its COMMIT failed")
+        if outside is None or type(outside).__name__ != "NoTransactionError":
+            problems.append("after it, connection() outside any call "
+                            + ("returned a connection" if outside is None else
+                               f"raised {_raised_name(outside)}")
+                            + ", not NoTransactionError")
+        if error is not None or result != "placed c7-known":
+            problems.append(f"the next place('c7-known') returned {result!r} and raised "
+                            f"{_raised_name(error)}")
+        if shop.committed("c7-known") != ["order"]:
+            problems.append(f"after place('c7-known') returned, committed: "
+                            f"{shop.committed('c7-known')}")
+        left = [s for s in shop.sessions() if s[2]]
+        if left:
+            problems.append(f"{len(left)} session(s) of the application still in a "
+                            "transaction after the calls returned")
+        problems += _kept_connections(shop)
+        if problems:
+            raise CheckFailure(
+                "A transaction whose COMMIT fails (a deferred constraint is checked only "
+                "there) is over all the same: the caller gets the error, nothing is bound "
+                "to the thread any more, the connection goes back to the pool, and the next "
+                "call starts a transaction of its own.",
+                expected="place('c7-unknown') raises (the foreign key fails at COMMIT); then "
+                         "connection() raises NoTransactionError; place('c7-known') returns "
+                         "'placed c7-known' and commits; no transaction open, no connection "
+                         "kept",
+                actual="; ".join(problems),
+                evidence="the table's key references a table holding only 'c7-known', "
+                         "DEFERRABLE INITIALLY DEFERRED\nwrites, as the application saw "
+                         "them:\n" + _writes_table(shop, ["c7-unknown", "c7-known"])
+                         + "\nsessions now:\n" + table(shop.sessions(),
+                                                       ("pid", "state", "in xact",
+                                                        "backend_xid")),
+                lesson=PROXY,
+            )
+    finally:
+        with shop.observer.begin() as conn:
+            conn.execute(text(f"ALTER TABLE {shop.table} DROP CONSTRAINT IF EXISTS "
+                              f"{shop.table}_known_fk"))
+            conn.execute(text(f"DROP TABLE IF EXISTS {parent}"))

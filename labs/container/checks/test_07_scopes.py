@@ -383,9 +383,12 @@ BASKETS = """\
     """
 
 
-def _baskets(learner: Any, make_app: Any, lesson: str) -> tuple[Any, Any, Any]:
+def _baskets(learner: Any, make_app: Any, lesson: str, extra: str = ""
+             ) -> tuple[Any, Any, Any]:
     app = make_app("shop")
     app.write("baskets.py", BASKETS)
+    if extra:
+        app.write("cashier.py", extra)
     ctx = _refreshed(learner, app, "Basket (@scope('request'), @pre_destroy discard); "
                                    "singletons Checkout(basket: Basket) and Till (basket: an "
                                    "Autowired field); TillConfig's @scope('request') "
@@ -832,8 +835,24 @@ def test_concurrent_requests_in_asyncio_tasks_each_have_their_own_bean(learner, 
         )
 
 
+LATE_CASHIER = """\
+    from markers import component, lazy
+    from {base}.baskets import Basket
+
+
+    @lazy
+    @component
+    class Cashier:          # first made inside a request, yet it outlives that request
+        def __init__(self, basket: Basket):
+            self.basket = basket
+
+        def current(self):
+            return self.basket.itself()
+    """
+
+
 def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, make_app):
-    app, ctx, scopes = _baskets(learner, make_app, SHORTER_LIVED)
+    app, ctx, scopes = _baskets(learner, make_app, SHORTER_LIVED, extra=LATE_CASHIER)
     checkout, till = call(ctx.get_bean, "checkout"), call(ctx.get_bean, "till")
     outside = raised(checkout.current)
     seen = []
@@ -859,6 +878,18 @@ def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, 
             problems.append(f"request {index}: till's Autowired basket is not the request's own")
         if items != wanted:
             problems.append(f"request {index}: its basket holds {items}, expected {wanted}")
+    late = []
+    for _ in range(2):
+        def pay() -> tuple[Any, Any]:
+            with scopes.request():
+                return ctx.get_bean("cashier").current(), ctx.get_bean("basket")
+        late.append(call(pay))
+    for index, (through, own) in enumerate(late):
+        if through is not own:
+            problems.append(f"@lazy cashier, first made in a request, in request "
+                            f"{len(seen) + index}: its basket is not the request's own"
+                            + (" (it is the one of the request that made cashier)"
+                               if index and through is late[0][1] else ""))
     if problems:
         raise CheckFailure(
             "A singleton is built once, but a request-scoped bean it takes must be a scoped "
@@ -866,7 +897,8 @@ def test_a_singleton_reaches_each_requests_bean_through_a_scoped_proxy(learner, 
             "request works on its own basket and a use outside a request is an error.",
             expected="ScopeNotActiveError from checkout.current() outside a request; in each "
                      "request, checkout's basket (a constructor parameter) and till's (an "
-                     "Autowired field) are that request's basket",
+                     "Autowired field) are that request's basket, and so is the basket of "
+                     "cashier, a @lazy singleton first made inside a request",
             actual="; ".join(problems),
             evidence=table([(i, id(t), id(f), id(o), items)
                             for i, (t, f, o, items) in enumerate(seen)],

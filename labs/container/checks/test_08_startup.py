@@ -1123,3 +1123,136 @@ def test_failed_refresh_releases_what_it_made(learner, make_app, database):
                 "error (catch it around close(), then re-raise the original)."
                 if replaced else None,
         )
+
+
+EVERY_KIND = """\
+    from markers import BeanPostProcessor, bean, component, configuration, scope
+
+
+    class Stamper(BeanPostProcessor):
+        def before_init(self, bean, name):
+            return bean
+
+        def after_init(self, bean, name):
+            return bean
+
+
+    @configuration
+    class StampConfig:          # made for its @bean stamper, a bean post-processor
+        @bean
+        def stamper(self) -> Stamper:
+            return Stamper()
+
+
+    @scope("prototype")
+    @component
+    class Draft:
+        pass
+
+
+    @component
+    class Checkout:
+        def __init__(self, draft: Draft):
+            self.draft = draft
+    """
+
+EVERY_KIND_SHAPE = ("StampConfig's @bean stamper() -> Stamper, a BeanPostProcessor (made in "
+                    "the bean-post-processors phase, its configuration bean inside it); "
+                    "Checkout(draft: Draft), Draft a prototype")
+
+
+def test_every_bean_refresh_creates_has_a_step_in_order(learner, make_app):
+    app = make_app("shop")
+    app.write("stamps.py", EVERY_KIND)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    if error is not None:
+        raise CheckFailure(
+            "refresh() failed on an application that the README's rules can build.",
+            expected="refresh() succeeds",
+            actual=f"{type(error).__name__}: {error}",
+            evidence=EVERY_KIND_SHAPE,
+            lesson=STEPS,
+        )
+    steps = _steps(ctx)
+    beans: dict[str, list[Any]] = {}
+    for step in steps:
+        if step.name == "bean":
+            beans.setdefault(dict(getattr(step, "tags", None) or {}).get("bean", "?"),
+                             []).append(step)
+    problems = [f"{len(beans.get(n, []))} steps for bean {n}"
+                for n in ("stamper", "stampConfig", "checkout", "draft")
+                if len(beans.get(n, [])) != 1]
+    for first, then in (("stamper", "stampConfig"), ("checkout", "draft")):
+        if len(beans.get(first, [])) == len(beans.get(then, [])) == 1 \
+                and beans[first][0].started > beans[then][0].started:
+            problems.append(f"{then}'s step began before {first}'s, which it was made for")
+    if problems:
+        rows = [(s.name, dict(getattr(s, "tags", None) or {}).get("bean", ""),
+                 f"{(s.started - steps[0].started) * 1000:.1f}") for s in steps]
+        raise CheckFailure(
+            "Every bean refresh() creates has one step, a prototype made for a singleton "
+            "and a configuration bean made for its @bean included, and a bean's step begins "
+            "before the steps of the beans made for it.",
+            expected="one step each for stamper, stampConfig, checkout and draft; stamper's "
+                     "before stampConfig's, checkout's before draft's",
+            actual="; ".join(problems),
+            evidence=EVERY_KIND_SHAPE + "\n" + table(rows, ("step", "bean",
+                                                            "started (ms after the first)")),
+            lesson=STEPS,
+        )
+
+
+UNFINISHED = """\
+    from markers import component, post_construct, pre_destroy
+    import {probe} as probe
+
+
+    class JournalCorrupt(Exception):
+        pass
+
+
+    @component
+    class Journal:
+        def __init__(self):
+            probe.events.append(("init", "journal"))
+
+        @post_construct
+        def load(self):
+            raise JournalCorrupt("page 17 unreadable")
+
+        @pre_destroy
+        def stop(self):
+            probe.events.append(("destroy", "journal"))
+    """
+
+
+def test_a_bean_that_failed_is_never_destroyed(learner, make_app):
+    app = make_app("shop")
+    app.write("journal.py", UNFINISHED)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [])
+    error = raised(ctx.refresh)
+    by_refresh = [e[1] for e in app.probe.events if e[0] == "destroy"]
+    raised(ctx.close)
+    destroyed = [e[1] for e in app.probe.events if e[0] == "destroy"]
+    problems = []
+    if error is None:
+        problems.append("refresh() succeeded")
+    if by_refresh:
+        problems.append(f"the failed refresh() destroyed journal {len(by_refresh)} time(s)")
+    elif destroyed:
+        problems.append(f"close() after it destroyed journal {len(destroyed)} time(s)")
+    if problems:
+        raise CheckFailure(
+            "A failed refresh() destroys the singletons it had finished; a bean whose own "
+            "creation failed (here its @post_construct raised) was never finished, so none "
+            "of its destroy callbacks runs, then or at close(), as in Spring, which registers "
+            "a bean for destruction only once its initialisation succeeded.",
+            expected="refresh() raises; journal's @pre_destroy never runs",
+            actual="; ".join(problems),
+            evidence="Journal's constructor succeeds, its @post_construct raises "
+                     "JournalCorrupt, it has a @pre_destroy",
+            lesson=STEPS,
+        )
