@@ -246,7 +246,8 @@ def test_young_pending_exchanges_do_not_crowd_out_old_ones(kit: ExchangeKit) -> 
                      f"{len(asked & set(young))} young one(s)",
             evidence="the old exchanges' rows were rewritten (UPDATE exchange SET status = "
                      "status) after the young ones were recorded and the table analyzed, so a "
-                     "scan meets the young ones first\nthe provider's log:\n" + kit.provider.history(16),
+                     "scan meets the young ones first\nthe provider's log:\n"
+                     + kit.provider.history(16),
             fix="filter by age in the query, before LIMIT, and order it: WHERE status = "
                 "'PENDING' AND created_at <= :cutoff ORDER BY created_at LIMIT :limit; a page "
                 "taken first (in whatever order the table returns) and filtered afterwards can "
