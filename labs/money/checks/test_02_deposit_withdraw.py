@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from types import ModuleType
 from typing import Any
@@ -461,6 +461,29 @@ def test_each_database_has_its_own_clearing_accounts(accounts: ModuleType, bank:
     """One import of the module, two databases in turn (a process outlives a database: a
     restore, a re-created schema, the next check): what it keeps between calls must not carry
     one database's ids into the other."""
+    _clearing_legs_in_another_life(accounts, bank, lambda: second_bank, "second database")
+
+
+def test_a_recreated_schema_gets_its_own_clearing_accounts(accounts: ModuleType, bank: Engine,
+                                                           learner: Any) -> None:
+    """The same database, the same URL and the same Engine, its schema dropped and schema.sql
+    run again (a restore, a re-created schema): ids kept from before it belong to rows that
+    are gone, whatever the cache is keyed by."""
+    def recreate() -> Engine:
+        with bank.begin() as conn:
+            conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+        apply_schema(bank, learner.dir)
+        return bank
+
+    _clearing_legs_in_another_life(accounts, bank, recreate,
+                                   "same database after its schema was re-created")
+
+
+def _clearing_legs_in_another_life(accounts: ModuleType, bank: Engine,
+                                   second: Callable[[], Engine], life: str) -> None:
+    """Deposits and withdrawals on `bank`, then on `second()` (another database, or `bank`
+    re-created): there, customer accounts over every id the first life gave a SYSTEM account,
+    and each clearing leg on a SYSTEM account of the second life."""
     first = call(accounts.open_account, bank, currency="USD")
     call(accounts.deposit, bank, first, Decimal("41.37"))
     call(accounts.withdraw, bank, first, Decimal("3.19"))
@@ -468,6 +491,7 @@ def test_each_database_has_its_own_clearing_accounts(accounts: ModuleType, bank:
     call(accounts.deposit, bank, euros, Decimal("8.06"))
     system_ids = [int(i) for i in (scalar(bank, "SELECT array_agg(id ORDER BY id) FROM account "
                                                 "WHERE kind = 'SYSTEM'") or [])]
+    second_bank = second()
     # the second database: customer accounts (inserted by the check) over every id the first
     # one gave a SYSTEM account, then one more for the learner's deposit and withdrawal
     with second_bank.begin() as conn:
@@ -496,17 +520,17 @@ def test_each_database_has_its_own_clearing_accounts(accounts: ModuleType, bank:
         problems.append(f"balance {fmt(balance_of(second_bank, customer))}")
     if problems:
         raise CheckFailure(
-            "The same accounts module, called with a second database after the first, moved "
-            "money wrongly there.",
-            expected="in the second database, deposit 27.83 and withdraw 5.06 go through "
+            f"The same accounts module, called again with the {life}, moved money wrongly "
+            "there.",
+            expected=f"in the {life}, deposit 27.83 and withdraw 5.06 go through "
                      "(balance 22.77), each with its clearing leg on a USD SYSTEM account of "
                      "that database",
             actual="; ".join(problems[:3]),
-            evidence=f"SYSTEM accounts of the first database: ids {system_ids}; in the "
-                     "second, those ids are customer accounts. Postings of the second "
-                     "database's entries:\n"
+            evidence=f"SYSTEM accounts before: ids {system_ids}; in the {life}, those ids "
+                     "are customer accounts. Postings of the entries there:\n"
                      + table(legs, ("entry", "account", "kind", "currency", "amount")),
-            fix="an account id kept between calls belongs to the database it came from: key "
-                "what you cache by the engine (engine.url), or look the clearing account up in "
-                "the transaction" if stale else None,
+            fix="an account id kept between calls belongs to the database, and the schema, it "
+                "came from: a cache keyed by the engine or its URL outlives a re-created "
+                "schema. Look the clearing account up in the transaction that posts to it (by "
+                "kind and currency), or check a kept id there" if stale else None,
             lesson=READ["schema"])

@@ -3,7 +3,13 @@ answer, also when the retries race each other; a key reused for another request 
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +26,7 @@ from _support import (
     injected,
     ledger_table,
 )
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from dojo.checks import CheckFailure, call, first_line, fmt, in_thread, raised, rows
 from dojo.checks.faults import run_concurrently, run_in_subprocess, slow_sql
@@ -70,16 +76,7 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
             fix="INSERT INTO idempotency_key ... ON CONFLICT DO NOTHING in the same transaction "
                 "as the money; zero rows inserted means 'seen before': return the stored response",
             lesson=READ["idempotency"])
-    inexact = _inexact(first, retry)
-    if inexact:
-        raise CheckFailure(
-            "The retry got the first receipt back with its amounts changed.",
-            expected=f"the stored receipt {first}, every amount the same Decimal",
-            actual="; ".join(inexact),
-            evidence="stored response: " + str(_key_rows(bank, "dep-1")),
-            fix="store the amounts as decimal strings in the jsonb (str(amount)) and read them "
-                "back with Decimal(text): a JSON number comes back as a float",
-            lesson=(READ["idempotency"], READ["numbers"]))
+    _assert_exact_replay(bank, first, retry, "dep-1")
     if retry != first:
         raise CheckFailure(
             "The retry must get the first answer back, not a new one.",
@@ -99,7 +96,48 @@ def test_same_key_returns_the_stored_response(accounts: ModuleType, bank: Engine
             expected=f"balance 114.09 and the same receipt {out}",
             actual=f"balance {fmt(balance_of(bank, account_id))}, receipt {again}",
             lesson=READ["idempotency"])
-    assert_ledger_agrees(bank, "after retried deposits and withdrawals", [account_id])
+    # 16 significant digits (14 before the point, as the README's columns hold): a float
+    # keeps about 15, so a receipt that went through one and back through str() comes back a
+    # cent off, although 10.10 survived it
+    rich, heir = funded("0"), funded("0")
+    for key, attempt in (
+            ("dep-big", lambda: accounts.deposit(bank, rich, Decimal(BIG_DEPOSIT),
+                                                 idempotency_key="dep-big")),
+            ("tr-big", lambda: accounts.transfer(bank, rich, heir, Decimal(BIG_TRANSFER),
+                                                 idempotency_key="tr-big"))):
+        first = call(attempt)
+        retry = call(attempt)
+        _assert_exact_replay(bank, first, retry, key)
+        if retry != first:
+            raise CheckFailure(
+                f"The retry with key {key} must get the first answer back, not a new one.",
+                expected=f"the stored receipt {first}", actual=f"{retry}",
+                evidence="stored response: " + str(_key_rows(bank, key)),
+                lesson=READ["idempotency"])
+    assert_ledger_agrees(bank, "after retried deposits and withdrawals",
+                         [account_id, rich, heir])
+
+
+# Amounts of 16 significant digits whose nearest float prints as another cent
+# (87654321098765.44, 76543210987654.38): within the 14 digits before the point the README's
+# columns hold (98765432109876.53)
+BIG_DEPOSIT = "87654321098765.43"
+BIG_TRANSFER = "76543210987654.37"
+
+
+def _assert_exact_replay(bank: Engine, first: Any, retry: Any, key: str) -> None:
+    """The replayed receipt has every amount of the first as the same Decimal."""
+    inexact = _inexact(first, retry)
+    if inexact:
+        raise CheckFailure(
+            "The retry got the first receipt back with its amounts changed.",
+            expected=f"the stored receipt {first}, every amount the same Decimal",
+            actual="; ".join(inexact),
+            evidence="stored response: " + str(_key_rows(bank, key)),
+            fix="store the amounts as decimal strings in the jsonb (str(amount)) and read them "
+                "back with Decimal(text): a JSON number comes back as a float, and a float "
+                "holds about 15 significant digits (str() of it does not give them back)",
+            lesson=(READ["idempotency"], READ["numbers"]))
 
 
 def test_a_retry_from_another_process_replays(accounts: ModuleType, bank: Engine,
@@ -376,3 +414,103 @@ def test_a_retry_after_a_failed_commit_goes_through(accounts: ModuleType, bank: 
                 if left else None,
             lesson=READ["idempotency"])
     assert_ledger_agrees(bank, "after failed commits and their retries")
+
+
+CRASHED = "dojo-crashed-deposit"  # application_name of the killed process's sessions
+
+
+def _sessions_named(bank: Engine, name: str) -> list[dict[str, Any]]:
+    return rows(bank, "SELECT pid, state, wait_event_type, wait_event, "
+                      "pg_blocking_pids(pid) AS blocked_by, left(query, 120) AS query "
+                      "FROM pg_stat_activity WHERE application_name = :n ORDER BY pid", n=name)
+
+
+def test_a_retry_after_a_crash_goes_through(accounts: ModuleType, bank: Engine, funded: Any,
+                                            learner: Any) -> None:
+    """A keyed deposit in a process of its own waits for the account's row (the check holds
+    it) and is killed there (SIGKILL: no except, no finally of its own runs); the database
+    ends its sessions. The retry with the same key is a new attempt and goes through."""
+    account_id = funded("100.00")
+    url = bank.url.update_query_dict({"application_name": CRASHED}).render_as_string(
+        hide_password=False)
+    holder = bank.connect()
+    child: subprocess.Popen[str] | None = None
+    try:
+        holder.begin()
+        holder.execute(text("SELECT 1 FROM account WHERE id = :a FOR UPDATE"), {"a": account_id})
+        with tempfile.TemporaryDirectory(prefix="dojo-crash-") as tmp:
+            spec = Path(tmp, "spec.json")
+            spec.write_text(json.dumps({
+                "target": f"{Path(__file__).with_name('_support.py')}:keyed_deposit",
+                "args": [url, account_id, "23.47", "crash-dep"], "path": [str(learner.dir)],
+                "result": str(Path(tmp, "result.json"))}))
+            child = subprocess.Popen([sys.executable, "-m", "dojo.checks.faults", str(spec)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     text=True)
+            holder_pid = holder.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            deadline = time.monotonic() + 15
+            waiting: list[dict[str, Any]] = []
+            while time.monotonic() < deadline and child.poll() is None and not waiting:
+                waiting = [s for s in _sessions_named(bank, CRASHED)
+                           if holder_pid in (s["blocked_by"] or [])]
+                time.sleep(0.02)
+            if not waiting:
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)  # our own child's session
+                child.wait(10)
+                result = Path(tmp, "result.json")
+                said = json.loads(result.read_text()) if result.exists() else {}
+                raise CheckFailure(
+                    f"Setting up: a keyed deposit on account {account_id}, in a process of its "
+                    "own, never waited for the account's row, which the check held FOR UPDATE.",
+                    expected="the deposit waits for the row lock (every deposit writes the "
+                             "account's balance)",
+                    actual=f"the child {'returned' if 'value' in said else 'ended'} "
+                           f"(exit {child.returncode})",
+                    evidence=(said.get("error") or child.stderr.read() if child.stderr
+                              else "")[-800:],
+                    lesson=READ["idempotency"])
+            os.killpg(child.pid, signal.SIGKILL)  # our own child's session, mid-deposit
+            child.wait(10)
+    finally:
+        holder.rollback()
+        holder.close()
+        if child is not None and child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(10)
+    # the killed process's sessions end once the database sees their connections closed
+    deadline = time.monotonic() + 10
+    while _sessions_named(bank, CRASHED) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = _key_rows(bank, "crash-dep")
+    retry = in_thread(accounts.deposit, bank, account_id, Decimal("23.47"),
+                      idempotency_key="crash-dep")
+    finished = retry.join(RETRY_WAIT)
+    balance = balance_of(bank, account_id)
+    if finished and retry.error is None and balance == Decimal("123.47"):
+        assert_ledger_agrees(bank, "after a crashed deposit and its retry", [account_id])
+        return
+    outcome = (f"still waiting after {RETRY_WAIT:.0f} s" if not finished
+               else f"raised {first_line(retry.error)}" if retry.error is not None
+               else "returned")
+    claimed = [r for r in left if r["response"] is None]
+    raise CheckFailure(
+        "A keyed deposit (key crash-dep) was killed with SIGKILL in its own process while it "
+        "waited for the account's row; the retry with the same key did not go through.",
+        expected="the killed attempt left nothing behind (the database rolled back what it "
+                 "had not committed), so the retry is a new attempt and moves the money "
+                 "once: balance 123.47",
+        actual=f"the retry {outcome}; balance {fmt(balance)}",
+        evidence="idempotency_key rows for crash-dep once the killed process's sessions had "
+                 "ended:\n" + (str(left) if left else "(none)")
+                 + "\nthe interleaving the check forced:\n"
+                 "  1. the check held the account's row FOR UPDATE\n"
+                 "  2. the child's deposit waited for it\n"
+                 "  3. the check killed the child (SIGKILL) and released the row\n"
+                 "  4. the retry, here, with the same key and the same request",
+        fix="the key was committed in a transaction of its own before the money moved, and a "
+            "killed process runs no cleanup: the key stays claimed with no response, and every "
+            "retry waits for an attempt that is gone. Claim it in the money's transaction, so "
+            "the database rolls both back when the connection dies" if claimed else None,
+        lesson=READ["idempotency"])

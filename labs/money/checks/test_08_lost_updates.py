@@ -206,6 +206,117 @@ def test_interest_sees_withdrawals_and_transfers_made_while_it_computed(
     assert_ledger_agrees(bank, "after interest racing withdrawals and transfers")
 
 
+INTEREST_THREAD = "dojo-learner-apply_interest"  # in_thread's name for apply_interest
+SLIPPED = Decimal("53.17")
+MAX_READS = 6  # statements before the rule tried one by one (a design sends one or two)
+
+
+class SlipAfterRead:
+    """Counts the statements apply_interest sends (on its own thread) before it first calls
+    its rule, and after the `slip_at`-th of them has run commits a deposit from another thread
+    before letting apply_interest go on: a change between two reads of one attempt."""
+
+    def __init__(self, accounts: ModuleType, bank: Engine, account_id: int,
+                 slip_at: int | None) -> None:
+        self.accounts, self.bank, self.account_id = accounts, bank, account_id
+        self.slip_at = slip_at
+        self.seen: list[Decimal] = []
+        self.reads: list[str] = []
+        self.deposit: Running | None = None
+        self.committed_in_window = False
+
+    def rule(self, balance: Decimal) -> Decimal:
+        self.seen.append(balance)
+        return one_percent(balance)
+
+    def after(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if threading.current_thread().name != INTEREST_THREAD or self.seen:
+            return
+        self.reads.append(" ".join(statement.split())[:110])
+        if len(self.reads) == self.slip_at:
+            self.deposit = in_thread(raised, self.accounts.deposit, self.bank,
+                                     self.account_id, SLIPPED)
+            self.committed_in_window = self.deposit.join(3)
+
+    def run(self, start: Decimal) -> Any:
+        from sqlalchemy import event
+
+        event.listen(self.bank, "after_cursor_execute", self.after)
+        try:
+            job = in_thread(self.accounts.apply_interest, self.bank, self.account_id, self.rule)
+            finished = job.join(20)
+        finally:
+            event.remove(self.bank, "after_cursor_execute", self.after)
+        if self.deposit is not None:
+            error = self.deposit.result(15)
+            if error is not None:
+                raise CheckFailure(
+                    f"Setting up: deposit({fmt(SLIPPED)}) raised after apply_interest's "
+                    f"statement {self.slip_at}.", expected="it commits",
+                    actual=first_line(error), lesson=READ["locking"])
+        if not finished or job.error is not None:
+            raise CheckFailure(
+                f"apply_interest() on {fmt(start)} "
+                + (f"with a deposit committed after its statement {self.slip_at} "
+                   if self.slip_at else "")
+                + ("did not return within 20 s." if not finished else "raised."),
+                expected="it returns, recomputing if the account changed",
+                actual=first_line(job.error) if job.error is not None else "still running",
+                lesson=READ["locking"])
+        return job.value
+
+
+def test_interest_reads_balance_and_version_from_one_moment(accounts: ModuleType,
+                                                           bank: Engine, funded: Any) -> None:
+    """A deposit commits between two of the statements apply_interest sends before it calls
+    its rule (after the first, then after the second, ...): the balance it computes from and
+    the version it writes against must come from the same moment, or the deposit is lost."""
+    start = Decimal("1234.56")
+    dry = SlipAfterRead(accounts, bank, funded(str(start)), slip_at=None)
+    dry.run(start)
+    for slip_at in range(1, min(len(dry.reads), MAX_READS) + 1):
+        account_id = funded(str(start))
+        slip = SlipAfterRead(accounts, bank, account_id, slip_at)
+        result = slip.run(start)
+        final = balance_of(bank, account_id)
+        after_deposit = start + SLIPPED
+        if slip.committed_in_window:
+            # the deposit committed before the rule was called: only one history is left
+            good = [(after_deposit, after_deposit + one_percent(after_deposit))]
+        else:  # it waited for apply_interest's write: it may come after it
+            good = [(after_deposit, after_deposit + one_percent(after_deposit)),
+                    (start, start + one_percent(start) + SLIPPED)]
+        before = getattr(result, "balance_before", None)
+        if (before, final) in good:
+            continue
+        # the deposit committed before the rule was called, yet the rule's result on the
+        # balance before it was written: the version checked was read after the deposit
+        stale = before == start and slip.committed_in_window and len(slip.reads) > 1
+        reads = "\n".join(f"  {n}. {sql}" + (f"\n     -> deposit({fmt(SLIPPED)}) committed "
+                                              f"here: balance {fmt(after_deposit)}"
+                                              if n == slip_at else "")
+                          for n, sql in enumerate(slip.reads, 1))
+        raise CheckFailure(
+            f"A deposit of {fmt(SLIPPED)} committed after apply_interest's statement {slip_at} "
+            "of its first attempt, before it called the rule, and the interest "
+            + ("lost it: a lost update." if final < after_deposit + one_percent(start)
+               or stale else "does not match one history."),
+            expected=f"the rule given {fmt(after_deposit)} (the balance with the deposit), on "
+                     f"the first attempt or on a recompute: balance {fmt(after_deposit)} + "
+                     f"{fmt(one_percent(after_deposit))} = "
+                     f"{fmt(after_deposit + one_percent(after_deposit))}",
+            actual=f"balance {fmt(final)}; the rule was given: "
+                   + ", ".join(fmt(b) for b in slip.seen) + f"; apply_interest returned {result}",
+            evidence="the statements apply_interest sent before it called the rule:\n" + reads
+                     + f"\nthe postings say {fmt(posted_sum(bank, account_id))}",
+            fix="read balance and version in one statement (SELECT balance, version FROM "
+                "account WHERE id = :id): read apart, a change committed between them pairs "
+                "the old balance with the new version, and UPDATE ... WHERE version = :read "
+                "lets the stale result through" if stale else None,
+            lesson=(READ["locking"], READ["lost-update"]))
+    assert_ledger_agrees(bank, "after deposits between apply_interest's reads")
+
+
 def test_interest_and_deposits_form_one_history(accounts: ModuleType, bank: Engine,
                                                 funded: Any) -> None:
     account_id = funded("1000.00")
