@@ -796,10 +796,10 @@ def test_a_parked_record_is_dead_lettered_as_keyparked(lab, ledger_db, clock):
                 evidence=evidence, lesson=SEE)
         if fq != "payments.KeyParked":
             raise CheckFailure(
-                f"{name[0].upper() + name[1:]} of the parked key {KEY} was dead-lettered as {fq}: a class of your "
-                "own with that name. The README's exception is payments.KeyParked; a replay "
-                "or an alert that filters on kafka_dlt-exception-fqcn, and a Java tool, look "
-                "for that name.",
+                f"{name[0].upper() + name[1:]} of the parked key {KEY} was dead-lettered as "
+                f"{fq}: a class of your own with that name. The README's exception is "
+                "payments.KeyParked; a replay or an alert that filters on "
+                "kafka_dlt-exception-fqcn, and a Java tool, look for that name.",
                 expected="kafka_dlt-exception-fqcn = payments.KeyParked", actual=fq,
                 evidence=evidence, fix="raise (or name) payments.KeyParked, imported from "
                 "payments, instead of a class of your own", lesson=SEE)
