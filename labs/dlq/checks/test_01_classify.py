@@ -214,72 +214,120 @@ def test_transient_failures_are_retried_with_backoff_and_jitter(lab, ledger_db, 
 CHECKS_DIR = Path(__file__).resolve().parent
 
 
+def _life_gaps(lab, spec, item, number, result, script):
+    """The waits (clock s, and the real seconds in them) between one life's authorize()
+    calls for `item`, or a failure when the life did not retry it."""
+    outcome = (result.value or [{}])[number] if result.value and \
+        len(result.value) > number else {}
+    if outcome.get("stub"):
+        raise NotWritten(*outcome["stub"])
+    calls = [(e["at"], e["skipped"]) for e in read_jsonl(spec["log"])
+             if e.get("ev") == "authorize" and e.get("event") == item.event_id]
+    # a wait between two calls: clock seconds, and the real seconds in them (what
+    # clock.sleep did not skip: the process's own time, longer on a loaded machine)
+    gaps = [(b[0] - a[0], (b[0] - a[0]) - (b[1] - a[1]))
+            for a, b in zip(calls, calls[1:], strict=False)]
+    if len(gaps) != len(script):
+        raise CheckFailure(
+            f"In a process of its own ({spec['name']}), the consumer did not retry a "
+            "payment that failed four times and would succeed on the fifth attempt.",
+            expected="5 authorize() calls, four waits between them",
+            actual=f"{len(calls)} authorize() calls",
+            evidence=((outcome.get("error") or result.error or result.stderr or "")
+                      .strip()[-1500:] or "the life ended without an error"),
+            lesson=READ["retry"])
+    return gaps
+
+
+def _same_draws(one, other):
+    """The same factors at every retry, up to what real time added to either wait."""
+    return all(abs(a[0] - b[0]) <= a[1] + b[1] + 0.002
+               for a, b in zip(one, other, strict=True))
+
+
 def test_each_process_draws_its_own_jitter(lab, ledger_database):
-    """Two lives of the consumer, each in a Python process of its own (a restart, or two
-    instances of the group on two machines), retry one payment each: their jitter factors
-    must differ. A generator created at import with a fixed seed gives every process the
-    same sequence; one created without an argument (seeded by the system) does not, even at
-    module level, since each process imports the module afresh."""
+    """Lives of the consumer retry one payment each: one in a Python process of its own, then
+    two workers forked from another process that had imported the learner's modules afresh
+    (a restart or an instance on another machine; a pre-fork server, a multiprocessing
+    pool). Their jitter factors must differ. A generator created at import
+    with a fixed seed gives every process the same sequence; one created at import without
+    a seed is copied, state and all, into every forked worker (random's own module-level
+    functions are reseeded in a forked child; a random.Random() of yours is not)."""
     topics = lab.topics()
     settings = lab.settings(topics, attempts=5, initial=4.3, multiplier=2.3, cap=15.7,
                             jitter=0.25)
     script = ["timeout", "unavailable", "timeout", "unavailable"]  # the fifth attempt works
-    base_consumer = lab.kafka.consumer_config(settings.group_id)
     lives = []
+
+    def spec_for(tmp, name, item, group):
+        return {"db_url": ledger_database.url,
+                "consumer_base": lab.kafka.consumer_config(group),
+                "producer_base": lab.kafka.producer_config(),
+                "partitions": topics.partitions,
+                "settings": {**asdict(settings), "group_id": group},
+                "scripts": {item.event_id: script}, "ends": dict(lab.ends[topics.source]),
+                "kill": {"mode": "none"}, "log": str(Path(tmp) / f"{name}.jsonl"),
+                "timeout": 20.0, "life_seconds": 40.0, "name": name}
+
     with tempfile.TemporaryDirectory(prefix="dojo-dlq-jitter-") as tmp:
-        for number in (1, 2):
-            item = healthy(f"acc-{80 + number}", 4_700 + number, label="transient")
-            lab.produce(topics.source, [item])
-            spec = {"db_url": ledger_database.url, "consumer_base": base_consumer,
-                    "producer_base": lab.kafka.producer_config(),
-                    "partitions": topics.partitions, "settings": {**asdict(settings)},
-                    "scripts": {item.event_id: script}, "ends": lab.ends[topics.source],
-                    "kill": {"mode": "none"}, "log": str(Path(tmp) / f"life{number}.jsonl"),
-                    "timeout": 20.0, "life_seconds": 40.0}
-            # a fresh interpreter per life: nothing of the first process reaches the second
-            result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", [spec],
-                                       path=[lab.learner.dir, CHECKS_DIR], timeout=90)
-            outcome = (result.value or [{}])[0]
-            if outcome.get("stub"):
-                raise NotWritten(*outcome["stub"])
-            calls = [(e["at"], e["skipped"]) for e in read_jsonl(spec["log"])
-                     if e.get("ev") == "authorize" and e.get("event") == item.event_id]
-            # a wait between two calls: clock seconds, and the real seconds in them (what
-            # clock.sleep did not skip: the process's own time, longer on a loaded machine)
-            gaps = [(b[0] - a[0], (b[0] - a[0]) - (b[1] - a[1]))
-                    for a, b in zip(calls, calls[1:], strict=False)]
-            if len(gaps) != len(script):
-                raise CheckFailure(
-                    f"In a process of its own (life {number}), the consumer did not retry a "
-                    "payment that failed four times and would succeed on the fifth attempt.",
-                    expected="5 authorize() calls, four waits between them",
-                    actual=f"{len(calls)} authorize() calls",
-                    evidence=((outcome.get("error") or result.error or result.stderr or "")
-                              .strip()[-1500:] or "the life ended without an error"),
-                    lesson=READ["retry"])
-            lives.append(gaps)
+        item = healthy("acc-81", 4_701, label="transient")
+        lab.produce(topics.source, [item])
+        spec = spec_for(tmp, "life 1", item, settings.group_id)
+        # a fresh interpreter: nothing of this process reaches the next one
+        result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", [spec],
+                                   path=[lab.learner.dir, CHECKS_DIR], timeout=90)
+        lives.append(_life_gaps(lab, spec, item, 0, result, script))
+        # Another interpreter, which imports consumer.py afresh and forks two workers from
+        # itself after the import: each a group of its own over the whole topic, each
+        # retrying the same new payment (the earlier one goes through at once: booked).
+        item = healthy("acc-83", 4_703, label="transient")
+        lab.produce(topics.source, [item])
+        forked = [spec_for(tmp, f"forked worker {n}", item, lab.kafka.group_id(f"worker{n}"))
+                  for n in (1, 2)]
+        result = run_in_subprocess(f"{CHECKS_DIR / '_crash.py'}:consumer_lives", forked,
+                                   path=[lab.learner.dir, CHECKS_DIR], timeout=120)
+        workers = [_life_gaps(lab, spec, item, n, result, script)
+                   for n, spec in enumerate(forked)]
+    lives.append(workers[0])  # a second process, which imported the modules afresh
     nominal = nominal_backoffs(settings, len(script))
-    first, second = ([gap / n for (gap, _), n in zip(life, nominal, strict=True)]
-                     for life in lives)
-    # The same draws, up to what real time added to either wait.
-    if all(abs(a[0] - b[0]) <= a[1] + b[1] + 0.002
-           for a, b in zip(lives[0], lives[1], strict=True)):
+
+    def factors(life):
+        return ", ".join(f"{gap / n:.3f}" for (gap, _), n in zip(life, nominal, strict=True))
+
+    told = ("\neach life retried one payment (timeout, 503, timeout, 503, then ok); nominal "
+            "waits " + ", ".join(f"{n:.2f}" for n in nominal) + " s")
+    if _same_draws(lives[0], lives[1]):
         raise CheckFailure(
-            "Two processes running your consumer, one after the other on the same group, "
-            "waited the same jitter factors retry by retry: the generator starts from the "
-            "same value in every process. Every restart and every instance of the group then "
-            "retries in step, which is what jitter is there to prevent.",
+            "Two processes running your consumer, one after the other, each importing "
+            "consumer.py afresh, waited the same jitter factors retry by retry: the "
+            "generator starts from the same value in every process. Every restart and every "
+            "instance of the group then retries in step, which is what jitter is there to "
+            "prevent.",
             expected="the second process's wait / nominal factors differ from the first's",
-            actual=f"the same factor at each of the {len(first)} retries in both processes",
-            evidence="wait / nominal, first process: " + ", ".join(f"{x:.3f}" for x in first)
-                     + "\nwait / nominal, second process: "
-                     + ", ".join(f"{x:.3f}" for x in second)
-                     + "\neach process imported consumer.py afresh and retried one payment "
-                     "(timeout, 503, timeout, 503, then ok); nominal waits "
-                     + ", ".join(f"{n:.2f}" for n in nominal) + " s",
+            actual=f"the same factor at each of the {len(nominal)} retries in both processes",
+            evidence="wait / nominal, first process: " + factors(lives[0])
+                     + "\nwait / nominal, second process: " + factors(lives[1])
+                     + "\neach process imported consumer.py afresh." + told,
             fix="create the generator without a seed (random.Random(), or use random.uniform "
                 "directly): a seed written in the code, or one every process derives alike "
                 "(the group id), is the same in every process",
+            lesson=READ["retry"])
+    if _same_draws(workers[0], workers[1]):
+        raise CheckFailure(
+            "Two workers forked from one process after it had imported consumer.py (as a "
+            "pre-fork server or a multiprocessing pool starts them) waited the same jitter "
+            "factors retry by retry: they drew from one generator, copied into each worker "
+            "with its state by fork(). The README asks for a generator no other consumer "
+            "life shares: every worker of the group then retries in step, which is what "
+            "jitter is there to prevent.",
+            expected="the second worker's wait / nominal factors differ from the first's",
+            actual=f"the same factor at each of the {len(nominal)} retries in both workers",
+            evidence="wait / nominal, first worker: " + factors(workers[0])
+                     + "\nwait / nominal, second worker: " + factors(workers[1]) + told,
+            fix="create the generator for each consumer life, inside run() "
+                "(random.Random() there), or draw with random.uniform, which Python reseeds "
+                "in every forked child; a random.Random() made at import is shared by every "
+                "worker forked after the import",
             lesson=READ["retry"])
 
 

@@ -32,7 +32,7 @@ from _tools import (
 )
 
 from dojo.checks import CheckFailure, call, raised, table
-from dojo.checks.observers import headers_table, java_int, show_bytes
+from dojo.checks.observers import ProducerTap, headers_table, java_int, show_bytes
 
 pytestmark = pytest.mark.stage("dead-letter-record")
 SEE = READ["dead-letter-record"]
@@ -390,6 +390,82 @@ def test_dead_letter_headers_say_why_and_how_hard(lab, ledger_db, clock):
             actual=f"{len(problems)} of {len(pairs)} records wrong; first, {i.describe()}:\n"
                    + "\n".join("    - " + w for w in wrong),
             evidence=headers_table(r.headers, FAILURE), lesson=SEE)
+
+
+class RefusesFirst(ProducerTap):
+    """A DLT producer whose first `n` produce() calls raise BufferError (a full local queue):
+    failed writes the consumer backs off from and tries again."""
+
+    def __init__(self, producer: Any, clock: Any, n: int) -> None:
+        super().__init__(producer, clock)
+        self.refusals_left = n
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        if self.refusals_left > 0:
+            self.refusals_left -= 1
+            raise BufferError("Local: Queue full")
+        return super().produce(*args, **kwargs)
+
+
+PING_SECONDS = 6.3  # what each ping() takes on the clock (a health check behind a slow LB)
+
+
+def _iso(raw: str | None) -> float | None:
+    try:
+        parsed = datetime.fromisoformat(raw or "")
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def test_last_failure_time_is_when_the_last_attempt_failed(lab, ledger_db, clock):
+    """A payment times out on all three attempts; then ping() takes 6.3 s to answer (the
+    gateway is up: it is this payment's failure), and the DLT refuses the first two writes
+    (backoff on the clock). x-dlt-last-failure-at is when the third attempt failed, not when
+    the record was finally written."""
+    topics = lab.topics()
+    settings = lab.settings(topics, attempts=3)
+    stuck = with_label(healthy("poison-t4", 3_119, partition=1), "transient-exhausted")
+    inputs = lab.produce(topics.source, [stuck, healthy("acc-5", 517, partition=1)])
+    failed_at: list[float] = []  # clock.now() of each authorize() of the payment
+
+    def on_call(call):
+        if call.what == "authorize" and call.event_id == stuck.event_id:
+            failed_at.append(clock.now())  # it fails at once: the call is the failure
+        if call.what == "ping":
+            clock.advance(PING_SECONDS)
+
+    downstream = ScriptedDownstream(lab.payments, clock, {stuck.event_id: ["timeout"] * 9},
+                                    on_call=on_call)
+    producer = RefusesFirst(lab.dlt_producer(), clock, 2)
+    run = lab.run(ledger_db, topics, settings, downstream, clock, producer=producer)
+    require_done(run, inputs, downstream, read=SEE)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    if 0 not in found or not failed_at:
+        raise CheckFailure("A payment that timed out on every attempt must reach the DLT.",
+                           expected="it in the DLT", actual="it is not", lesson=SEE)
+    r = found[0][0]
+    raw = r.text("x-dlt-last-failure-at")
+    last = _iso(raw)
+    if last is None or not failed_at[-1] - 0.05 <= last <= failed_at[-1] + 1.0:
+        later = f"{last - failed_at[-1]:+.2f} s" if last is not None else "unreadable"
+        raise CheckFailure(
+            f"{inputs[0].describe()} timed out on all {len(failed_at)} attempts; then ping() "
+            f"took {PING_SECONDS} s (it answered: the failure is this payment's) and the DLT "
+            "refused the first two writes, with a backoff on the clock between them. "
+            "x-dlt-last-failure-at is when the last attempt failed; it read "
+            f"{raw!r}, {later} from that moment. Stamped when the record is written, it "
+            "moves with every ping and every failed write, and whoever reads the DLT times "
+            "the failure wrongly.",
+            expected="the clock's time of the last authorize() failure, "
+                     + datetime.fromtimestamp(failed_at[-1], UTC).isoformat(
+                         timespec="milliseconds").replace("+00:00", "Z")
+                     + " (within a second)",
+            actual=f"{raw!r}",
+            evidence=headers_table(r.headers, ("x-dlt-first-failure-at",
+                                               "x-dlt-last-failure-at", "x-dlt-attempts")),
+            lesson=SEE)
 
 
 def test_failure_times_stay_exact_at_the_end_of_a_second(lab, ledger_db):

@@ -184,12 +184,14 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
             evidence=timeline(first, downstream, inputs) if first else "", lesson=MISTAKES)
 
     # 2. The DLT keeps refusing the record (larger than the producer's message.max.bytes):
-    #    a dozen refusals in a row must not make the consumer give up on it.
+    #    no number of refusals in a row makes the consumer give up on it: 500 of them (far
+    #    past any round limit, and over ten minutes of backoff on the clock) take about a
+    #    second of real time, since a refusal is immediate and the clock skips every wait.
     refusing = ProducerTap(Producer(lab.producer_config(**{"message.max.bytes": 1000})),
                            clock)
-    wanted = 12
+    wanted = 500
     second, ended, committed = lab.run_until_stopped(
-        ledger_db, topics, settings, downstream, clock, producer=refusing, timeout=4.0,
+        ledger_db, topics, settings, downstream, clock, producer=refusing, timeout=8.0,
         stop_when=lambda: len(refusing.to(topics.dead_letter)) >= wanted)
     tries = len(refusing.to(topics.dead_letter))
     if ended.startswith("run() raised"):  # (giving up and committing: LOST, below)
@@ -242,12 +244,13 @@ def test_a_stop_between_retries_leaves_the_record_uncommitted(lab, ledger_db, cl
     flaky = healthy("acc-1", 4321, label="transient", partition=0)
     items = [healthy("acc-2", 1111, partition=1), flaky, healthy("acc-3", 2222, partition=0)]
     inputs = lab.produce(topics.source, items)
-    stop = {"now": False}
+    stop: dict[str, Any] = {"now": False, "at": None}
 
     def on_call(call):
-        if call.event_id == flaky.event_id and \
+        if call.event_id == flaky.event_id and not stop["now"] and \
                 len(downstream.authorizations(flaky.event_id)) >= 2:
-            stop["now"] = True  # shutting down while the record waits for its third attempt
+            stop["now"] = True  # shutting down during its second attempt, before a wait
+            stop["at"] = clock.monotonic()
 
     downstream = ScriptedDownstream(lab.payments, clock, {flaky.event_id: ["timeout"] * 3},
                                     on_call=on_call)
@@ -273,6 +276,22 @@ def test_a_stop_between_retries_leaves_the_record_uncommitted(lab, ledger_db, cl
                    f"p{held.partition} committed up to {max(committed, 0)}",
             evidence="what happened (clock time):\n" + timeline(run, downstream, inputs,
                                                                  limit=14), lesson=SEE)
+    slept = [s for at, s in clock.sleeps
+             if stop["at"] is not None and at >= stop["at"] and s > 0]
+    if slept:
+        raise CheckFailure(
+            f"should_stop() turned true during {held.describe()}'s second attempt; when the "
+            f"attempt failed, the consumer slept {slept[0]:.2f} s (clock.sleep) before it "
+            "returned. A stop (a deploy, a rebalance) then waits out a whole backoff, up to "
+            "max_backoff, and the shutdown or the partition's new owner waits with it. Ask "
+            "should_stop() before every wait, not after it.",
+            expected="no clock.sleep() once should_stop() says stop",
+            actual=f"{len(slept)} sleep(s) after it: "
+                   + ", ".join(f"{s:.2f} s" for s in slept[:5]),
+            evidence="what happened (clock time):\n" + timeline(run, downstream, inputs,
+                                                                limit=14),
+            fix="call should_stop() right before clock.sleep() and return, leaving the record "
+                "uncommitted, when it says stop", lesson=SEE)
     again = ScriptedDownstream(lab.payments, clock)
     after = lab.run(ledger_db, topics, settings, again, clock)
     require_done(after, inputs, again, read=SEE, why=(

@@ -248,6 +248,12 @@ def test_open_circuit_pauses_and_probes_gently(lab, ledger_db):
         problems.append("consumer.pause(assignment) while the circuit is open and "
                         "consumer.resume(assignment) after recovery were "
                         f"{'not called' if not pauses else 'paused but never resumed'}")
+    paused = sorted({p for _, parts in pauses for p in parts})
+    if pauses and len(paused) < topics.partitions:
+        problems.append(f"consumer.pause() covered only {', '.join(f'p{p}' for p in paused)} "
+                        f"of the {topics.partitions} assigned partitions: the others go on "
+                        "fetching records for a gateway that is down for everyone (pause the "
+                        "whole assignment, consumer.pause(consumer.assignment()))")
     if gaps and max(gaps) > POLL_INTERVAL_MS / 1000:
         problems.append(f"poll() was not called for {max(gaps):.1f} s: over "
                         f"max.poll.interval.ms ({POLL_INTERVAL_MS} ms) the broker evicts the "
@@ -305,3 +311,50 @@ def test_a_stop_while_the_circuit_is_open_dead_letters_nothing(lab, ledger_db, c
                         if audit.violations else "")
                      + "what happened:\n" + timeline(run, downstream, inputs, limit=12),
             lesson=SEE)
+
+
+def test_a_window_cut_short_by_the_poll_interval_still_asks_ping(lab, ledger_db, clock):
+    """The gateway is down for everyone, and every call hangs 20 s before it times out:
+    with a 60 s poll interval the retry window (30 s) is over after two of the four
+    attempts. Dead-lettering then is the same mistake as after the fourth: ping() decides."""
+    topics = lab.topics()
+    settings = lab.settings(topics, attempts=4, open_seconds=9.7, max_poll_interval_ms=60_000)
+    inputs = lab.produce(topics.source, [healthy("acc-4", 1_913), healthy("acc-6", 2_207)])
+    outage = {"started": None}
+    hang = 20.0
+
+    def down():
+        if outage["started"] is None:
+            outage["started"] = clock.monotonic()
+        return clock.monotonic() < outage["started"] + 47.0
+
+    def on_call(call):
+        if call.what == "authorize" and call.outcome == "down":
+            clock.advance(hang)  # the call hangs, then times out
+
+    downstream = ScriptedDownstream(lab.payments, clock, down_while=down, on_call=on_call,
+                                    down_as="timeout")
+    run = lab.run(ledger_db, topics, settings, downstream, clock, timeout=15)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    if dlt:
+        first = [c for c in downstream.calls if c.at < (outage["started"] or 0) + 47.0]
+        pinged = any(c.what == "ping" for c in first)
+        raise CheckFailure(
+            "The gateway was down for everyone, and every authorize() hung 20 s before it "
+            "timed out: with a 60 s poll interval the retry window (half of it) was over "
+            "after two attempts of max_attempts 4, and the record went to the DLT"
+            + ("" if pinged else " without a ping()") + ". A window cut short by the poll "
+            "interval ends the retries like max_attempts does, and the same question comes "
+            "before the DLT: does ping() answer? It did not: open the circuit and hold the "
+            "record.",
+            expected="nothing in the DLT; the record held until the gateway answers, then "
+                     "booked",
+            actual=f"{len(dlt)} record(s) dead-lettered; "
+                   + ("ping() was asked" if pinged else "ping() was never asked"),
+            evidence="DLT:\n" + dlt_table(dlt, inputs) + "\ngateway calls (clock time since "
+                     "the outage began):\n" + table(
+                         [(f"t+{max(0.0, c.at - (outage['started'] or 0)):5.1f}s", c.what,
+                           c.outcome) for c in first], ("when", "call", "outcome"), limit=10),
+            lesson=SEE)
+    require_done(run, inputs, downstream, read=SEE, why=(
+        "After the outage ping() answers: the consumer should resume and book both."))

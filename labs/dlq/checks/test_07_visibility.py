@@ -301,16 +301,21 @@ def test_alert_fires_on_any_dead_letter(lab):
               (0, None, {"KeyParked": 0, "PaymentDeclined": 3, "UndecodableEvent": 0}),
               "PaymentDeclined"),
              ("13 waiting, the oldest for 41.6 s, no new writes", (13, 41.6, {}), "13"),
+             # both at once: the page says both (the new type, and how many wait)
+             ("2 new PaymentDeclined while 37 wait, the oldest for 5.3 s",
+              (37, 5.3, {"PaymentDeclined": 2}), ("PaymentDeclined", "37")),
              ("13 waiting, the oldest for 90 min", (13, 5400.0, {}), "13")]
     rows, wrong, phantom = [], [], []
     for situation, args, want in cases:
         got = call(metrics_module.alert_reason, *args)
+        wants = () if want is None else (want,) if isinstance(want, str) else want
         ok = got is None if want is None else \
-            (isinstance(got, str) and re.search(rf"\b{want}\b", got) is not None)
+            (isinstance(got, str) and all(re.search(rf"\b{w}\b", got) for w in wants))
         zero = [name for name, n in args[2].items() if n == 0]
         named = [name for name in zero
                  if isinstance(got, str) and re.search(rf"\b{name}\b", got)]
-        rows.append((situation, "None" if want is None else f"a page naming {want}",
+        rows.append((situation, "None" if want is None else
+                     f"a page naming {' and '.join(wants)}",
                      repr(got), "" if ok and not named else "WRONG"))
         if not ok:
             wrong.append(situation)
@@ -329,7 +334,8 @@ def test_alert_fires_on_any_dead_letter(lab):
             "This is a money flow: one dead letter is already an incident. alert_reason() "
             "returns None when all is quiet (no new writes, or only zero counts, and nothing "
             "waiting) and otherwise the sentence for the page, naming what happened: the "
-            "exception types of new writes, how many records wait (however young the oldest).",
+            "exception types of new writes, how many records wait (however young the oldest), "
+            "both when both are true.",
             expected="a page exactly when something was written or waits",
             actual="wrong for: " + "; ".join(wrong),
             evidence=table(rows, ("situation", "expected", "alert_reason()", "")), lesson=SEE)

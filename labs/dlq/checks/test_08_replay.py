@@ -298,11 +298,37 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
             lesson=SEE)
 
 
+class FirstAckLate(ProducerTap):
+    """A producer tap whose first acknowledgement takes `seconds` on the clock (a broker
+    that stalls once, then answers at once)."""
+
+    def __init__(self, producer: Any, clock: Any, seconds: float) -> None:
+        super().__init__(producer, clock)
+        self._late, self._stalled = seconds, False
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+
+        def report(err: Any, msg: Any) -> None:
+            if not self._stalled:
+                self._stalled = True
+                self._clock.advance(self._late)
+            if callback is not None:
+                callback(err, msg)
+
+        return super().produce(*args, on_delivery=report, **kwargs)
+
+
+FIRST_ACK_SECONDS = 2.0
+
+
 def test_replay_is_rate_limited(lab, clock):
     topics = lab.topics()
     dead = mixed(lab, topics, replays=(None,) * 6)
     rate = 7.3
-    sends = ProducerTap(lab.dlt_producer(), clock)
+    # The first acknowledgement takes 2 s on the clock: a schedule kept from the start would
+    # then send the next records in a burst to catch up.
+    sends = FirstAckLate(lab.dlt_producer(), clock, FIRST_ACK_SECONDS)
     began = clock.monotonic()
     replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=sends,
            rate_per_second=rate)
@@ -327,16 +353,50 @@ def test_replay_is_rate_limited(lab, clock):
             "backlog of thousands does not flood the consumer (or the gateway behind it). "
             "Space the sends: each re-publish at least 1 / rate_per_second after the previous "
             "one on the clock (clock.sleep() for the rest); no burst at the start, as a token "
-            "bucket that starts full would allow.",
+            "bucket that starts full would allow."
+            + (f" The first acknowledgement took {FIRST_ACK_SECONDS:.0f} s on the clock; the "
+               "sends after it came in a burst, making up for the stall (as a schedule that "
+               "keeps its start, next += interval, or a token bucket that filled meanwhile "
+               "does): pace each send from the previous one."
+               if close and close[0][0] > 2 else ""),
             expected=f"{len(dead)} records at {rate} per second: sends at least "
                      f"{interval:.3f} s apart",
             actual=f"{len(close)} of {len(gaps)} gaps shorter" if close else
                    f"{len(times)} sends in {took:.2f} s", evidence=evidence, lesson=SEE)
 
 
+def test_replay_timeout_is_real_time(lab, clock):
+    """Nine records at 1.3 per second take over six seconds of the clock's time and, since
+    the checks' clock skips every sleep, about a second of real time: a 4.7 s timeout in
+    real time leaves the run whole."""
+    topics = lab.topics()
+    dead = mixed(lab, topics, replays=(None,) * 9)
+    sends = ProducerTap(lab.dlt_producer(), clock)
+    began, clock_began = time.monotonic(), clock.monotonic()
+    report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=sends,
+                    rate_per_second=1.3, timeout_seconds=4.7)
+    real, on_clock = time.monotonic() - began, clock.monotonic() - clock_began
+    sent = len(sends.to(topics.source))
+    if sent < len(dead) and real < 4.7:
+        raise CheckFailure(
+            f"Replay returned after {sent} of {len(dead)} records, {real:.1f} s into a run "
+            "whose timeout_seconds is 4.7: the rate limit's sleeps (1.3 records per second) "
+            f"had moved the clock {on_clock:.1f} s on, and the deadline was read on it. "
+            "timeout_seconds bounds a run in real time; the clock you are handed is for the "
+            "pacing, and the checks' clock skips every sleep.",
+            expected=f"all {len(dead)} re-published", actual=f"{sent}; report {report!r}",
+            fix="measure the deadline with time.monotonic(), not clock.monotonic()",
+            lesson=SEE)
+
+
 def test_replay_commits_only_after_the_ack(lab, clock):
     topics = lab.topics()
-    dead = mixed(lab, topics, replays=(None,) * 4)
+    # the first record (all in one partition: it is the first read) is at the cap, bound for
+    # the parking lot: a write like any other
+    kinds = ("InvalidEvent", "DownstreamUnavailable", "PaymentDeclined", "InvalidEvent")
+    dead = craft_dead_letters(lab, topics, [
+        (healthy(f"acc-{n}", 100 + n, partition=0), kind, 3 if n == 0 else None)
+        for n, kind in enumerate(kinds)])
     group = lab.kafka.group_id("dlt-replayer")
     broken = Producer(lab.producer_config(**{"bootstrap.servers": unreachable_bootstrap(),
                                              "message.timeout.ms": 300, "log_level": 0}))
@@ -352,18 +412,26 @@ def test_replay_commits_only_after_the_ack(lab, clock):
     committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
                                   topics.partitions)
     if not all(o < 0 for o in committed.values()):
+        parked_first = committed.get(dead[0].partition, -1) > dead[0].offset
         raise CheckFailure(
-            "No re-published record was acknowledged (the broker was unreachable), yet the "
+            "No record the replayer sent was acknowledged (the broker was unreachable), yet the "
             "replayer committed DLT offsets: those records are now skipped by every later run "
-            "of this job. Commit a DLT offset only after the write it caused was acknowledged.",
+            "of this job. Commit a DLT offset only after the write it caused was acknowledged."
+            + (" The first record was at the cap, bound for the parking lot: its DLT offset "
+               "was committed though the parking lot never had it. A park is a write like a "
+               "re-publish: wait for its acknowledgement too." if parked_first else ""),
             expected="nothing committed for the replay group",
             actual=f"replay {outcome}; committed {offsets_text(committed)}", lesson=SEE)
     replay(lab, topics, group, clock)
     back = lab.read(topics.source, topics.partitions, fence=True)
-    if len(back) != len(dead):
+    parked = lab.read(topics.parking_lot, lab.partition_counts([topics.parking_lot])[
+        topics.parking_lot], fence=True)
+    if len(back) != len(dead) - 1 or [r.value for r in parked] != [dead[0].item.value]:
         raise CheckFailure(
-            "With the broker back, the same job replays what the failed run could not.",
-            expected=f"{len(dead)} records in {topics.source}", actual=str(len(back)), lesson=SEE)
+            "With the broker back, the same job replays what the failed run could not, and "
+            "parks the record at the cap.",
+            expected=f"{len(dead) - 1} records in {topics.source}, 1 in the parking lot",
+            actual=f"{len(back)} and {len(parked)}", lesson=SEE)
 
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):

@@ -21,7 +21,7 @@ from _support import (
     match_dlt,
     require_done,
 )
-from _tools import ScriptedDownstream, healthy, invalid, with_label
+from _tools import ScriptedDownstream, healthy, invalid, undecodable, with_label
 
 from dojo.checks import CheckFailure, NotWritten, call, table
 from dojo.checks.observers import ProducerTap
@@ -614,3 +614,202 @@ def test_a_crash_after_the_heads_commit_keeps_its_key_parked(lab, ledger_db, clo
                              "yes" if i.item.event_id in booked else "no")
                             for n, i in enumerate(inputs)], ("message", "in DLT", "booked")),
             lesson=SEE)
+
+
+class CrashAfterFirstCommit:
+    """The learner's consumer for one life that is stopped dead right after its first offset
+    commit returned (the commit reached the broker; nothing run() meant to do after it
+    happens). A commit attempted after the crash (a consumer that caught it) raises again
+    and reaches nothing."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.finished: tuple[int, int, bytes] | None = None  # (partition, offset, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        if self.finished is not None:
+            raise _Crash
+        self._consumer.commit(*args, **kwargs)
+        message = kwargs.get("message", args[0] if args and not isinstance(args[0], list)
+                             else None)
+        if message is not None:
+            self.finished = (message.partition(), message.offset(), message.value() or b"")
+        else:
+            offsets = kwargs.get("offsets", args[0] if args else None) or []
+            self.finished = (offsets[0].partition, offsets[0].offset - 1, b"") if offsets \
+                else (-1, -1, b"")
+        raise _Crash
+
+
+def lives_crashing_after_every_commit(lab, engine, topics, settings, downstream, clock,
+                                      names, story, max_lives=10):
+    """Run the consumer life after life, each stopped dead right after its first offset
+    commit, until a life finds everything committed: every commit point of every record is
+    a crash point. `story` collects one line per life (what its last commit finished)."""
+    for _ in range(max_lives):
+        crash = CrashAfterFirstCommit(lab.source_consumer(settings, topics))
+        try:
+            run = lab.run(engine, topics, settings, downstream, clock, consumer=crash,
+                          timeout=15)
+        except _Crash:
+            p, o, value = crash.finished or (-1, -1, b"")
+            story.append((len(story) + 1, f"p{p}@{o}", names.get(value, "?")))
+            continue
+        require_done(run, lab.inputs[topics.source], downstream, read=SEE)
+        return
+    raise CheckFailure(
+        f"The consumer was stopped dead right after each offset commit and started again, "
+        f"{max_lives} times, and still had records to commit: each life should finish one "
+        "record and commit it.", expected="one record per life, then a life with nothing left",
+        actual=f"{max_lives} lives", evidence=table(story[-12:], ("life", "committed",
+                                                                  "record")), lesson=SEE)
+
+
+def test_a_crash_after_any_commit_keeps_the_parked_count(lab, ledger_db, clock):
+    """Every life of the consumer is stopped dead right after its first offset commit
+    returned: after the head's, a KeyParked follower's, a replayed head's, a replayed
+    follower's. Whatever a record changes in the parked state is durable before its commit,
+    so the key is neither freed early nor kept parked behind a head that was booked."""
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    other = healthy("acc-3", 321)
+    lab.produce(topics.source, [head, other, follower])
+    names = {head.value: f"{KEY} deposit 100.00 (declined)", other.value: "acc-3 deposit 3.21",
+             follower.value: f"{KEY} withdrawal 80.00"}
+    story: list[tuple[Any, ...]] = []
+    declining = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    lives_crashing_after_every_commit(lab, ledger_db, topics, settings, declining, clock,
+                                      names, story)
+    # The cause is fixed; a job for the declined payments brings the head back alone.
+    fixed = ScriptedDownstream(lab.payments, clock)
+    replay_all(lab, topics, lab.kafka.group_id("dlt-declined"), clock,
+               exception_types={"PaymentDeclined"})
+    lives_crashing_after_every_commit(lab, ledger_db, topics, settings, fixed, clock,
+                                      names, story)
+    late = healthy(KEY, 1_234)
+    names[late.value] = f"{KEY} deposit 12.34 (while the withdrawal waits)"
+    lab.produce(topics.source, [late])
+    lives_crashing_after_every_commit(lab, ledger_db, topics, settings, fixed, clock,
+                                      names, story)
+    booked = {r.event_id for r in ledger(ledger_db)}
+    lives = table(story, ("life", "its commit (then killed)", "record"), limit=16)
+    if late.event_id in booked or follower.event_id in booked:
+        raise CheckFailure(
+            f"Each consumer life was stopped dead right after its first offset commit. "
+            f"{KEY}'s declined deposit parked the key and the withdrawal behind it was "
+            "parked as KeyParked; after the fix a replay brought back the deposit alone, and "
+            f"it was booked. The withdrawal still waits in the DLT, yet "
+            + ("a new deposit of the key was booked: the key came free early"
+               if late.event_id in booked else "the withdrawal was booked")
+            + ". A crash between a record's commit and its update of the parked key loses "
+            "the update: count a parked follower (and release a booked head) before the "
+            "offset commit, in the booking's transaction or before it.",
+            expected=f"the new deposit of {KEY} parked behind the withdrawal, neither booked",
+            actual="booked: " + ", ".join(n for e, n in ((late, "the new deposit"),
+                                                         (follower, "the withdrawal"))
+                                           if e.event_id in booked),
+            evidence="the lives, each killed after its commit:\n" + lives, lesson=SEE)
+    # The rest comes back: a job that starts after the head's DLT record.
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    heads = [r for r in dlt if r.value == head.value]
+    if not heads:
+        raise CheckFailure(f"{KEY}'s declined deposit is not in the DLT.",
+                           expected="it in the DLT", actual="missing", lesson=SEE)
+    rest = lab.kafka.group_id("dlt-rest")
+    commit_group(lab, rest, topics.dead_letter, {heads[0].partition: heads[0].offset + 1})
+    report, _ = replay_all(lab, topics, rest, clock)
+    lives_crashing_after_every_commit(lab, ledger_db, topics, settings, fixed, clock,
+                                      names, story)
+    final = healthy(KEY, 2_345)
+    names[final.value] = f"{KEY} deposit 23.45 (after everything came back)"
+    lab.produce(topics.source, [final])
+    lives_crashing_after_every_commit(lab, ledger_db, topics, settings, fixed, clock,
+                                      names, story)
+    events = [head, follower, late, final]
+    ids = key_order(ledger_db, events)
+    firsts = [v[0] if len(v) == 1 else None for v in ids.values()]
+    if None in firsts or firsts != sorted(f for f in firsts if f is not None):
+        raise CheckFailure(
+            f"Each consumer life was stopped dead right after its first offset commit. "
+            f"{KEY}'s replayed head was booked and committed; then the records parked behind "
+            "it were replayed, and they must be booked in order, the key free afterwards. "
+            + ("The withdrawal was not booked: it was parked again, behind a head that had "
+               "been booked already. The key's count went down after the head's commit, and "
+               "the crash between the two lost it. Release the key in the booking's "
+               "transaction (or before the commit)."
+               if follower.event_id not in {r.event_id for r in ledger(ledger_db)} else ""),
+            expected="the deposit, the withdrawal, the deposit made while it waited and the "
+                     "last deposit booked once each, in that order",
+            actual=f"replay of the rest reported {report!r}; ledger ids per message: "
+                   f"{[ids[e.event_id] for e in events]}",
+            evidence=order_table(events, ids, ["deposit 100.00 (was declined)",
+                                               "withdrawal 80.00", "deposit 12.34",
+                                               "deposit 23.45"])
+                     + "\nthe lives, each killed after its commit:\n"
+                     + table(story, ("life", "its commit (then killed)", "record"), limit=24),
+            lesson=SEE)
+
+
+def test_a_parked_record_is_dead_lettered_as_keyparked(lab, ledger_db, clock):
+    """Behind acc-42's declined deposit come bytes that are not even JSON, with the key, and a
+    withdrawal: both are parked behind the head, as payments.KeyParked, never tried."""
+    topics = lab.topics()
+    settings = lab.settings(topics)
+    head = with_label(healthy(KEY, 10_000), "declined")
+    garbage = undecodable(KEY)
+    follower = healthy(KEY, 8_000, kind="withdrawal")
+    inputs = lab.produce(topics.source, [head, garbage, follower])
+    downstream = ScriptedDownstream(lab.payments, clock, {head.event_id: ["declined"] * 9})
+    run = lab.run(ledger_db, topics, settings, downstream, clock)
+    require_done(run, inputs, downstream, read=SEE)
+    dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
+    found = match_dlt(inputs, dlt)
+    rows = [(name, i.describe(), r.text("kafka_dlt-exception-fqcn"), r.text("x-dlt-attempts"))
+            for name, n, i in (("head (declined)", 0, inputs[0]),
+                               ("not JSON", 1, inputs[1]), ("withdrawal", 2, inputs[2]))
+            for r in found.get(n, [])]
+    evidence = table(rows, ("message", "input", "kafka_dlt-exception-fqcn", "x-dlt-attempts"))
+    parked = [(name, n, found[n][0]) for name, n in (("the record that is not JSON", 1),
+                                                     ("the withdrawal", 2)) if n in found]
+    if len(parked) < 2:
+        raise CheckFailure(
+            f"{KEY}'s deposit was declined and parked the key; the two records of the key "
+            "behind it must reach the DLT too.",
+            expected="both in the DLT", actual=f"{len(parked)} of 2 in the DLT",
+            evidence=evidence, lesson=SEE)
+    for name, _, r in parked:
+        fq = r.text("kafka_dlt-exception-fqcn") or ""
+        if fq.rsplit(".", 1)[-1] != "KeyParked":
+            raise CheckFailure(
+                f"{KEY} was parked behind its declined deposit; {name} came next and was "
+                f"dead-lettered as {fq or 'no exception'}, its own failure, not as parked. "
+                "Look the key up before anything else, parsing included: a record of a "
+                "parked key is parked whatever it holds. Taken for a new head, it replaces "
+                "the head the key waits for, and the replayed deposit is not recognised "
+                "any more.",
+                expected=f"{name} in the DLT as payments.KeyParked", actual=fq or "missing",
+                evidence=evidence, lesson=SEE)
+        if fq != "payments.KeyParked":
+            raise CheckFailure(
+                f"{name[0].upper() + name[1:]} of the parked key {KEY} was dead-lettered as "
+                f"{fq}: a class of your own with that name. The README's exception is "
+                "payments.KeyParked; a replay or an alert that filters on "
+                "kafka_dlt-exception-fqcn, and a Java tool, look for that name.",
+                expected="kafka_dlt-exception-fqcn = payments.KeyParked", actual=fq,
+                evidence=evidence, fix="raise (or name) payments.KeyParked, imported from "
+                "payments, instead of a class of your own", lesson=SEE)
+        attempts = r.text("x-dlt-attempts")
+        if attempts != "0":
+            raise CheckFailure(
+                f"{name[0].upper() + name[1:]} of the parked key {KEY} was dead-lettered with "
+                f"x-dlt-attempts "
+                f"{attempts!r}. It was never tried: it was parked behind its key's head. "
+                "The header counts the attempts made, and a person reading the DLT tells a "
+                "parked record from one that failed by it.",
+                expected="x-dlt-attempts = 0 (decimal text)", actual=repr(attempts),
+                evidence=evidence, lesson=SEE)

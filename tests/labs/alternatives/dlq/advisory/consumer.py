@@ -37,7 +37,6 @@ from sqlalchemy import Engine, text
 POLL_SECONDS = 0.1
 PAUSED_POLL_SECONDS = 0.05
 PAUSED_NAP_SECONDS = 1.0  # between polls while the circuit is open: far below the interval
-JITTER = random.Random()  # one per process, seeded by the system
 
 
 def consumer_config(base: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -54,17 +53,17 @@ def producer_config(base: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply_once(engine: Engine, event: PaymentEvent) -> bool:
-    """Book `event` unless it was booked before: the marker and the effect commit together.
-
-    Returns:
-        True when the effect was applied now, False for a duplicate.
-    """
+    """Serialise twins on a transaction-scoped advisory lock of the event id, then look,
+    then insert: the lock is held until COMMIT, so the second twin sees the first's marker."""
     with engine.begin() as conn:
-        inserted = conn.execute(
-            text("INSERT INTO processed_events (event_id) VALUES (:event_id) "
-                 "ON CONFLICT DO NOTHING"), {"event_id": event.event_id}).rowcount
-        if inserted == 0:
-            return False  # a concurrent twin waited for our commit and lost, or a redelivery
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:e, 42))"),
+                     {"e": event.event_id})
+        seen = conn.execute(text("SELECT 1 FROM processed_events WHERE event_id = :e"),
+                            {"e": event.event_id}).first()
+        if seen is not None:
+            return False
+        conn.execute(text("INSERT INTO processed_events (event_id) VALUES (:e)"),
+                     {"e": event.event_id})
         apply_payment(conn, event)
     return True
 
@@ -122,7 +121,7 @@ class PaymentConsumer:
         self.metrics = metrics
         self.should_stop = should_stop
         self.breaker = CircuitBreaker(settings.breaker.open_seconds, clock)
-        self.rng = JITTER
+        self.rng = random.Random()
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> None:
