@@ -53,3 +53,32 @@ def test_widening_replaces_one_word_at_a_time_and_keeps_the_cue_as_written() -> 
 def test_a_word_with_no_group_is_left_alone() -> None:
     cue = parse_cue("offset + key", {})
     assert widened(cue).ideas == cue.ideas
+
+
+def timeout_card(says: str) -> Card:
+    bound = KeyPoint("bound", "A client timeout bounds every call", (), 1,
+                     (parse_cue("timeout + bound* | every call", {}),))
+    mis = Misconception("bound", "No client timeout is needed", (parse_cue(says, {}, sentences=1),),
+                        (), 1)
+    return Card("t", "followup", "Why a timeout?", "a", "", (bound,), "lesson",
+                Path("cards.yaml"), 1, (mis,))
+
+
+def test_the_unneeded_term_flags_a_step_waved_away() -> None:
+    card = timeout_card("@unneeded > client timeout | timeout")
+    answer = "The breaker cuts slow calls off, so there is no need for a client timeout."
+    assert score_answer(card, answer).result("bound").verdict is Verdict.CONTRADICTED
+
+
+def test_the_unneeded_term_leaves_the_requirement_alone() -> None:
+    card = timeout_card("@unneeded > client timeout | timeout")
+    answer = "The breaker cannot stop a waiting call, so a client timeout bounds every call."
+    assert score_answer(card, answer).result("bound").verdict is Verdict.MADE
+
+
+def test_the_fine_term_flags_a_risk_called_harmless_but_not_one_called_a_risk() -> None:
+    card = timeout_card("no timeout | without a timeout + @fine")
+    assert score_answer(card, "Running without a timeout is not a problem here.").result(
+        "bound").verdict is Verdict.CONTRADICTED
+    assert score_answer(card, "Running without a timeout is the problem: a timeout bounds "
+                        "every call.").result("bound").verdict is Verdict.MADE
