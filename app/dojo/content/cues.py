@@ -58,7 +58,7 @@ BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
                  "doesn't need", "does not need", "no code needed", "nothing special",
                  "nothing to do", "no change", "no changes"),
     "auto": ("automatically", "automatic", "on its own", "on their own", "by itself",
-             "by themselves", "out of the box", "for free", "transparently", "by default"),
+             "by themselves", "out of the box", "for free", "transparently"),
 }
 
 # --- the cue language ---------------------------------------------------------------------
