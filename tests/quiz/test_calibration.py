@@ -45,7 +45,6 @@ KNOWN_MISORDERED: dict[str, str] = {
     "lessons-spot-separate-facts": "held out: partial 20 < negated 80",
     "mistakes-spot-outage-dlq": ("held out: partial 40 < wrong-right-words 60; "
                                  "partial 40 < negated 80"),
-    "n-plus-one-pagination": "partial 60 < negated 85",
     "unknown-spot-experience": "strong 75 < partial 100",
 }
 

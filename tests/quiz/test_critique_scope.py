@@ -149,3 +149,12 @@ def test_a_misconception_supposed_in_an_if_clause_is_no_claim() -> None:
     # "when" as often describes what a team does: still a claim.
     assert verdict(says, "When we lock them in the order of the request, it works.") \
         is Verdict.CONTRADICTED
+
+
+def test_a_bug_once_fixed_is_no_verdict_on_the_claim_after_it() -> None:
+    assert not critique("replay + in one go", "Once the bug is fixed we replay the DLQ in one go.")
+    assert not critique("replay + in one go",
+                        "When the problem is found, we replay the DLQ in one go.")
+    # its twin: the judgement word still criticises the claim it leads to
+    assert critique("replay + in one go", "The bug is to replay the DLQ in one go.")
+    assert critique("replay + in one go", "The mistake here is replaying the DLQ in one go.")

@@ -20,9 +20,12 @@ def test_a_dotted_name_or_a_decimal_ends_no_sentence() -> None:
     assert one_sentence("ratio + half", "A ratio of 0.5 means half of the calls failed.")
     assert one_sentence("module + open* + reflection",
                         "The module com.acme.fx opens the package for reflection.")
+    assert one_sentence("handler + dlt + automatically",
+                        "The handler sends failures to a .DLT automatically.")
     # A full stop followed by a space still ends the sentence.
     assert not one_sentence("boot + every auto configuration",
                             "Boot reads it. Then every auto-configuration loads.")
+    assert not one_sentence("handler + dlt", "The handler retries. DLT topics come later.")
 
 
 def test_a_dotted_name_is_one_phrase_of_its_parts_and_a_decimal_one_word() -> None:

@@ -22,8 +22,8 @@ nothing. The shapes recognised, for a critique word W and a claim X in one sente
 A critique word that is denied ("not a problem", "no risk", "nothing is lost") or averted
 ("prevents lost updates", "avoids a stall"), or one in a clause opened by "otherwise" / "or
 else" (what happens when the claim is not followed: "make it static, otherwise … loses its
-processing"), criticises nothing, and one that is part of the
-claim's own words is the claim.
+processing"), criticises nothing, nor does one that something resolves ("once the bug is
+fixed, we replay"), and one that is part of the claim's own words is the claim.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ prevent prevents prevented preventing avoid avoids avoided avoiding stop stops p
 guard guards against save saves
 """.split())
 JUDGEMENT_REACH = 6  # words between a claim and what it is called
+# What happens to a bug or a problem once it is handled: "once the bug is fixed".
+_RESOLVED = frozenset("""
+fixed found solved resolved patched gone understood identified located reproduced addressed
+corrected repaired
+""".split())
 
 
 def criticised(tokens: Sequence[Token], match: CueMatch) -> bool:
@@ -136,8 +141,12 @@ def _called_before(tokens: Sequence[Token], index: int, first: int) -> bool:
     if first - index > JUDGEMENT_REACH:
         return False
     # "the mistake is to", "the problem with", "the mistake here is": the link comes first.
-    return any(t.word in _LEADING for t in tokens[index + 1:min(first, index + 3)]) \
-        or tokens[first].colon
+    # "Once the bug is fixed, we replay": a judgement word that something resolved is the
+    # thing dealt with, a time or a condition, not a verdict on the claim after it.
+    link = tokens[index + 1:min(first, index + 3)]
+    if any(t.word in _RESOLVED for t in link):
+        return False
+    return any(t.word in _LEADING for t in link) or tokens[first].colon
 
 
 def _colon_after(tokens: Sequence[Token], index: int) -> bool:

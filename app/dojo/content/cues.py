@@ -43,6 +43,22 @@ BUILTIN_TERMS: dict[str, tuple[str, ...]] = {
             "correct way", "correct approach", "correct design", "correct order",
             "proper way", "i would", "we would", "i will", "we will", "the answer is",
             "the way to", "what you want", "recommend", "my advice", "the plan is"),
+    # Rival claims that wave a risk away or over-claim (round 6): a negated answer rarely says
+    # "not X"; it says the danger is "fine", the step "not needed", the feature works "on its
+    # own". For misconceptions: "@scan + com + @fine", "@unneeded > @hint", "@hint + @auto".
+    "fine": ("fine", "ok", "okay", "harmless", "reasonable", "good enough", "not a concern",
+             "not a problem", "no problem", "not an issue", "no issue", "no risk", "no harm",
+             "the right use", "the right choice", "the right strategy", "a good value",
+             "the standard", "is standard", "precise enough", "accurate enough",
+             "nothing is really lost", "nothing is lost", "not really affected",
+             "does not really suffer", "doesn't really suffer", "not really suffer",
+             "just as well", "just as reliably", "costs little", "costs very little", "cheap"),
+    "unneeded": ("no need", "not needed", "not necessary", "unnecessary", "not required",
+                 "need not", "needs no", "need no", "don't need", "do not need",
+                 "doesn't need", "does not need", "no code needed", "nothing special",
+                 "nothing to do", "no change", "no changes"),
+    "auto": ("automatically", "automatic", "on its own", "on their own", "by itself",
+             "by themselves", "out of the box", "for free", "transparently"),
 }
 
 # --- the cue language ---------------------------------------------------------------------

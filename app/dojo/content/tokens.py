@@ -4,7 +4,8 @@ the sentence it sits in.
 
 Clauses end at `. , ; : ! ? ( )`, at a line break, at " - ", and before a clause word ("but",
 "because", "which", …); sentences end at `. ! ?` followed by a space or the end, and at a line
-break. A dotted name (spring.factories) or a decimal (0.5) ends nothing.
+break. A dotted name (spring.factories), a name's leading dot (.DLT) or a decimal (0.5) ends
+nothing.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def tokenize(text: str) -> list[Token]:
         piece = match.group()
         if match.start() == skip_dot:
             continue
+        if piece == "." and lowered[match.end():match.end() + 1].isalnum():
+            continue  # a leading dot of a name (".DLT", ".class") ends nothing
         if not piece[0].isalnum():
             clause += 1
             if piece.strip() in _SENTENCE_END or piece == "\n":

@@ -32,6 +32,7 @@ from dojo.content.polarity import (
     states_it,
     swapped,
 )
+from dojo.content.synonyms import widened
 from dojo.content.tokens import Token, tokenize
 from dojo.content.typos import repair_typos
 from dojo.quiz.answer_shape import FUNCTION_WORDS, AnswerShape, answer_shape
@@ -325,7 +326,7 @@ def _misconception(mis: Misconception, answer: _Answer,
     for cue in mis.says:
         # A cue that opens with the fix itself ("@fix > keep consuming") finds its own fix.
         begin = 0 if cue.ideas[0].source.strip() == "@fix" else start
-        for match in affirmed_matches(cue, answer.tokens):
+        for match in affirmed_matches(widened(cue), answer.tokens):
             if match.first >= begin and _claims(answer.tokens, match) \
                     and _one_claim(answer.tokens, match):
                 return tuple(answer.span(occ.first, occ.last) for occ in match.occurrences)
