@@ -472,13 +472,13 @@ def test_the_p95_when_0_95_n_is_a_whole_rank(learner, window):
     fix = None
     if got == base[rank]:
         fix = (f"0.95 x {len(base)} = {rank} is a whole number: the nearest rank is the "
-               f"{rank}-th smallest, sorted(d)[{rank - 1}]. int(0.95 n) or round(0.95 n) as a "
+               f"{rank}th smallest, sorted(d)[{rank - 1}]. int(0.95 n) or round(0.95 n) as a "
                f"0-based index is the same as ceil(0.95 n) - 1 only when 0.95 n is not whole; "
-               f"here it takes the {rank + 1}-th. Use sorted(d)[ceil(0.95 n) - 1].")
+               f"here it takes the {rank + 1}st. Use sorted(d)[ceil(0.95 n) - 1].")
     raise CheckFailure(
         "impact() reported a baseline p95 that is not the nearest rank.",
         expected=f"baseline_p95_ms {target} (of {len(base)} durations, the ceil(0.95 x "
-                 f"{len(base)}) = {rank}-th smallest; within 15 %)",
+                 f"{len(base)}) = {rank}th smallest; within 15 %)",
         actual="None" if found is None else f"baseline_p95_ms {got!r}",
         evidence=_summary(scenario, served.minutes, want.endpoint)
         + f"\nthe baseline's {len(base)} sorted durations, ranks {rank - 2} to {rank + 1}: "
