@@ -7,7 +7,10 @@ they show no errors), while another dependency is slower (a tail of slow answers
 timeout) and a burst of timeouts earlier in the window recovered. The shop's own bugs fail a
 few requests all along, and from the onset on the fast dependency answers some calls with 503
 (errors of a third kind: neither the failing dependency's nor the service's own). The healthy
-run has the same slow dependency, the same burst and one stray timeout in its last minute.
+run has the same slow dependency, the same burst and one stray timeout in its last minute. A
+quiet window ends with a minute in which the first dependency called answers the few orders
+with 503 at once, so the others are sent no call (and refuse none). The broken run's onset
+minute has exactly a fifth of the failing dependency's calls timed out (2 of 10).
 """
 
 from __future__ import annotations
