@@ -44,6 +44,10 @@ FLAKY_EVERY = 4            # from the onset the fast dependency answers one call
 SPUTTER_EVERY = 3          # the healthy run's fast dependency, in its last minute: a 503 in 3
 LAST_HEALTHY_PER_MINUTE = 12   # requests in that minute: the stray timeout stays under a fifth
 PER_MINUTE = 8             # POST /orders requests per minute (every second one: a GET too)
+ONSET_CALLS = 10           # the onset minute: the failing dependency gets exactly this many
+ONSET_MAX_REQUESTS = 24    # calls, a fifth of them timing out (at most this many requests)
+QUIET_MINUTES = 4          # the window of quiet_run(): its last minute sends some no call
+QUIET_LAST_REQUESTS = 3    # POST /orders in that minute, each answered 503 by the first
 OPEN_FOR_S = 150           # the breaker refuses calls this long (shop clock) before a probe
 BREAKER_WINDOW = 8         # it opens when BREAKER_FAILURES of the last BREAKER_WINDOW calls
 BREAKER_FAILURES = 5       # failed (timed out or answered 5xx)
@@ -124,7 +128,7 @@ class Dependency:
     "slow-tail" (every SLOW_EVERY-th call slow); "burst" (every second call never
     answered); "failing" (of every four calls: one answered, one 503, two never answered);
     "stray" (the first call of the phase never answered, the rest answered); "dead" (no call
-    answered); "flaky" (of
+    answered); "fifth" (the fourth of every five calls never answered); "flaky" (of
     every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
     open its breaker); "sputter" (the same, one call in SPUTTER_EVERY); "down" (every call
     answered 503, at once)."""
@@ -183,6 +187,8 @@ class Dependency:
             return ("ok", "error", "hang", "hang")[k % 4]
         if phase == "stray":
             return "hang" if k == 0 else "ok"
+        if phase == "fifth":
+            return "hang" if k % 5 == 3 else "ok"
         if phase == "flaky":
             return "error" if k % FLAKY_EVERY == 0 else "ok"
         if phase == "down":
@@ -370,7 +376,8 @@ class DownstreamShop:
 
     def drive(self, broken: bool) -> None:
         """Play the window: a burst of timeouts that recovers, then (broken) the dependency
-        degrading (half its calls time out: the onset, its breaker still closed), then failing
+        degrading (the onset: exactly a fifth of its calls time out, 2 of 10, on the README's
+        threshold; its breaker still closed), then failing
         until its breaker is open and refuses every call of the last minute, while from the
         onset on the fast dependency answers a call in FLAKY_EVERY with 503 (the requests it
         fails are neither the failing dependency's nor the service's own); or (healthy) a
@@ -384,16 +391,21 @@ class DownstreamShop:
                 self.deps[self.plan.fast].set_phase("flaky")
             if not broken and m == last:
                 self.deps[self.plan.fast].set_phase("sputter")
-            if m == self.plan.burst or (broken and m == self.plan.onset):
+            if m == self.plan.burst:
                 failing.set_phase("burst")      # half its calls time out, its breaker holds
+            elif broken and m == self.plan.onset:
+                failing.set_phase("fifth")      # exactly a fifth time out: bad (>= 0.2)
             elif broken and m > self.plan.onset:
                 failing.set_phase("failing")
             elif not broken and m == last:
                 failing.set_phase("stray")
             else:
                 failing.set_phase("ok")
-            self._minute(m, LAST_HEALTHY_PER_MINUTE if not broken and m == last
-                         else PER_MINUTE)
+            if broken and m == self.plan.onset:
+                self._onset_minute(m)
+            else:
+                self._minute(m, LAST_HEALTHY_PER_MINUTE if not broken and m == last
+                             else PER_MINUTE)
             if not broken and m == last:
                 return
             if broken and m >= self.plan.onset + MIN_MINUTES_AFTER and self._refused_all(m):
@@ -401,6 +413,37 @@ class DownstreamShop:
                 return
         raise RuntimeError(f"run {self.plan.seed}: the breaker of {self.plan.failing} never "
                            "refused a whole minute; the scenario cannot be set up")
+
+    def _onset_minute(self, m: int) -> None:
+        """The onset minute: requests until the failing dependency has been sent ONSET_CALLS
+        calls (the requests that an earlier dependency or the shop's own bug fails never reach
+        it), so that exactly a fifth of its calls time out: 2 of 10, on the threshold."""
+        step = timedelta(minutes=1) / ONSET_MAX_REQUESTS
+        for i in range(ONSET_MAX_REQUESTS):
+            row = self.metrics.outbound.get((m, self.plan.failing)) or _outbound_row()
+            if row["calls"] >= ONSET_CALLS:
+                break
+            self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
+            user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
+            post(self.api.url + "/orders", {"user": user})
+            if i % 2 == 0:
+                post(self.api.url + "/orders", {"user": user}, method="GET")
+        self.end = self.plan.start + timedelta(minutes=m + 1)
+        self.clock.now = self.end
+
+    def drive_quiet(self) -> None:
+        """A healthy window whose last minute sends two dependencies no call at all: the first
+        one called (card-provider) answers each of the minute's few orders with 503 at once
+        (too few failures to open its breaker), so the shop never calls the others, and no
+        breaker refuses a call. Every other minute is plain traffic, every call answered."""
+        for dep in self.deps.values():
+            dep.set_phase("ok")
+        for m in range(QUIET_MINUTES):
+            if m == QUIET_MINUTES - 1:
+                self.deps[DEPENDENCIES[0]].set_phase("down")
+                self._minute(m, QUIET_LAST_REQUESTS)
+            else:
+                self._minute(m, PER_MINUTE)
 
     def _trip_fast_breaker(self) -> None:
         """At the end of the window (now), the fast dependency stops answering but with 503s
@@ -575,7 +618,12 @@ def play(seed: int, broken: bool) -> DownstreamRun:
         shop.close()
         raise
     run = DownstreamRun(plan, broken, shop, served, want, shop.sources())
-    if broken and (want is None or want.dependency != plan.failing
+    onset = iso(plan.start + timedelta(minutes=plan.onset))
+    onset_row = next((r for r in served["outbound"]
+                      if r["dependency"] == plan.failing and r["minute"] == onset), None)
+    if broken and (onset_row is None or onset_row["calls"] != ONSET_CALLS
+                   or onset_row["timeouts"] * 5 != onset_row["calls"]
+                   or want is None or want.dependency != plan.failing
                    or want.since != plan.start + timedelta(minutes=plan.onset)
                    or want.other_errors == 0
                    or want.first_refused in (None, want.since)
@@ -590,6 +638,34 @@ def play(seed: int, broken: bool) -> DownstreamRun:
         raise RuntimeError(f"run {seed}: the healthy shop's metrics show a failing "
                            f"dependency (the machine may be too loaded):\n{run.evidence()}")
     return run
+
+
+def play_quiet(seed: int) -> DownstreamRun:
+    """Play the quiet window (DownstreamShop.drive_quiet) and check that it shows what the
+    check needs: no dependency failing, and in the last minute at least one dependency sent
+    no call with none refused."""
+    plan = plan_of(seed)
+    shop = DownstreamShop(plan)
+    try:
+        shop.drive_quiet()
+        served = shop.served()
+        want = expected(served)
+    except BaseException:
+        shop.close()
+        raise
+    run = DownstreamRun(plan, False, shop, served, want, shop.sources())
+    if want is not None or not silent_in_last_minute(served):
+        shop.close()
+        raise RuntimeError(f"run {seed}: the quiet shop's metrics do not show a last minute "
+                           f"without calls (the machine may be too loaded):\n{run.evidence()}")
+    return run
+
+
+def silent_in_last_minute(served: dict[str, Any]) -> list[str]:
+    """The dependencies sent no call, and refused none, in the window's last minute."""
+    last = max(r["minute"] for r in served["outbound"])
+    return [r["dependency"] for r in served["outbound"] if r["minute"] == last
+            and r["calls"] == 0 and r["short_circuited"] == 0]
 
 
 # -- several dependencies failing at once: which one to name ------------------------------------

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
 from datetime import datetime
 from typing import Any
 
 import pytest
-from _history import ENDPOINTS, MIN_REQUESTS, Recorded, Scenario, quiet_baseline_minute
+from _history import (
+    BASELINE_MINUTES,
+    ENDPOINTS,
+    MIN_REQUESTS,
+    Recorded,
+    Scenario,
+    p95,
+    quiet_baseline_minute,
+)
 from _support import (
     IMPACT,
     PROVE,
@@ -395,3 +404,111 @@ def test_the_evidence_names_the_reported_endpoints_onset(learner, window):
             lesson=PROVE,
             fix=fix,
         )
+
+
+# -- the p95's rank and its pool: a window whose durations are drawn for it -------------------
+WHOLE_RANK_PER_MINUTE = 20      # baseline requests per minute: 0.95 n is a whole number
+SLOW_EVERY_THIRD = 3            # since the onset, every third minute is slow
+
+
+def _latency_window(scenario: Scenario, recorded: Recorded) -> Recorded:
+    """refund-deploy's window (its incident fails requests fast: errors, not latency) with the
+    incident endpoint's durations drawn again. The baseline: 20 requests a minute, 200 in all,
+    so 0.95 n = 190 is whole; the 190th smallest duration (the nearest rank) takes 131-149 ms,
+    the 10 above it 1183-1247 ms, every one below it at most 79 ms: the 191st (a 0-based
+    int(0.95 n), or round()) is 8 times the p95. Since the onset, one minute in three is slow
+    (every duration 1012-1088 ms), the others fast (18-79 ms): the p95 of every duration since
+    the onset is a slow one, the mean of the minutes' p95s less than half of it. The minutes
+    before the onset keep their durations (at most 342 ms: under 3 x the baseline p95)."""
+    assert scenario.onset is not None
+    rng = random.Random(f"{scenario.seed}/whole-rank")
+    base_total = BASELINE_MINUTES * WHOLE_RANK_PER_MINUTE
+    rank = math.ceil(0.95 * base_total)
+    pool = ([round(rng.uniform(18, 79), 1) for _ in range(rank - 1)]
+            + [round(rng.uniform(131, 149), 1)]
+            + [round(rng.uniform(1183, 1247), 1) for _ in range(base_total - rank)])
+    rng.shuffle(pool)
+    rows, index = [], 0
+    for row in recorded.minutes:
+        if row["endpoint"] != scenario.endpoint:
+            rows.append(row)
+            continue
+        at = index
+        index += 1
+        if at < BASELINE_MINUTES:
+            n = WHOLE_RANK_PER_MINUTE
+            errors = min(row["errors"], n)
+            rows.append({**row, "requests": n, "errors": errors,
+                         "failed_users": row["failed_users"][:errors],
+                         "durations_ms": pool[at * n:(at + 1) * n]})
+        elif at >= scenario.onset:
+            slow = (at - scenario.onset) % SLOW_EVERY_THIRD == 1
+            low, high = (1012, 1088) if slow else (18, 79)
+            rows.append({**row, "durations_ms": [round(rng.uniform(low, high), 1)
+                                                 for _ in range(row["requests"])]})
+        else:
+            rows.append(row)
+    return Recorded(rows, recorded.lines)
+
+
+def _latency_impact(learner: Any, window: Any) -> tuple[Scenario, Recorded, Any, Any]:
+    scenario, recorded, sources = window("refund-deploy")
+    served = _latency_window(scenario, recorded)
+    want = expected_impact(scenario, served)
+    with observability(scenario, served, sources.log_paths) as reshaped:
+        found = _impact(learner, reshaped)
+    return scenario, served, want, found
+
+
+def test_the_p95_when_0_95_n_is_a_whole_rank(learner, window):
+    # the baseline has 200 durations: the nearest rank is the 190th, and the 191st is 8 x it
+    scenario, served, want, found = _latency_impact(learner, window)
+    got = field_of(found, "baseline_p95_ms") if found is not None else None
+    target = want.baseline_p95_ms
+    if isinstance(got, int | float) and abs(got - target) <= P95_TOLERANCE * target:
+        return
+    base = sorted(baseline_durations(scenario, served))
+    rank = math.ceil(0.95 * len(base))
+    fix = None
+    if got == base[rank]:
+        fix = (f"0.95 x {len(base)} = {rank} is a whole number: the nearest rank is the "
+               f"{rank}th smallest, sorted(d)[{rank - 1}]. int(0.95 n) or round(0.95 n) as a "
+               f"0-based index is the same as ceil(0.95 n) - 1 only when 0.95 n is not whole; "
+               f"here it takes the {rank + 1}st. Use sorted(d)[ceil(0.95 n) - 1].")
+    raise CheckFailure(
+        "impact() reported a baseline p95 that is not the nearest rank.",
+        expected=f"baseline_p95_ms {target} (of {len(base)} durations, the ceil(0.95 x "
+                 f"{len(base)}) = {rank}th smallest; within 15 %)",
+        actual="None" if found is None else f"baseline_p95_ms {got!r}",
+        evidence=_summary(scenario, served.minutes, want.endpoint)
+        + f"\nthe baseline's {len(base)} sorted durations, ranks {rank - 2} to {rank + 1}: "
+        + ", ".join(str(d) for d in base[rank - 3:rank + 1]),
+        lesson=IMPACT,
+        fix=fix,
+    )
+
+
+def test_the_p95_since_the_onset_is_of_every_duration(learner, window):
+    # one minute in three of the incident is slow: the p95 of all its durations is a slow one
+    scenario, served, want, found = _latency_impact(learner, window)
+    got = field_of(found, "p95_ms") if found is not None else None
+    target = want.p95_ms
+    if isinstance(got, int | float) and abs(got - target) <= P95_TOLERANCE * target:
+        return
+    after = [r for r in served.minutes
+             if r["endpoint"] == want.endpoint and r["minute"] >= iso_minute(want.since)]
+    mean = sum(p95(r["durations_ms"]) for r in after) / len(after)
+    fix = None
+    if isinstance(got, int | float) and abs(got - mean) <= 0.02 * mean:
+        fix = (f"That is the mean of the minutes' p95s ({mean:.1f} ms): a slow minute and a "
+               "fast one do not average into a percentile. The p95 since the onset is the "
+               "nearest rank of every duration from since to the end, pooled.")
+    raise CheckFailure(
+        "impact() reported a p95 since the onset that is not the p95 of its durations.",
+        expected=f"p95_ms {target} (the nearest rank of all {want.requests} durations since "
+                 f"{hm(want.since)}; within 15 %)",
+        actual="None" if found is None else f"p95_ms {got!r}",
+        evidence=_summary(scenario, served.minutes, want.endpoint),
+        lesson=IMPACT,
+        fix=fix,
+    )

@@ -49,6 +49,27 @@ def _quote_the_trace(shop: Any, sources: Any, trace: str) -> None:
         out.write(json.dumps(quoting) + "\n")
 
 
+# a call the deepest span made that went well: payments published an event about the charge it
+# was attempting, and the notifier queued a notice for it (an INFO line, a child of payments'
+# span). The deepest ERROR line is still payments': a child that logged no error hides nothing.
+INFO_CHILD = ("notifier", "charge attempt notice queued")
+
+
+def _info_child_of_the_deepest(shop: Any, sources: Any, trace: str) -> None:
+    """Append to the notifier's log an INFO line of the request whose parent_span_id is the
+    request's deepest ERROR span: counted among the children, it leaves no ERROR line
+    childless."""
+    errors = [line for line in _trace_lines(sources, trace) if line.get("error")]
+    parents = {line["parent_span_id"] for line in errors}
+    leaf = next(line for line in errors if line["span_id"] not in parents)
+    service, message = INFO_CHILD
+    child = {"ts": shop.logs.stamp(service), "level": "INFO", "service": service,
+             "trace_id": trace, "span_id": uuid.uuid4().hex[:16],
+             "parent_span_id": leaf["span_id"], "message": message, "error": None}
+    with shop.logs.lock, sources.extra["paths"][service].open("a", encoding="utf-8") as out:
+        out.write(json.dumps(child) + "\n")
+
+
 def _evidence(scenario: Any, lines: list[dict[str, Any]]) -> str:
     rows = []
     for line in lines:
@@ -70,11 +91,13 @@ def _failing(shop: Any, endpoint: str) -> str:
 
 
 def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str,
-           quoted: bool = False) -> None:
+           quoted: bool = False, info_child: bool = False) -> None:
     assert scenario.kind is not None
     trace = _failing(shop, scenario.endpoint)
     if quoted:
         _quote_the_trace(shop, sources, trace)
+    if info_child:
+        _info_child_of_the_deepest(shop, sources, trace)
     lines = _trace_lines(sources, trace)
     service, kind, _ = root_of(scenario.kind)
     message = next(deepest(line["error"])["message"] for line in lines
@@ -96,7 +119,12 @@ def _judge(learner: Any, shop: Any, scenario: Any, sources: Any, headline: str,
         outer = {line["error"]["type"] for line in lines if line.get("error")}
         caller_last = deepest(failure_chains(scenario.kind)[0][1])["type"]
         background = deepest(BACKGROUND_CHAIN[0][1])["type"]
-        if got[1] in outer:
+        if info_child and got[0] != service and got[1] != kind:
+            fix = (f"The ERROR line of {service} has a child line, the {INFO_CHILD[0]}'s INFO line "
+                   "of a call that went well. Lines of calls that went well do not count: the "
+                   "deepest ERROR line is one whose span_id is no other ERROR line's "
+                   "parent_span_id, so take the parents from the ERROR lines only.")
+        elif got[1] in outer:
             fix = ("That is the outermost exception of the logged error. Follow error.cause "
                    "to its end: the last cause is where the failure started.")
         elif got[1] == caller_last and service != got[0]:
@@ -135,6 +163,15 @@ def test_the_deepest_cause_is_in_the_service_that_was_called(learner, shop, kind
     _judge(learner, the_shop, scenario, sources,
            "root_cause() stopped before the deepest cause of a request that crossed two "
            "services.")
+
+
+def test_a_call_that_went_well_below_the_deepest_error_does_not_count(learner, shop):
+    # provider-timeout: orders-api's ERROR line, payments' below it, and below payments' an
+    # INFO line of the notifier (a call payments made that went well)
+    the_shop, scenario, sources = shop("provider-timeout")
+    _judge(learner, the_shop, scenario, sources,
+           "root_cause() did not name the deepest ERROR line's cause when a call that went "
+           "well hangs below it.", info_child=True)
 
 
 def test_only_this_requests_lines_count(learner, shop):

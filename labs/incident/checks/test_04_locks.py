@@ -82,11 +82,13 @@ def _wait_for_waiters(observer: Any, count: int) -> None:
 
 
 @contextmanager
-def lock_chain(database: Any, waiters: int, active: bool = False, gap: float = 0.0
-               ) -> Iterator[Chain]:
+def lock_chain(database: Any, waiters: int, active: bool = False, gap: float = 0.0,
+               aborted: bool = False) -> Iterator[Chain]:
     """An inventory-sync transaction holding SKU's row lock (idle in transaction, or running
-    a long statement when `active`), and `waiters` orders-api sessions queued behind it. With
-    `gap`, the blocker's last statement runs `gap` seconds after the UPDATE that locked."""
+    a long statement when `active`, or idle in transaction (aborted) when `aborted`: its last
+    statement failed in a savepoint, its lock is held until the transaction ends), and `waiters`
+    orders-api sessions queued behind it. With `gap`, the blocker's last statement runs `gap`
+    seconds after the UPDATE that locked."""
     if not getattr(database, "prepared", False):
         with database.engine.begin() as conn:
             conn.exec_driver_sql(SCHEMA)
@@ -106,6 +108,19 @@ def lock_chain(database: Any, waiters: int, active: bool = False, gap: float = 0
             sleeper = threading.Thread(target=lambda: _swallow(blocker, query), daemon=True)
             sleeper.start()
             _wait_for_state(observer, pid, "active")
+        elif aborted:
+            # a statement fails inside a savepoint (as an ORM's nested block runs it): the
+            # transaction is aborted, and the row lock taken before the savepoint is still
+            # held (an error outside a savepoint would end the transaction's locks with it).
+            # On the driver's connection: SQLAlchemy would roll the failed statement back.
+            query = "SELECT qty / (qty - qty) FROM stock"
+            raw = blocker.connection.driver_connection
+            raw.execute("SAVEPOINT recount")
+            try:
+                raw.execute(query)
+            except Exception:  # noqa: BLE001 (division by zero: the transaction is aborted)
+                pass
+            _wait_for_state(observer, pid, "idle in transaction (aborted)")
         else:
             query = "SELECT count(*) FROM stock"
             blocker.execute(text(query))
@@ -272,6 +287,36 @@ def test_an_idle_blocker_is_terminated(learner, database):
         actual=f"blocker_state {state!r}, advice {advice!r}",
         evidence=evidence,
         lesson=LOCKS,
+    )
+
+
+def test_an_aborted_blocker_is_terminated(learner, database):
+    # the job's transaction locked the row, then a statement failed: idle in transaction
+    # (aborted), its lock held until someone ends the transaction
+    with lock_chain(database, waiters=2, aborted=True) as chain:
+        found = _blocking(learner, chain)
+        evidence = chain.evidence()
+    advice = field_of(found, "advice") if found is not None else None
+    state = field_of(found, "blocker_state") if found is not None else None
+    pid = field_of(found, "blocker_pid") if found is not None else None
+    want = "idle in transaction (aborted)"
+    if pid == chain.blocker_pid and advice == "terminate" and state == want:
+        return
+    fix = None
+    if pid == chain.blocker_pid and state == want and advice != "terminate":
+        fix = ("Its last statement failed, so its transaction is aborted, but it holds its "
+               "locks until it ends, and it does nothing: like idle in transaction, only "
+               "pg_terminate_backend(pid) ends it. Advise terminate for both idle in "
+               "transaction states.")
+    raise CheckFailure(
+        "blocking_chain() advised the wrong action for a blocker idle in an aborted "
+        "transaction.",
+        expected=f"blocker pid {chain.blocker_pid}, blocker_state {want!r}, advice "
+                 "'terminate' (pg_terminate_backend: nothing else will end that transaction)",
+        actual=f"blocker pid {pid}, blocker_state {state!r}, advice {advice!r}",
+        evidence=evidence,
+        lesson=LOCKS,
+        fix=fix,
     )
 
 

@@ -7,18 +7,32 @@ they show no errors), while another dependency is slower (a tail of slow answers
 timeout) and a burst of timeouts earlier in the window recovered. The shop's own bugs fail a
 few requests all along, and from the onset on the fast dependency answers some calls with 503
 (errors of a third kind: neither the failing dependency's nor the service's own). The healthy
-run has the same slow dependency, the same burst and one stray timeout in its last minute.
+run has the same slow dependency, the same burst and one stray timeout in its last minute. A
+quiet window ends with a minute in which the first dependency called answers the few orders
+with 503 at once, so the others are sent no call (and refuse none). The broken run's onset
+minute has exactly a fifth of the failing dependency's calls timed out (2 of 10).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from _downstream import DOWNSTREAM, DownstreamRun, Expected, SeveralRun, play, play_several
+from _downstream import (
+    DEPENDENCIES,
+    DOWNSTREAM,
+    DownstreamRun,
+    Expected,
+    SeveralRun,
+    play,
+    play_quiet,
+    play_several,
+    silent_in_last_minute,
+)
 from _support import PROVE, field_of, hm
 
 from dojo.checks import CheckFailure, call
@@ -30,35 +44,43 @@ P95_TOLERANCE = 0.15       # of the check's own p95, plus P95_SLACK_MS
 P95_SLACK_MS = 1.0
 
 
-@pytest.fixture(scope="module")
-def runs(seed: int) -> Iterator[Callable[[bool], DownstreamRun]]:
-    """runs(broken) → the shop played once per module (a window takes seconds to play); its
-    servers stay up, so the breakers the learner reads are the live ones."""
-    played: dict[bool, DownstreamRun] = {}
-
-    def get(broken: bool) -> DownstreamRun:
-        if broken not in played:
-            played[broken] = play(seed, broken)
-        return played[broken]
-
-    yield get
-    for run in played.values():
-        run.shop.close()
+PLAYS = ("broken", "healthy", "several", "quiet")
 
 
 @pytest.fixture(scope="module")
-def several(seed: int) -> Iterator[Callable[[], SeveralRun]]:
-    """several() → the window in which three dependencies fail, played once per module."""
-    played: list[SeveralRun] = []
+def plays(seed: int) -> Iterator[Callable[[str], Any]]:
+    """plays(name) → one of the stage's windows, played once per module. A window takes
+    seconds to play (its timeouts are real), so on first use every window is played at once,
+    each in a thread with its own shop (its own servers, clock and breakers); their servers stay
+    up, so the breakers the learner reads are the live ones."""
+    pool = ThreadPoolExecutor(max_workers=len(PLAYS), thread_name_prefix="downstream-play")
+    started: dict[str, Future[Any]] = {}
 
-    def get() -> SeveralRun:
-        if not played:
-            played.append(play_several(seed))
-        return played[0]
+    def get(name: str) -> Any:
+        if not started:
+            started["broken"] = pool.submit(play, seed, True)
+            started["healthy"] = pool.submit(play, seed, False)
+            started["several"] = pool.submit(play_several, seed)
+            started["quiet"] = pool.submit(play_quiet, seed)
+        return started[name].result()
 
     yield get
-    for run in played:
-        run.shop.close()
+    for future in started.values():
+        if future.exception() is None:
+            future.result().shop.close()
+    pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def runs(plays: Callable[[str], Any]) -> Callable[[bool], DownstreamRun]:
+    """runs(broken) → the broken or the healthy window."""
+    return lambda broken: plays("broken" if broken else "healthy")
+
+
+@pytest.fixture(scope="module")
+def several(plays: Callable[[str], Any]) -> Callable[[], SeveralRun]:
+    """several() → the window in which three dependencies fail."""
+    return lambda: plays("several")
 
 
 def _want(run: DownstreamRun) -> Expected:
@@ -103,6 +125,12 @@ def test_the_failing_dependency_is_named(learner, runs):
     elif got == plan.slow:
         fix = ("That is the slowest dependency, but its calls end within its timeout and none "
                "failed. Name the one whose calls time out or whose breaker refuses them.")
+    elif (got == want.dependency and since == want.since + timedelta(minutes=1)
+          and _onset_row(run)["timeouts"] * 5 == _onset_row(run)["calls"]):
+        row = _onset_row(run)
+        fix = (f"The minute {want.since:%H:%M} had {row['timeouts']} timeouts in "
+               f"{row['calls']} calls: exactly a fifth. A minute is bad from 20 % on "
+               "(timeouts / calls >= 0.2), not only above it: the incident began there.")
     elif got == want.dependency and since == want.first_timeout:
         fix = ("That minute was a burst of timeouts that recovered: good minutes followed. "
                "The incident began with the run of bad minutes that lasts to now.")
@@ -169,6 +197,13 @@ def test_of_several_failing_the_one_with_most_timeouts_since_its_onset_is_named(
         lesson=DOWNSTREAM,
         fix=fix,
     )
+
+
+def _onset_row(run: DownstreamRun) -> dict[str, Any]:
+    """The failing dependency's outbound row of the onset minute."""
+    onset = _want(run).since
+    return next(r for r in run.served["outbound"] if r["dependency"] == run.plan.failing
+                and datetime.fromisoformat(r["minute"].replace("Z", "+00:00")) == onset)
 
 
 def _since_onset(run: DownstreamRun) -> list[dict[str, Any]]:
@@ -316,4 +351,31 @@ def test_the_downstream_finding_carries_its_evidence(learner, runs):
         actual=f"evidence {listed!r}"[:200],
         evidence=run.evidence((run.plan.failing,)),
         lesson=PROVE,
+    )
+
+
+def test_a_minute_without_calls_is_not_bad(learner, plays):
+    # a quiet window: in its last minute the first dependency called answers each of the few
+    # orders with 503 at once, so the shop calls the next ones never; no breaker refuses
+    run: DownstreamRun = plays("quiet")
+    found = _finding(learner, run)
+    if found is None:
+        return
+    got = field_of(found, "dependency")
+    silent = silent_in_last_minute(run.served)
+    fix = None
+    if got in silent:
+        fix = (f"In its last minute {got} was sent no call and its breaker refused none "
+               f"({DEPENDENCIES[0]}, called first, answered the minute's orders with 503 at "
+               "once, so the shop never called it): nothing timed out and nothing was refused. "
+               "A minute is bad when short_circuited > 0, or when timeouts / calls >= 0.2 with "
+               "calls > 0; a minute without calls is neither.")
+    raise CheckFailure(
+        "downstream() reported a failing dependency in a window where none fails.",
+        expected=f"None (in the last minute {', '.join(silent)} got no call and refused none; "
+                 f"{DEPENDENCIES[0]} answered 503 in time)",
+        actual=f"dependency {got!r}, since {hm(field_of(found, 'since'))}",
+        evidence=run.evidence(),
+        lesson=DOWNSTREAM,
+        fix=fix,
     )

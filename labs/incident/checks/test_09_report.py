@@ -10,12 +10,15 @@ report is judged by its fields (README, stage 9) against the scenario the check 
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -501,20 +504,57 @@ def test_the_report_reads_as_an_incident_note(learner, report_run):
         _reads_as_an_incident_note(learner, report_run(kind))
 
 
+# the machine's time zone while triage() runs and its note is written: UTC+05:45 (a POSIX TZ
+# string, no tz database needed), where no minute reads as it does in UTC
+LOCAL_TZ, LOCAL_OFFSET = "<+0545>-05:45", timedelta(hours=5, minutes=45)
+
+
+@contextmanager
+def _machine_time_zone(tz: str) -> Iterator[None]:
+    """Run the block with the process's local time zone set to `tz` (TZ and time.tzset)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
 def _reads_as_an_incident_note(learner: Any, run: Run) -> None:
     scenario = run.scenario
-    report = _triage(learner, run)
-    note = str(report)
+    with _machine_time_zone(LOCAL_TZ):
+        report = _triage(learner, run)
+        note = str(report)
     _action, target = run.want()
-    needed = {"the endpoint": scenario.endpoint, "the onset minute":
-              scenario.since.strftime("%H:%M"), "the mitigation's target": target}
+    onset = scenario.since.strftime("%H:%M")
+    local = scenario.since.astimezone(timezone(LOCAL_OFFSET)).strftime("%H:%M")
+    needed = {"the endpoint": scenario.endpoint, "the onset minute": onset,
+              "the mitigation's target": target}
     missing = [what for what, word in needed.items() if word not in note]
-    if not missing:
+    # the onset in the machine's local time, labelled as UTC
+    mislabelled = re.search(rf"(?<![\d:]){local}(?::\d\d(?:\.\d+)?)?\s*\(?(?:UTC|GMT|Z\b)",
+                            note)
+    if not missing and mislabelled is None:
         return
+    fix = None
+    if mislabelled is not None:
+        fix = (f"{mislabelled.group(0)!r} is the onset {onset} UTC in the machine's local time "
+               f"zone (UTC+05:45 here): a datetime turned local (astimezone() without a zone, "
+               "time.localtime) is not UTC. Write the onset from its UTC value: "
+               "since.astimezone(timezone.utc).")
     raise CheckFailure(
         "str(report) is not an incident note a colleague can act on.",
-        expected="a note naming " + ", ".join(f"{what} ({word})" for what, word in needed.items()),
-        actual="it does not name " + ", ".join(missing) + f": {note[:200]!r}",
+        expected="a note naming " + ", ".join(f"{what} ({word})" for what, word in needed.items())
+        + f"; the onset as {onset} UTC (the machine's time zone is UTC+05:45)",
+        actual=(("it does not name " + ", ".join(missing)) if missing else
+                f"it gives the onset as {mislabelled.group(0)!r}")  # type: ignore[union-attr]
+        + f": {note[:200]!r}",
         evidence=run.evidence(),
         lesson=PROVE,
+        fix=fix,
     )

@@ -301,16 +301,18 @@ def statement_stats(sources: Any) -> dict[int, dict[str, Any]]:
     try:
         with engine.connect() as conn:
             rows = conn.execute(text(
-                "SELECT queryid, query, calls, total_exec_time FROM pg_stat_statements "
+                "SELECT queryid, query, calls, total_exec_time, toplevel FROM pg_stat_statements "
                 "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
             )).all()
     finally:
         engine.dispose()
     snapshot: dict[int, dict[str, Any]] = {}
-    for queryid, query, calls, total in rows:
+    for queryid, query, calls, total, toplevel in rows:
         if queryid is None:
             continue
         entry = snapshot.setdefault(int(queryid), {"query": query, "calls": 0, "ms": 0.0})
+        if toplevel:
+            entry["query"] = query      # the toplevel row's text: EXPLAIN can run it
         entry["calls"] += int(calls)
         entry["ms"] += float(total)
     return snapshot
