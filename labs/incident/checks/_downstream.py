@@ -366,11 +366,18 @@ class DownstreamShop:
     def _minute(self, m: int, requests: int) -> None:
         step = timedelta(minutes=1) / requests
         for i in range(requests):
-            self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
-            user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
-            post(self.api.url + "/orders", {"user": user})
-            if i % 2 == 0:
-                post(self.api.url + "/orders", {"user": user}, method="GET")
+            self._order(m, i, step)
+        self._end_minute(m)
+
+    def _order(self, m: int, i: int, step: timedelta) -> None:
+        """The minute's i-th POST /orders (every second one with a GET /orders too)."""
+        self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
+        user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
+        post(self.api.url + "/orders", {"user": user})
+        if i % 2 == 0:
+            post(self.api.url + "/orders", {"user": user}, method="GET")
+
+    def _end_minute(self, m: int) -> None:
         self.end = self.plan.start + timedelta(minutes=m + 1)
         self.clock.now = self.end
 
@@ -423,13 +430,8 @@ class DownstreamShop:
             row = self.metrics.outbound.get((m, self.plan.failing)) or _outbound_row()
             if row["calls"] >= ONSET_CALLS:
                 break
-            self.clock.now = self.plan.start + timedelta(minutes=m) + i * step
-            user = f"u-{(m * PER_MINUTE + i) % 23 + 100}"
-            post(self.api.url + "/orders", {"user": user})
-            if i % 2 == 0:
-                post(self.api.url + "/orders", {"user": user}, method="GET")
-        self.end = self.plan.start + timedelta(minutes=m + 1)
-        self.clock.now = self.end
+            self._order(m, i, step)
+        self._end_minute(m)
 
     def drive_quiet(self) -> None:
         """A healthy window whose last minute sends two dependencies no call at all: the first
