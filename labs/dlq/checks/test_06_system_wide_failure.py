@@ -320,13 +320,14 @@ def test_a_window_cut_short_by_the_poll_interval_still_asks_ping(lab, ledger_db,
     topics = lab.topics()
     settings = lab.settings(topics, attempts=4, open_seconds=9.7, max_poll_interval_ms=60_000)
     inputs = lab.produce(topics.source, [healthy("acc-4", 1_913), healthy("acc-6", 2_207)])
-    outage = {"started": None}
+    outage: dict[str, float | None] = {"started": None}
     hang = 20.0
 
     def down():
-        if outage["started"] is None:
-            outage["started"] = clock.monotonic()
-        return clock.monotonic() < outage["started"] + 47.0
+        start = outage["started"]
+        if start is None:
+            start = outage["started"] = clock.monotonic()
+        return clock.monotonic() < start + 47.0
 
     def on_call(call):
         if call.what == "authorize" and call.outcome == "down":

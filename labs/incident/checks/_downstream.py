@@ -272,7 +272,8 @@ class DownstreamShop:
         self.timeout_ms = {name: FAILING_TIMEOUT_MS if name == plan.failing else OTHER_TIMEOUT_MS
                            for name in DEPENDENCIES}
         self.breakers = {name: Breaker(self.clock) for name in DEPENDENCIES}
-        self.listing = DEPENDENCIES     # the order /metrics lists them in (not the call order)
+        # the order /metrics lists them in (not the order the shop calls them in)
+        self.listing: tuple[str, ...] = DEPENDENCIES
         self.posts = 0
         self.gets = 0
         self.end = plan.start
