@@ -131,6 +131,11 @@ def test_the_failing_dependency_is_named(learner, runs):
         fix = (f"The minute {want.since:%H:%M} had {row['timeouts']} timeouts in "
                f"{row['calls']} calls: exactly a fifth. A minute is bad from 20 % on "
                "(timeouts / calls >= 0.2), not only above it: the incident began there.")
+        if since == want.first_refused:
+            # the minute after the onset is also the one its breaker first refused a call in:
+            # both mistakes give this answer, so the fix says both facts
+            fix += (f" {since:%H:%M}, the minute after it, is where its breaker first refused "
+                    "a call: the first minute of the run of bad minutes comes before that.")
     elif got == want.dependency and since == want.first_timeout:
         fix = ("That minute was a burst of timeouts that recovered: good minutes followed. "
                "The incident began with the run of bad minutes that lasts to now.")
