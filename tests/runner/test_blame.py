@@ -3,6 +3,7 @@ with the command that fixes it, and an earlier pass in the learner's progress ke
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ def test_postgres_dying_mid_check_is_infra_naming_the_fix(
     monkeypatch.setenv("DOJO_STATE_DIR", str(service_state))
     monkeypatch.delenv("DOJO_DATABASE_URL", raising=False)
     _services("up")
+    state = json.loads((service_state / "services.json").read_text())
+    monkeypatch.setenv("TALLY_POSTGRES_PID", str(state["postgres"]["pid"]))
     try:
         summary = run(tally, IMPLS / "kills_database", stages=("persist",),
                       checks=("saving_twice_adds_up",), check_seconds=30)

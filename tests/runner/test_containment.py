@@ -14,6 +14,7 @@ import pytest
 
 from dojo.content.labs import Lab
 from dojo.runner.limits import Limits, lab_limits, sandbox_mode
+from dojo.runner.sandbox import ALLOW_ENV, file_sandbox
 from tests.runner.conftest import HANG_SECONDS, IMPLS, by_check, run
 
 DEDUPE = ("duplicate_event_counted_once", "same_word_in_two_events_counts_twice")
@@ -45,8 +46,10 @@ def test_three_gigabytes_do_not_pass_under_the_default_limit(tally: Lab) -> None
 
 def test_a_process_started_with_setsid_dies_with_the_check(
         tally: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pidfile = tmp_path / "escaped.txt"
+    pidfile = tmp_path / "report" / "escaped.txt"
+    pidfile.parent.mkdir()
     monkeypatch.setenv("TALLY_ORPHAN_PIDFILE", str(pidfile))
+    monkeypatch.setenv(ALLOW_ENV, str(pidfile.parent))  # the file sandbox lets the fixture report
     summary = run(tally, IMPLS / "escapes_setsid", check_seconds=HANG_SECONDS,
                   stages=("dedupe",))
     assert by_check(summary)[DEDUPE[0]].status == "error"
@@ -84,9 +87,11 @@ def test_the_sandbox_mode_is_named_with_a_reason() -> None:
 def test_killing_the_cli_mid_check_leaves_nothing_running(
         content: Path, tmp_path: Path, sig: signal.Signals) -> None:
     """`dojo lab check` on a hanging implementation, killed once the learner code runs."""
-    pidfile = tmp_path / "escaped.txt"
+    pidfile = tmp_path / "report" / "escaped.txt"
+    pidfile.parent.mkdir()
     env = {**os.environ, "DOJO_CONTENT_ROOT": str(content),
-           "DOJO_DATA_DIR": str(tmp_path / "data"), "TALLY_ORPHAN_PIDFILE": str(pidfile)}
+           "DOJO_DATA_DIR": str(tmp_path / "data"), "TALLY_ORPHAN_PIDFILE": str(pidfile),
+           ALLOW_ENV: str(pidfile.parent)}
     cli = subprocess.Popen(
         [sys.executable, "-m", "dojo.cli", "lab", "check", "tally", "--stage", "dedupe",
          "--impl", str(IMPLS / "escapes_setsid")],
@@ -169,3 +174,32 @@ def test_a_file_over_the_lab_file_limit_is_named(content: Path) -> None:
     assert result.status == "error", result
     assert "wrote a file larger than 1 MiB" in result.message, result.message
     assert "tally.py line 19" in result.message, result.message
+
+
+def test_learner_code_cannot_open_the_progress_store_or_the_services_state(
+        tally: Lab, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    enforced, why = file_sandbox()
+    if not enforced:
+        pytest.skip(f"no file sandbox on this machine: {why}")
+    from dojo.services.paths import state_dir
+    from dojo.store.paths import database_path
+
+    monkeypatch.setenv("DOJO_DATA_DIR", str(tmp_path / "data"))
+    progress = database_path()
+    progress.parent.mkdir(parents=True)
+    progress.write_bytes(b"progress")
+    secret = state_dir() / "runs" / "sandbox-probe.txt"  # beside the pg-password
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text("state")
+    readable = IMPLS / "reads_secrets" / "tally.py"
+    probes = os.pathsep.join(map(str, (progress, secret, readable)))
+    monkeypatch.setenv("TALLY_SECRET_FILES", probes)
+    try:
+        summary = run(tally, IMPLS / "reads_secrets", stages=("dedupe",))
+    finally:
+        secret.unlink()
+    message = by_check(summary)[DEDUPE[0]].message
+    assert f"PermissionError {progress}" in message, message
+    assert f"PermissionError {secret}" in message, message
+    assert f"READ {readable}" in message, f"its own code must stay readable: {message}"
+    assert "TMP " in message and "dojo-run-" in message, f"no temp file in its scratch: {message}"

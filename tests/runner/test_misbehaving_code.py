@@ -13,6 +13,7 @@ import pytest
 
 from dojo.content.labs import Lab
 from dojo.runner.results import RunSummary
+from dojo.runner.sandbox import ALLOW_ENV
 from tests.runner.conftest import FIXTURES, HANG_SECONDS, IMPLS, by_check, kafka_has, run
 
 DEDUPE = ("duplicate_event_counted_once", "same_word_in_two_events_counts_twice")
@@ -142,8 +143,10 @@ def _alive(pid: int) -> bool:
 
 def test_processes_the_learner_started_are_killed_with_the_child(
         tally: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pidfile = tmp_path / "orphans.txt"
+    pidfile = tmp_path / "report" / "orphans.txt"
+    pidfile.parent.mkdir()
     monkeypatch.setenv("TALLY_ORPHAN_PIDFILE", str(pidfile))
+    monkeypatch.setenv(ALLOW_ENV, str(pidfile.parent))  # the file sandbox lets the fixture report
     summary = run(tally, IMPLS / "orphan", check_seconds=HANG_SECONDS, stages=("dedupe",))
     for check in DEDUPE:
         assert "exited with code 4" in by_check(summary)[check].message

@@ -112,6 +112,14 @@ def _sandbox() -> Iterator[Finding]:
     yield Finding("sandbox", "ok", f"{text}; rlimits in force: memory "
                   f"{limits.describe_memory()}, CPU {limits.cpu_seconds} s, "
                   f"files {limits.file_bytes >> 20} MiB")
+    from dojo.runner.sandbox import file_sandbox
+
+    enforced, why = file_sandbox()
+    if enforced:
+        yield Finding("sandbox", "ok", f"file sandbox on: {why}")
+    else:
+        yield Finding("sandbox", "warn", f"file sandbox off: {why}; learner code can open "
+                      "any file this user can (the progress store, the services' state)")
 
 
 def _disk() -> Iterator[Finding]:

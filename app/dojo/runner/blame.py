@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from dojo.services.manager import Endpoints
 
 FIX = "`dojo services up`"
 PROBE_SECONDS = 2.0
@@ -63,12 +67,28 @@ def _reachable(host: str, port: int) -> bool:
         return False
 
 
-def _database_address() -> tuple[str, int] | None:
-    """Where PostgreSQL should be, from the environment or the record (alive or not)."""
+def _handed() -> Endpoints | None:
+    """The endpoints the runner handed its check child (the child cannot read the state dir:
+    dojo.runner.sandbox keeps it out of reach)."""
+    from dojo.services.manager import ENDPOINTS_ENV, Endpoints
+
+    text = os.environ.get(ENDPOINTS_ENV)
+    return Endpoints.from_json(text) if text else None
+
+
+def _recorded_url(service: str) -> str:
+    """The URL of `service` in the services' record, alive or not ("" when none)."""
     from dojo.services.state import load_records
 
-    record = load_records().get("postgres")
-    url = os.environ.get("DOJO_DATABASE_URL") or (record.url if record else "")
+    record = load_records().get(service)
+    return record.url if record else ""
+
+
+def _database_address() -> tuple[str, int] | None:
+    """Where PostgreSQL should be, from the environment or the record (alive or not)."""
+    handed = _handed()
+    url = os.environ.get("DOJO_DATABASE_URL") or (
+        handed.database_url if handed else _recorded_url("postgres"))
     if not url:
         return None
     parts = urlsplit(url)
@@ -77,10 +97,9 @@ def _database_address() -> tuple[str, int] | None:
 
 def _broker_address() -> tuple[str, int] | None:
     """Where the first Kafka broker should be, from the environment or the record."""
-    from dojo.services.state import load_records
-
-    record = load_records().get("kafka")
-    bootstrap = os.environ.get("DOJO_KAFKA_BOOTSTRAP") or (record.url if record else "")
+    handed = _handed()
+    bootstrap = os.environ.get("DOJO_KAFKA_BOOTSTRAP") or (
+        handed.kafka_bootstrap if handed else _recorded_url("kafka"))
     if not bootstrap:
         return None
     host, _, port = bootstrap.split(",")[0].rpartition(":")

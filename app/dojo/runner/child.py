@@ -71,6 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from dojo.runner.limits import die_with_descendants
 
     die_with_descendants()
+    from dojo.runner.ledger import LEDGER_ENV
+    from dojo.runner.sandbox import enter
+
+    # before pytest imports the checks, so that no learner code runs outside the sandbox
+    print(enter(Path(args.lab).resolve(), Path(args.impl).resolve(),
+                os.environ.get(LEDGER_ENV)), flush=True)
 
     # Only dojo's plugins: pytest plugins that happen to be installed (a snapshot plugin that
     # imports textual, syrupy, anyio ...) cost seconds per child and could change how the

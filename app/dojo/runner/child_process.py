@@ -22,7 +22,10 @@ from typing import Any
 
 from dojo.runner.ledger import LEDGER_ENV
 from dojo.runner.limits import FILE_LIMIT_ENV, MEMORY_LIMIT_ENV, Limits, preexec, sweep_descendants
+from dojo.runner.sandbox import PRIVATE_ENV
 from dojo.services.manager import ENDPOINTS_ENV, Endpoints
+from dojo.services.paths import state_dir
+from dojo.store.paths import data_dir
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 DUMP_WAIT_SECONDS = 1.0
@@ -170,14 +173,19 @@ SCRUBBED = ("DOJO_DATA_DIR", "DOJO_PROGRESS_DB", "DOJO_ENDPOINTS")
 
 
 def learner_env(scratch: Path) -> dict[str, str]:
-    """The child's environment: the parent's minus `SCRUBBED`, with a HOME of its own inside
-    `scratch` (removed with it), so learner code neither reads nor litters the user's home."""
+    """The child's environment: the parent's minus `SCRUBBED`, with a HOME and a TMPDIR of its
+    own inside `scratch` (removed with it), so learner code neither reads nor litters the
+    user's home or /tmp."""
     env = {key: value for key, value in os.environ.items() if key not in SCRUBBED}
     home = scratch / "home"
     home.mkdir(exist_ok=True)
     # compiled files would appear as stray __pycache__ folders in solutions and mutants
+    tmp = scratch / "tmp"
+    tmp.mkdir(exist_ok=True)
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONFAULTHANDLER="1", HOME=str(home),
-               MALLOC_ARENA_MAX="2")  # glibc's per-thread arenas reserve address space
+               TMPDIR=str(tmp), MALLOC_ARENA_MAX="2")  # glibc's arenas reserve address space
+    # the folders the file sandbox keeps out of reach (see dojo.runner.sandbox)
+    env[PRIVATE_ENV] = os.pathsep.join(str(p) for p in (data_dir(), state_dir()))
     return env
 
 
