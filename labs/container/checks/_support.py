@@ -152,3 +152,87 @@ def names(definitions: Any) -> list[str]:
 def application_module(name: str) -> ModuleType:
     """A module of the application, as the container imported it (or now, if it did not)."""
     return importlib.import_module(name)
+
+
+# ---- two post-processors that each wrap every watched bean (stages lifecycle and scopes) ----
+
+CHAINED_PROCESSORS = """\
+    from __future__ import annotations
+
+    from markers import BeanPostProcessor, component
+    import {probe} as probe
+
+
+    class Wrapped:
+        '''What a post-processor hands on: a new object, with none of the bean's methods.'''
+
+        def __init__(self, inner, by, hook):
+            self.inner, self.by, self.hook = inner, by, hook
+
+
+    class Recording(BeanPostProcessor):
+        label = ""
+
+        def before_init(self, bean, name):
+            return self._wrap("before", bean, name)
+
+        def after_init(self, bean, name):
+            return self._wrap("after", bean, name)
+
+        def _wrap(self, hook, bean, name):
+            if name not in probe.WATCHED:
+                return bean
+            out = Wrapped(bean, self.label, hook)
+            probe.events.append((hook, name, self.label, bean, out))
+            return out
+
+
+    @component
+    class Stamper(Recording):
+        label = "stamper"
+
+
+    @component
+    class Sealer(Recording):
+        label = "sealer"
+    """
+
+
+def chain_problems(events: list[Any], name: str, made: Any) -> tuple[Any, list[str]]:
+    """(the object the post-processors' chain ended with, what was wrong with the chain) for
+    the object `made` of bean `name`: each of the two post-processors' before_init, then each
+    after_init (in any order of the processors), each handed what the previous one returned,
+    the first handed the object as made.
+
+    The events of one creation are those of `name` after its ("made", name, made) event and
+    before the next object of that name was made."""
+    start = next((i for i, e in enumerate(events)
+                  if e[0] == "made" and e[1] == name and e[2] is made), None)
+    if start is None:
+        return None, [f"{name}: its object was never made"]
+    hooks = []
+    for event in events[start + 1:]:
+        if event[0] == "made" and event[1] == name:
+            break
+        if event[0] in ("before", "after") and event[1] == name:
+            hooks.append(event)
+    if not hooks:
+        return None, [f"{name}: went through no post-processor (no before_init, no after_init)"]
+    problems = []
+    got = [f"{hook}_init of {label}" for hook, _, label, _, _ in hooks]
+    kinds = [hook for hook, *_ in hooks]
+    if kinds != ["before", "before", "after", "after"] \
+            or {hooks[0][2], hooks[1][2]} != {"stamper", "sealer"} \
+            or {hooks[2][2], hooks[3][2]} != {"stamper", "sealer"}:
+        problems.append(f"{name}: post-processor calls {', '.join(got)}; expected "
+                        "before_init of each of the two, then after_init of each")
+    current, previous = made, "the object as made"
+    for hook, _, label, received, out in hooks:
+        if received is not current:
+            handed = ("the object as made" if received is made else
+                      f"what {received.hook}_init of {received.by} returned"
+                      if type(received).__name__ == "Wrapped" else type(received).__name__)
+            problems.append(f"{name}: {hook}_init of {label} was handed {handed}, not "
+                            f"{previous}")
+        current, previous = out, f"what {hook}_init of {label} returned"
+    return current, problems

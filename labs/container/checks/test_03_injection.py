@@ -881,7 +881,7 @@ def test_a_lookup_by_type_follows_the_beans_scope(learner, make_app):
 STORES = """\
     from __future__ import annotations
 
-    from markers import component, lazy, service
+    from markers import component, lazy, scope, service
 
 
     class Store:
@@ -909,6 +909,24 @@ STORES = """\
             self.sink = sink
 
 
+    class PrinterJammed(Exception):
+        pass
+
+
+    @component
+    @scope("prototype")
+    class Receipt:
+        def __init__(self):
+            raise PrinterJammed("receipt printer jammed")
+
+
+    @component
+    @lazy
+    class Ledger:
+        def __init__(self):
+            raise PrinterJammed("ledger printer jammed")
+
+
     {consumer}
     """
 
@@ -934,7 +952,32 @@ AMBIGUOUS_CONSUMERS = (
         def __init__(self, audit: AuditLog | None):
             self.audit = audit
     """),
+    ("Cart(receipt: Receipt | None), Receipt a prototype whose constructor raises",
+     "PrinterJammed", None, """\
+    @service
+    class Cart:
+        def __init__(self, receipt: Receipt | None):
+            self.receipt = receipt
+    """),
+    ("Cart(ledger: Ledger | None = None), Ledger @lazy whose constructor raises",
+     "PrinterJammed", None, """\
+    @service
+    class Cart:
+        def __init__(self, ledger: Ledger | None = None):
+            self.ledger = ledger
+    """),
 )
+OWN_ERROR = "PrinterJammed"     # a candidate's own exception: itself, or as a __cause__
+
+
+def _raised_own(error):
+    """Whether error is the candidate's own PrinterJammed, or reaches it by __cause__."""
+    seen = 0
+    while error is not None and seen < 20:
+        if type(error).__name__ == OWN_ERROR:
+            return True
+        error, seen = error.__cause__, seen + 1
+    return False
 
 
 def test_optional_or_default_only_covers_no_candidate(learner, make_app):
@@ -952,6 +995,11 @@ def test_optional_or_default_only_covers_no_candidate(learner, make_app):
                 f"{k}={_describe(v)}" for k, v in vars(cart).items())
         else:
             got = f"{type(error).__name__}: {error}"
+        if wanted == OWN_ERROR:
+            rows.append((shape, "refresh() raises the constructor's PrinterJammed (itself or "
+                                "as the __cause__ of the error raised)", got,
+                         _raised_own(error)))
+            continue
         ok = isinstance(error, getattr(context, wanted)) and (
             candidates is None or sorted(getattr(error, "candidates", None) or []) == candidates)
         if candidates is None and ok:
@@ -971,7 +1019,9 @@ def test_optional_or_default_only_covers_no_candidate(learner, make_app):
             actual="; ".join(f"{w[0]}: {w[2]}" for w in wrong),
             evidence=table([r[:3] for r in rows], ("constructor", "expected", "got"))
                      + "\nStore has two beans, redisStore and memoryStore; AuditLog has one, "
-                       "auditLog, whose constructor needs a Missing that no bean provides",
+                       "auditLog, whose constructor needs a Missing that no bean provides; "
+                       "Receipt (a prototype) and Ledger (@lazy) have one each, whose "
+                       "constructor raises PrinterJammed",
             lesson=WHAT_SPRING_DOES,
             fix="Fall back to None or the default only on NoSuchBeanError for the "
                 "parameter's own type, raised before any candidate is created."

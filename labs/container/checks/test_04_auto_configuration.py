@@ -69,7 +69,7 @@ GREETING_AUTO = """\
     """
 
 
-def _greeting_app(make_app, under_base):
+def _greeting_app(make_app, under_base, with_user=True):
     """A Greeter API, the user's FriendlyGreeter, and GreetingAutoConfiguration (listed)."""
     app = make_app("shop")
     app.write("greeting_api.py", GREETING_API)
@@ -78,6 +78,8 @@ def _greeting_app(make_app, under_base):
     else:
         app.write_top(f"{app.base}_auto/greeting.py", GREETING_AUTO)
         auto = f"{app.base}_auto.greeting"
+    if not with_user:
+        return app, f"{auto}.GreetingAutoConfiguration"
     app.write("zz_user.py", """\
         from markers import component
         from {base}.greeting_api import Greeter
@@ -144,6 +146,34 @@ def test_an_auto_configuration_under_the_base_package_is_not_scanned(learner, ma
             expected=EXPECTED_BACK_OFF,
             actual=actual,
             evidence=evidence,
+            lesson=BOOT_SCAN,
+        )
+    app, name = _greeting_app(make_app, under_base=True, with_user=False)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, [_imports(app, name)])
+    error = raised(ctx.refresh)
+    api = application_module(f"{app.base}.greeting_api")
+    got = None if error else raised(ctx.get_bean, api.Greeter) or call(ctx.get_bean, api.Greeter)
+    report = [] if error else call(ctx.condition_report)
+    entries = _entries(report, name)
+    if error or type(got).__name__ != "DefaultGreeter" or not entries or any(
+            getattr(o, "matched", None) is not True for o in entries):
+        raise CheckFailure(
+            "The scan's definitions of a listed class (and of its @bean methods) are not the "
+            "application's: they are gone before any condition is evaluated, so the class's "
+            "own @conditional_on_missing_bean(Greeter) does not see the scanned greeter and, "
+            "with no Greeter of the user's, matches.",
+            expected="get_bean(Greeter) is the auto-configured DefaultGreeter; every report "
+                     "entry of GreetingAutoConfiguration matched",
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    f"get_bean(Greeter) gave {type(got).__name__}; report: " + "; ".join(
+                        f"{getattr(o, 'name', '?')} "
+                        f"{'matched' if getattr(o, 'matched', None) else 'not matched'}"
+                        for o in entries)),
+            evidence="GreetingAutoConfiguration (under the base package, listed) with @bean "
+                     "@conditional_on_missing_bean(Greeter) greeter; no user Greeter\n"
+                     "condition report:\n" + table(_report_rows(report),
+                                                   ("name", "matched", "messages")),
             lesson=BOOT_SCAN,
         )
 
@@ -950,4 +980,67 @@ def test_the_report_holds_exactly_the_listed_classes_and_their_conditions(learne
                      + ("condition report:\n" + table(rows, ("name", "matched", "messages"))
                         if rows else ""),
             lesson=REPORT,
+        )
+
+
+LISTED_ORDER = (("first.imports", ("Kilo", "Alpha", "Zulu")), ("second.imports", ("Delta",
+                                                                                   "Bravo")))
+
+
+def test_listed_classes_are_applied_in_the_order_listed(learner, make_app):
+    app = make_app("shop")
+    app.write("core.py", """\
+        from markers import component
+
+
+        @component
+        class Core:
+            pass
+        """)
+    classes = [name for _, names in LISTED_ORDER for name in names]
+    for name in classes:
+        # the type a class's missing-bean condition names is imported when it is evaluated
+        app.write_top(f"{app.base}_turn_{name.lower()}.py", f"""\
+            import {{probe}} as probe
+
+            probe.events.append(("evaluated", "{name}"))
+
+
+            class Marker:
+                pass
+            """)
+    app.write_top(f"{app.base}_auto/__init__.py", "")
+    app.write_top(f"{app.base}_auto/ordered.py", "from markers import bean, "
+                  "conditional_on_missing_bean, configuration\n\n" + "\n".join(f"""
+@configuration
+@conditional_on_missing_bean("{app.base}_turn_{name.lower()}.Marker")
+class {name}AutoConfiguration:
+    pass
+""" for name in classes))
+    files = []
+    for file_name, names in LISTED_ORDER:
+        path = app.root / file_name
+        path.write_text("".join(f"{app.base}_auto.ordered.{n}AutoConfiguration\n"
+                                for n in names), encoding="utf-8")
+        files.append(path)
+    context = learner.module("context")
+    ctx = call(context.ApplicationContext, app.base, app.root, {}, files)
+    error = raised(ctx.refresh)
+    evaluated = [e[1] for e in app.probe.events if e[0] == "evaluated"]
+    if error or evaluated != classes:
+        raise CheckFailure(
+            "The listed classes are applied in the order they are listed, file by file: each "
+            "one's conditions are evaluated when its turn comes (here each class's "
+            "@conditional_on_missing_bean names a type of a module of its own, imported when "
+            "that condition is evaluated, which records the turn).",
+            expected="conditions evaluated in the order " + ", ".join(classes),
+            actual=(f"refresh() raised {type(error).__name__}: {error}" if error else
+                    "conditions evaluated in the order " + (", ".join(evaluated) or "(none)")),
+            evidence="\n".join(f"{file_name}: " + ", ".join(f"{n}AutoConfiguration"
+                                                            for n in names)
+                               for file_name, names in LISTED_ORDER),
+            lesson=AUTO_FILE,
+            fix="Apply the classes in the order of the files and of their lines: a list, not "
+                "a set nor a sorted copy." if not error and sorted(evaluated) == sorted(classes)
+            else None,
         )

@@ -15,7 +15,15 @@ import uuid
 from collections import Counter
 
 import pytest
-from _support import EVENTS, SHUTDOWN, SINGLETON_LIFE, TWO_PROCESSORS, application_module
+from _support import (
+    CHAINED_PROCESSORS,
+    EVENTS,
+    SHUTDOWN,
+    SINGLETON_LIFE,
+    TWO_PROCESSORS,
+    application_module,
+    chain_problems,
+)
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
@@ -1442,4 +1450,80 @@ def test_close_destroys_every_singleton_it_made_callbacks_in_order(learner, make
             actual="; ".join(problems),
             evidence="destroyed, in order: " + (", ".join(order) or "nothing"),
             lesson=SHUTDOWN,
+        )
+
+
+CHAINED_BEANS = """\
+    from __future__ import annotations
+
+    from markers import component, scope
+    import {probe} as probe
+
+
+    @scope("prototype")
+    @component
+    class Slip:
+        def __init__(self):
+            probe.events.append(("made", "slip", self))
+
+
+    @component
+    class Invoice:
+        def __init__(self, slip: Slip):
+            self.slip = slip
+            probe.events.append(("made", "invoice", self))
+    """
+
+CHAINED_SHAPE = ("Stamper and Sealer (BeanPostProcessors): each before_init and after_init "
+                 "returns a new Wrapped(bean) for invoice and slip; Invoice(slip: Slip), Slip "
+                 "@scope(\"prototype\")")
+
+
+def test_post_processors_chain_on_every_bean_whatever_its_scope(learner, make_app):
+    app = make_app("shop")
+    app.write("processors.py", CHAINED_PROCESSORS)
+    app.write("billing.py", CHAINED_BEANS)
+    app.probe.WATCHED = {"invoice", "slip"}
+    ctx = _refreshed(learner, app, CHAINED_SHAPE, imports=[])
+    billing = application_module(f"{app.base}.billing")
+    lookups = [("get_bean('invoice')", "invoice", call(ctx.get_bean, "invoice")),
+               ("get_bean(Invoice)", "invoice", call(ctx.get_bean, billing.Invoice)),
+               ("get_bean('slip')", "slip", call(ctx.get_bean, "slip")),
+               ("get_bean(Slip)", "slip", call(ctx.get_bean, billing.Slip))]
+    events = list(app.probe.events)
+    made = [(e[1], e[2]) for e in events if e[0] == "made"]
+    problems: list[str] = []
+    finals: list[tuple[str, object]] = []
+    for name, obj in made:
+        final, wrong = chain_problems(events, name, obj)
+        problems += [p for p in wrong if p not in problems]
+        finals.append((name, final))
+    invoices = [obj for name, obj in made if name == "invoice"]
+    rows = []
+    if len(invoices) == 1:
+        injected = getattr(invoices[0], "slip", None)
+        lookups.insert(0, ("Invoice.slip (its constructor's parameter)", "slip", injected))
+    for what, name, got in lookups:
+        mine = [final for n, final in finals if n == name and final is got and final is not None]
+        rows.append((what, "what the last after_init returned" if mine else
+                     type(got).__name__ + ("" if got is None or type(got).__name__ != "Wrapped"
+                                           else f" from {got.hook}_init of {got.by}")))
+        if not mine and not problems:
+            problems.append(f"{what} is not what the last after_init of that object returned")
+    if problems:
+        raise CheckFailure(
+            "Every bean the container creates, a prototype too, passes through every bean "
+            "post-processor: before_init hands on what it returns to the next one, then "
+            "after_init likewise, and what the last after_init returned is the bean (kept, "
+            "injected, returned by get_bean), however many post-processors there are.",
+            expected="for each invoice and slip made: before_init of both post-processors, "
+                     "the first handed the object as made and the second what the first "
+                     "returned, then after_init of both, chained the same way; every lookup "
+                     "and injection gets what the last after_init returned",
+            actual="; ".join(problems),
+            evidence=CHAINED_SHAPE + "\n" + table(rows, ("lookup", "got"))
+                     + "\nevents, in order:\n" + table(
+                         [(e[0], e[1], e[2] if e[0] in ("before", "after") else "")
+                          for e in events], ("event", "bean", "post-processor")),
+            lesson=SINGLETON_LIFE,
         )

@@ -139,6 +139,16 @@ APPLICATION = """\
         def log_new(self, key):
             write(self.manager, "self", key)
 
+        @transactional
+        def place_despite_audit(self, key):
+            write(self.manager, "order", key)
+            try:
+                self.audit.record(key)      # REQUIRES_NEW: its own transaction, not joined
+            except Exception as error:
+                probe.events.append(("caught", key, type(error).__name__))
+            write(self.manager, "order-after", key)
+            return "placed " + key
+
         def place_all(self, keys):
             for key in keys:
                 self.place(key)
@@ -554,3 +564,62 @@ def test_a_failed_commit_ends_the_transaction(shop):
             conn.execute(text(f"ALTER TABLE {shop.table} DROP CONSTRAINT IF EXISTS "
                               f"{shop.table}_known_fk"))
             conn.execute(text(f"DROP TABLE IF EXISTS {parent}"))
+
+
+def test_a_failed_inner_commit_resumes_the_caller(shop):
+    key = "c8-audit-refused"
+    function, trigger = f"{shop.table}_refuse", f"{shop.table}_refuse_audit"
+    with shop.observer.begin() as conn:
+        conn.execute(text(f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS "
+                          "$$ BEGIN RAISE EXCEPTION 'audit refused at commit'; END $$"))
+        conn.execute(text(f"CREATE CONSTRAINT TRIGGER {trigger} AFTER INSERT ON {shop.table} "
+                          "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.what = 'audit') "
+                          f"EXECUTE FUNCTION {function}()"))
+    try:
+        # the audit INSERT succeeds; the deferred trigger fails its REQUIRES_NEW at COMMIT
+        result, error = _outcome(shop.orders.place_despite_audit, key)
+        writes = shop.writes(key)
+        caught = [e for e in shop.app.probe.events if e[0] == "caught" and e[1] == key]
+        order = [w for w in writes if w[0] == "order"]
+        after = [w for w in writes if w[0] == "order-after"]
+        problems = []
+        if not caught:
+            problems.append("the caller caught no error from audit.record, though its COMMIT "
+                            "failed")
+        if error is not None or result != "placed " + key:
+            problems.append(f"place_despite_audit returned {result!r} and raised "
+                            f"{_raised_name(error)}")
+        elif len(order) != 1 or len(after) != 1 or order[0][1:] != after[0][1:]:
+            problems.append("the caller's write after the failed audit ran in another "
+                            "transaction than its first (txid, pid): "
+                            + ", ".join(f"{w[0]} {w[1]}/{w[2]}" for w in writes))
+        if shop.committed(key) != ["order", "order-after"]:
+            problems.append(f"committed for {key}: {shop.committed(key)}")
+        left = [s for s in shop.sessions() if s[2]]
+        if left:
+            problems.append(f"{len(left)} session(s) of the application still in a "
+                            "transaction after the call returned")
+        problems += _kept_connections(shop)
+        if problems:
+            raise CheckFailure(
+                "A REQUIRES_NEW method whose COMMIT fails ends its own transaction like any "
+                "other end: the caller gets the error and its own transaction, suspended "
+                "meanwhile, is the one in progress again (same connection, same txid); a "
+                "caller that catches the error goes on writing in it and commits.",
+                expected=f"place_despite_audit('{key}') catches audit.record's error, writes "
+                         "order-after in its own transaction (the txid and pid of its first "
+                         "write), returns and commits order and order-after",
+                actual="; ".join(problems),
+                evidence="a deferred constraint trigger refuses every 'audit' row at COMMIT; "
+                         "place_despite_audit (@transactional) writes order, calls "
+                         "audit.record (REQUIRES_NEW) in a try/except, writes order-after\n"
+                         "writes, as the application saw them:\n" + _writes_table(shop, [key])
+                         + "\nsessions now:\n" + table(shop.sessions(),
+                                                       ("pid", "state", "in xact",
+                                                        "backend_xid")),
+                lesson=PROXY,
+            )
+    finally:
+        with shop.observer.begin() as conn:
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger} ON {shop.table}"))
+            conn.execute(text(f"DROP FUNCTION IF EXISTS {function}()"))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _support import CHAINED_PROCESSORS, application_module, chain_problems
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -119,6 +120,7 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
     probe.LATE_WINDOW = LATE_WINDOW
     ctx = _refreshed(learner, app, "RateTable (@lazy), Ledger, Guard(BeanPostProcessor) "
                                    "wrapping rateTable in a GuardedRateTable", SINGLETON_THREADS)
+    rate_table = application_module(f"{app.base}.rates").RateTable
     barrier = threading.Barrier(RACERS, timeout=30)
     called: list[int] = []
     returned: list[int] = []
@@ -130,7 +132,8 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
             called.append(index)
             if len(called) == RACERS:
                 probe.all_called.set()
-        return ctx.get_bean("rateTable"), ctx.get_bean("ledger")
+        # half the racers look the bean up by name, half by type: both must wait
+        return ctx.get_bean("rateTable" if index % 2 else rate_table), ctx.get_bean("ledger")
 
     def late(index: int) -> Any:
         """Asks once after_init has begun wrapping the bean: it must wait for the wrapper."""
@@ -170,7 +173,8 @@ def test_a_lazy_singleton_raced_by_threads_is_made_once(learner, make_app):
             expected=f"rateTable made once, one object for {RACERS} threads; ledger the same",
             actual="; ".join(problems),
             evidence=f"the first RateTable constructor waited until all {RACERS} threads had "
-                     f"called get_bean, then up to {WINDOW} s for a second one\n"
+                     f"called get_bean (threads 0 and 2 get_bean(RateTable), 1 and 3 "
+                     f"get_bean('rateTable')), then up to {WINDOW} s for a second one\n"
                      f"constructor runs: rateTable {made.count('rateTable')}, "
                      f"ledger {made.count('ledger')}\n"
                      + table([(i, type(t).__name__, id(t)) for i, (t, _) in enumerate(got)],
@@ -1059,3 +1063,88 @@ def test_each_request_has_its_own_unit_of_work_on_postgresql(learner, make_app, 
             lesson=REQUEST,
         )
 
+
+
+PROCESSED_BASKET = """\
+    from __future__ import annotations
+
+    from markers import component, pre_destroy, scope
+    import {probe} as probe
+
+
+    @scope("request")
+    @component
+    class Basket:
+        def __init__(self):
+            probe.events.append(("made", "basket", self))
+
+        @pre_destroy
+        def empty(self):
+            probe.events.append(("destroyed", "basket", self))
+    """
+
+PROCESSED_SHAPE = ("Basket @scope(\"request\") with a @pre_destroy; Stamper and Sealer "
+                   "(BeanPostProcessors): each before_init and after_init returns a new "
+                   "Wrapped(bean), an object without the bean's methods")
+
+
+def test_a_request_bean_is_post_processed_shared_and_destroyed_as_made(learner, make_app):
+    app = make_app("shop")
+    app.write("processors.py", CHAINED_PROCESSORS)
+    app.write("basket.py", PROCESSED_BASKET)
+    app.probe.WATCHED = {"basket"}
+    ctx = _refreshed(learner, app, PROCESSED_SHAPE, REQUEST)
+    scopes = learner.module("scopes")
+    basket_type = application_module(f"{app.base}.basket").Basket
+    with scopes.request():
+        lookups = [("get_bean('basket')", call(ctx.get_bean, "basket")),
+                   ("get_bean(Basket)", call(ctx.get_bean, basket_type)),
+                   ("get_bean('basket') again", call(ctx.get_bean, "basket"))]
+        destroyed_inside = [e for e in app.probe.events if e[0] == "destroyed"]
+    events = list(app.probe.events)
+    made = [e[2] for e in events if e[0] == "made"]
+    destroyed = [e[2] for e in events if e[0] == "destroyed"]
+    problems: list[str] = []
+    finals = []
+    for obj in made:
+        final, wrong = chain_problems(events, "basket", obj)
+        problems += [p for p in wrong if p not in problems]
+        finals.append(final)
+    if len(made) != 1:
+        problems.append(f"{len(made)} baskets made in one request")
+    if len({id(got) for _, got in lookups}) != 1:
+        problems.append("the lookups in one request did not all return the same object")
+    elif not any(final is lookups[0][1] for final in finals if final is not None):
+        problems.append("get_bean in the request is not what the last after_init returned")
+    if destroyed_inside:
+        problems.append("the basket was destroyed before its request ended")
+    if len(made) == 1 and [id(d) for d in destroyed] != [id(made[0])]:
+        problems.append("when the request ended, " + (
+            "the basket's @pre_destroy never ran" if not destroyed else
+            f"@pre_destroy ran {len(destroyed)} time(s)" if len(destroyed) != 1 else
+            "@pre_destroy ran on another object than the one its constructor made"))
+    if problems:
+        rows = [(what, "the Wrapped the last after_init returned"
+                 if any(f is got and f is not None for f in finals)
+                 else type(got).__name__, id(got)) for what, got in lookups]
+        raise CheckFailure(
+            "A request-scoped bean is made once per request and, like every bean the "
+            "container creates, passes through every bean post-processor (each handed what "
+            "the previous one returned); every lookup in the request, by name or by type, "
+            "returns what the last after_init returned, and when the request ends its "
+            "destroy callbacks run once, on the object as made (as close() does for "
+            "singletons: what after_init returned may be a wrapper without them).",
+            expected="one basket made; before_init, then after_init, of both post-processors, "
+                     "chained; the three lookups return the one object the last after_init "
+                     "returned; its @pre_destroy runs once, on the object as made, when the "
+                     "request ends",
+            actual="; ".join(problems),
+            evidence=PROCESSED_SHAPE + "\n" + table(rows, ("lookup in one request", "got",
+                                                           "id"))
+                     + "\nevents, in order:\n" + table(
+                         [(e[0], e[2] if e[0] in ("before", "after") else "",
+                           "the object as made" if any(e[-1] is m for m in made)
+                           else type(e[-1]).__name__) for e in events],
+                         ("event", "post-processor", "object")),
+            lesson=REQUEST,
+        )

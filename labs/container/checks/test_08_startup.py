@@ -1188,15 +1188,20 @@ def test_every_bean_refresh_creates_has_a_step_in_order(learner, make_app):
         if len(beans.get(first, [])) == len(beans.get(then, [])) == 1 \
                 and beans[first][0].started > beans[then][0].started:
             problems.append(f"{then}'s step began before {first}'s, which it was made for")
+    out_of_order = _order_problem(steps)
+    if out_of_order:
+        problems.append(out_of_order)
     if problems:
         rows = [(s.name, dict(getattr(s, "tags", None) or {}).get("bean", ""),
                  f"{(s.started - steps[0].started) * 1000:.1f}") for s in steps]
         raise CheckFailure(
             "Every bean refresh() creates has one step, a prototype made for a singleton "
             "and a configuration bean made for its @bean included, and a bean's step begins "
-            "before the steps of the beans made for it.",
+            "before the steps of the beans made for it; startup_steps() lists the steps in "
+            "the order they began.",
             expected="one step each for stamper, stampConfig, checkout and draft; stamper's "
-                     "before stampConfig's, checkout's before draft's",
+                     "before stampConfig's, checkout's before draft's; every step listed "
+                     "after the ones that began before it",
             actual="; ".join(problems),
             evidence=EVERY_KIND_SHAPE + "\n" + table(rows, ("step", "bean",
                                                             "started (ms after the first)")),
