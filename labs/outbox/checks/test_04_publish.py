@@ -235,6 +235,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
                                 for a, p in disorder.items()),
             lesson=SEE)
+    require_claim_order_in_each_partition(records, rows)
     marked = outbox_rows(outbox, "published_at IS NOT NULL")
     if published != len(rows) or len(marked) != len(rows):
         raise CheckFailure(
@@ -251,6 +252,36 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE,
             fix="bind each record's event id to its own callback (on_delivery=lambda err, msg, "
                 "event_id=event.id: …) and mark by those ids")
+
+
+def require_claim_order_in_each_partition(records: Any, rows: dict[str, dict[str, Any]]) -> None:
+    """Four orders over three partitions: two of them share one, their versions interleaved
+    by created_at (1 of each, then 2 of each …). Sent in the claim's order, a partition holds
+    them interleaved too; a batch regrouped by aggregate (or sorted by key) does not."""
+    position = {event_id: n for n, event_id in enumerate(rows)}  # created_at order
+    out_of_order = []
+    for partition in sorted({rec.partition for rec in records}):
+        here = sorted((rec for rec in records if rec.partition == partition),
+                      key=lambda rec: rec.offset)
+        order = [position[rec.text("event-id") or ""] for rec in here]
+        if order != sorted(order):
+            out_of_order += [{"partition": partition, "offset": rec.offset,
+                              "order": rows[rec.text("event-id") or ""]["aggregate_id"][:8],
+                              "version": rows[rec.text("event-id") or ""]["version"],
+                              "created_at rank": position[rec.text("event-id") or ""] + 1}
+                             for rec in here]
+    if out_of_order:
+        raise CheckFailure(
+            "Each order's versions are in order, but a partition shared by several orders "
+            "holds the batch in another order than the claim's: the relay regrouped (or "
+            "sorted) the claimed events before sending them. The claim returns the oldest "
+            "events first, and the batch is sent in that order, so what was written first is "
+            "published first, whichever orders share a partition.",
+            expected="in each partition, offsets follow the rows' created_at order",
+            actual="a partition whose offsets do not follow created_at (rank 1 = oldest)",
+            evidence=table(out_of_order, ("partition", "offset", "order", "version",
+                                          "created_at rank"), limit=20),
+            lesson=SEE, fix="produce the events in the order claim_batch returned them")
 
 
 # The row's headers column: trace context, an empty value (a header that is there, empty) and
