@@ -916,6 +916,7 @@ def test_consume_again_starts_at_the_first_record_not_handled(outbox, learner, k
                 "record.partition(), record.offset())): the next poll returns that record "
                 "again" if skipped else None)
     failure_rewinds_every_partition(outbox, consumer_module, kafka)
+    interruption_rewinds_too(outbox, consumer_module, kafka)
 
 
 SPREAD = 3  # records on each of the two partitions
@@ -984,3 +985,64 @@ def failure_rewinds_every_partition(engine: Engine, consumer_module: Any, kafka:
         fix="before re-raising, seek every partition you fetched from back to its first record "
             "not handled (or fetch one record at a time with poll())"
         if error is not None and missing else None)
+
+
+class EffectInterrupted(BaseException):
+    """Not an Exception, like KeyboardInterrupt, SystemExit or asyncio.CancelledError: raised
+    in the middle of a record (a task cancelled during its transaction)."""
+
+
+def interruption_rewinds_too(engine: Engine, consumer_module: Any, kafka: Any) -> None:
+    """Three records on one partition; the second one's effect is interrupted by a
+    BaseException that is no Exception. consume() lets it through, and the next consume() on
+    the same consumer applies that record and the one after it: whatever the handling raised,
+    poll() had moved past the record."""
+    topic = kafka.topic(1, hint="interrupt")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 300 + n)) for n in range(3)]
+    produce_events(kafka, topic, events)
+    number = {payload["order_id"]: n for n, (_, _, payload) in enumerate(events)}
+    applied: list[int] = []
+    interrupted: list[int] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        n = number[payload["order_id"]]
+        if n == 1 and not interrupted:
+            interrupted.append(n)
+            raise EffectInterrupted("interrupted (injected by the check)")
+        consumer_module.apply_effect(conn, event_type, payload)
+        applied.append(n)
+
+    consumer = group_consumer(kafka, topic, kafka.group_id("interrupt"))
+    error: BaseException | None = None
+    try:
+        try:
+            consumer_module.consume(engine, consumer, max_records=3, timeout_seconds=3,
+                                    effect=effect)
+        except EffectInterrupted as exc:
+            error = exc
+        first = list(applied)
+        consumer_module.consume(engine, consumer, max_records=2, timeout_seconds=3,
+                                effect=effect)
+    finally:
+        consumer.close()
+    second = applied[len(first):]
+    if error is not None and first == [0] and second == [1, 2]:
+        return
+    skipped = error is not None and first == [0] and 1 not in second
+    raise CheckFailure(
+        "Three records waited on a partition; the second one's effect was interrupted by a "
+        "BaseException that is not an Exception (as KeyboardInterrupt, SystemExit or "
+        "asyncio.CancelledError are). consume() must let it through, and the next consume() "
+        "on the same consumer must apply records 1 and 2."
+        + (" Record 1 was skipped: the rewind to the failed record ran only for an "
+           "Exception (except Exception:), and poll() had already moved past it — a task "
+           "cancelled mid-record would lose it on this consumer, and the next commit covers it "
+           "for the whole group." if skipped else ""),
+        expected="the first call applies [0] and raises; the second applies [1, 2]",
+        actual=f"first call applied {first} and "
+               + ("raised the interruption" if error is not None else "returned")
+               + f"; second call applied {second}",
+        evidence=state(engine), lesson=OFFSETS,
+        fix="seek back in a handler that catches every exception (except BaseException: … "
+            "raise, or try/finally) before re-raising" if skipped else None)
