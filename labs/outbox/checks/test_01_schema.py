@@ -15,7 +15,7 @@ from _support import (
     require_table,
 )
 from sqlalchemy import Engine, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from dojo.checks import CheckFailure, first_line, indent, raised, table
 
@@ -25,7 +25,6 @@ PAUSE = 0.25  # seconds between two inserts of one transaction
 
 TEXT = ("text", "character varying")
 TIMESTAMPTZ = ("timestamp with time zone",)
-INTEGER = ("integer", "bigint")
 
 # column → (accepted types, NOT NULL?, needs a default?)  None: either is fine
 EXPECTED: dict[str, tuple[tuple[str, ...], bool | None, bool]] = {
@@ -33,13 +32,16 @@ EXPECTED: dict[str, tuple[tuple[str, ...], bool | None, bool]] = {
     "aggregate_type": (TEXT, True, False),
     "aggregate_id": (("uuid", *TEXT), True, False),
     "event_type": (TEXT, True, False),
-    "aggregate_version": (INTEGER, True, False),
+    # orders.version is a bigint: the event's version is the order's, so the same width.
+    "aggregate_version": (("bigint",), True, False),
     "payload": (("jsonb",), True, False),
     "headers": (("jsonb",), None, False),
     "created_at": (TIMESTAMPTZ, True, True),
     "published_at": (TIMESTAMPTZ, False, False),
     "lease_until": (TIMESTAMPTZ, False, False),
-    "attempt_count": (("integer", "bigint", "smallint"), True, True),
+    # integer (the README's) or wider; a smallint overflows at 32,767 attempts and the claim
+    # of that row then fails for every relay.
+    "attempt_count": (("integer", "bigint"), True, True),
     "last_error": (TEXT, False, False),
     "next_attempt_at": (TIMESTAMPTZ, False, False),
 }
@@ -91,14 +93,63 @@ def test_outbox_table_has_every_column(outbox):
            for p in problems):
         hint = ("\n  timestamp without time zone stores wall-clock time with no zone: two "
                 "relays on servers in different zones would disagree about when a lease ends.")
+    narrow = [p["column"] for p in problems
+              if p["column"] in ("attempt_count", "aggregate_version")
+              and p["found"].startswith(("smallint", "integer"))]
+    if narrow:
+        why = {"aggregate_version": "aggregate_version copies orders.version, a bigint",
+               "attempt_count": "a smallint attempt_count overflows at 32,767 attempts, and "
+                                "then the claim of that row fails for every relay"}
+        hint += ("\n  " + " and ".join(narrow) + " narrower than the README's type: "
+                 + "; ".join(why[c] for c in narrow) + ".")
     if problems:
         raise CheckFailure(
             "outbox_event does not have the columns the relay, the consumer and the metrics need."
             + hint,
             expected="the 13 columns of the README's table, with those types and NULL rules",
-            actual=f"{len(problems)} column(s) differ",
+            actual="; ".join(f"{p['column']} {p['found']}" for p in problems[:3])
+            + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
             evidence=table(problems, ("column", "expected", "found"), limit=20),
             lesson=SEE)
+    require_documented_defaults(outbox, found)
+
+
+# The README's defaults, read back from a row that names only the columns without one (the
+# order service writes its events that way, and the checks insert rows so).
+DEFAULTS = {"headers": {}, "attempt_count": 0}
+FIXES = {"headers": "headers jsonb NOT NULL DEFAULT '{}'::jsonb",
+         "attempt_count": "attempt_count integer NOT NULL DEFAULT 0"}
+
+
+def require_documented_defaults(engine: Engine, found: dict[str, dict[str, Any]]) -> None:
+    insert = text(
+        "INSERT INTO outbox_event (id, aggregate_type, aggregate_id, event_type, "
+        "aggregate_version, payload) VALUES (gen_random_uuid(), 'order', gen_random_uuid(), "
+        "'order.placed.v1', 1, '{}'::jsonb) RETURNING headers, attempt_count")
+    with engine.connect() as conn:
+        with conn.begin() as tx:
+            refused = None
+            try:
+                got = dict(conn.execute(insert).mappings().one())
+            except DBAPIError as exc:
+                refused, got = exc, {}
+            tx.rollback()
+    wrong = [{"column": name, "expected default": repr(want),
+              "a row without it gets": "(refused)" if refused else repr(got.get(name)),
+              "DEFAULT": found[name]["default"] or "(none)"}
+             for name, want in DEFAULTS.items() if refused or got.get(name) != want]
+    if wrong:
+        raise CheckFailure(
+            "An event inserted without headers and attempt_count must get the README's "
+            "defaults: headers '{}' (an object of strings, empty: a relay reads its keys), "
+            "attempt_count 0 (the claim counts each attempt, so the first claim makes it 1).",
+            expected="headers {} and attempt_count 0 on a row that names neither",
+            actual=f"the INSERT was refused: {first_line(refused)}" if refused else
+                   ", ".join(f"{w['column']} {w['a row without it gets']}" for w in wrong),
+            evidence=table(wrong, ("column", "expected default", "a row without it gets",
+                                   "DEFAULT")),
+            lesson=SEE,
+            fix=", ".join(FIXES[w["column"]] for w in wrong) if not refused else None)
 
 
 def test_outbox_keys(outbox):

@@ -235,6 +235,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
                                 for a, p in disorder.items()),
             lesson=SEE)
+    require_claim_order_in_each_partition(records, rows)
     marked = outbox_rows(outbox, "published_at IS NOT NULL")
     if published != len(rows) or len(marked) != len(rows):
         raise CheckFailure(
@@ -251,6 +252,36 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
             evidence=table(outbox_rows(outbox), ROW_COLUMNS), lesson=SEE,
             fix="bind each record's event id to its own callback (on_delivery=lambda err, msg, "
                 "event_id=event.id: …) and mark by those ids")
+
+
+def require_claim_order_in_each_partition(records: Any, rows: dict[str, dict[str, Any]]) -> None:
+    """Four orders over three partitions: two of them share one, their versions interleaved
+    by created_at (1 of each, then 2 of each …). Sent in the claim's order, a partition holds
+    them interleaved too; a batch regrouped by aggregate (or sorted by key) does not."""
+    position = {event_id: n for n, event_id in enumerate(rows)}  # created_at order
+    out_of_order = []
+    for partition in sorted({rec.partition for rec in records}):
+        here = sorted((rec for rec in records if rec.partition == partition),
+                      key=lambda rec: rec.offset)
+        order = [position[rec.text("event-id") or ""] for rec in here]
+        if order != sorted(order):
+            out_of_order += [{"partition": partition, "offset": rec.offset,
+                              "order": rows[rec.text("event-id") or ""]["aggregate_id"][:8],
+                              "version": rows[rec.text("event-id") or ""]["version"],
+                              "created_at rank": position[rec.text("event-id") or ""] + 1}
+                             for rec in here]
+    if out_of_order:
+        raise CheckFailure(
+            "Each order's versions are in order, but a partition shared by several orders "
+            "holds the batch in another order than the claim's: the relay regrouped (or "
+            "sorted) the claimed events before sending them. The claim returns the oldest "
+            "events first, and the batch is sent in that order, so what was written first is "
+            "published first, whichever orders share a partition.",
+            expected="in each partition, offsets follow the rows' created_at order",
+            actual="a partition whose offsets do not follow created_at (rank 1 = oldest)",
+            evidence=table(out_of_order, ("partition", "offset", "order", "version",
+                                          "created_at rank"), limit=20),
+            lesson=SEE, fix="produce the events in the order claim_batch returned them")
 
 
 # The row's headers column: trace context, an empty value (a header that is there, empty) and
@@ -577,6 +608,7 @@ def test_late_mark_keeps_the_first_publish(outbox, learner, kafka, relay_produce
     late_failure_leaves_a_published_row_alone(outbox, relay, topic, relay_producer)
     late_failure_leaves_a_live_lease_alone(outbox, relay, topic, relay_producer)
     acknowledged_after_the_lease_is_marked(outbox, relay, topic, relay_producer)
+    acknowledged_after_a_reclaim_is_marked(outbox, relay, topic, relay_producer)
 
 
 def acknowledged_after_the_lease_is_marked(engine: Any, relay: Any, topic: str,
@@ -599,6 +631,65 @@ def acknowledged_after_the_lease_is_marked(engine: Any, relay: Any, topic: str,
             evidence=table([after], ROW_COLUMNS + ("lease_until",)), lesson=SEE,
             fix="mark WHERE id = :id AND published_at IS NULL, without a condition on "
                 "lease_until" if published == 1 else None)
+
+
+def acknowledged_after_a_reclaim_is_marked(engine: Any, relay: Any, topic: str,
+                                           relay_producer: Any) -> None:
+    """Relay A's lease runs out (fast-forwarded) during a 0.8 s send and relay B claims the
+    row (a later attempt, a 30 s lease) but has not sent it yet when A's acknowledgement
+    arrives (the check holds A's UPDATEs until B's claim is done). The broker has A's record:
+    A's mark publishes the row, whoever holds the lease and whatever attempt it is on."""
+    from sqlalchemy import event
+
+    event_id = insert_event(engine)
+    slow = SlowProducer(relay_producer(), delay=0.8)
+    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30)
+    b_done, armed = threading.Event(), threading.Event()
+    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
+
+    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if armed.is_set() and threading.current_thread().name == a_thread and \
+                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
+                          re.IGNORECASE):
+            b_done.wait(10)
+
+    event.listen(engine, "before_cursor_execute", hold_a)
+    try:
+        if not slow.first_send.wait(10):
+            first.join(5)
+            first.result(0)
+            return
+        armed.set()
+        with engine.begin() as conn:  # A's lease has run out
+            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
+                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
+                         {"id": event_id})
+        claimed = call(relay.claim_batch, engine, batch_size=10, lease_seconds=30)
+        [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    finally:
+        b_done.set()
+        first.join(15)  # A's statements read the listener list: remove it once A is done
+        event.remove(engine, "before_cursor_execute", hold_a)
+    published = first.result(0)
+    if len(claimed or []) != 1:
+        return  # B did not claim it: the claim stage covers that
+    [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
+    if published != 1 or after_a["published_at"] is None:
+        raise CheckFailure(
+            "Relay A's lease ran out during a slow send and relay B claimed the row (attempt "
+            f"{after_b['attempt_count']}, a 30 s lease); before B sent anything, the broker "
+            "acknowledged A's record. The record is in Kafka, so A's mark must publish the "
+            "row: a mark that also requires A's attempt_count (or A's lease) to be still the "
+            "row's refuses it, and when sends outlast the lease, relays that keep reclaiming "
+            "the row refuse each other's marks and re-send it for ever. Only the failure "
+            "update is fenced by the attempt; the mark is conditional on published_at alone.",
+            expected="relay A's relay_once returns 1; the row published",
+            actual=f"returned {published!r}; published_at {after_a['published_at']}",
+            evidence=table([after_b | {"id": "after B's claim"}, after_a | {"id": "after A"}],
+                           ("id",) + ROW_COLUMNS[1:] + ("lease_until",)),
+            lesson=SEE,
+            fix="mark WHERE id = :id AND published_at IS NULL, with no condition on "
+                "attempt_count or lease_until" if published == 1 else None)
 
 
 def late_failure_leaves_a_live_lease_alone(engine: Any, relay: Any, topic: str,

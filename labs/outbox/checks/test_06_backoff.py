@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -320,3 +320,102 @@ def test_failing_row_does_not_block_the_others(outbox, learner, kafka, relay_pro
             evidence=table(rows, ROW_COLUMNS), lesson=SEE,
             fix="catch the error of each produce() on its own and keep sending the rest of the "
                 "batch; only the refused event fails" if blamed else None)
+
+
+# Every statement that writes outbox_event is held this long before it runs: a time the
+# relay read from its own clock (Python's) before the statement is then this much older
+# than the database's clock_timestamp() when the statement runs.
+CLOCK_HOLD = 0.2
+CLOCK_BASE = 0.01  # a small base: the backoff (± jitter) is short beside the hold
+CLOCK_SLACK = 0.05
+
+
+def times(engine: Any, event_id: str) -> dict[str, Any]:
+    """The row's times as datetimes (aware, comparable with the database's clock)."""
+    with engine.connect() as conn:
+        return dict(conn.execute(text(
+            "SELECT lease_until, published_at, next_attempt_at FROM outbox_event "
+            "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).mappings().one())
+
+
+class DatabaseClockWatch:
+    """Holds each UPDATE of outbox_event for CLOCK_HOLD seconds, then reads the database's
+    clock: the time the statement is about to run, by the clock the README fixes."""
+
+    def __init__(self, engine: Any, hold: bool = True) -> None:
+        self.engine, self.hold = engine, hold
+        self.after_hold: list[datetime] = []
+
+    def __enter__(self) -> DatabaseClockWatch:
+        from sqlalchemy import event
+        event.listen(self.engine, "before_cursor_execute", self._hold)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from sqlalchemy import event
+        event.remove(self.engine, "before_cursor_execute", self._hold)
+
+    def _hold(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        import re
+        import time
+        if self.hold and re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
+                     re.IGNORECASE):
+            time.sleep(CLOCK_HOLD)
+            self.after_hold.append(db_now(self.engine))
+
+    def first(self) -> datetime | None:
+        return self.after_hold[0] if self.after_hold else None
+
+
+def test_relay_times_come_from_the_database_clock(outbox, learner, kafka, relay_producer):
+    require_table(outbox, "outbox_event", "backoff")
+    relay = learner.module("relay")
+    topic = kafka.topic(1, hint="clock")
+    producer = relay_producer(**SMALL_MESSAGES)
+    good, bad = insert_event(outbox), poison(outbox)
+    findings = []
+    for event_id, what in ((good, "published"), (bad, "failed")):
+        with outbox.begin() as conn:  # one row claimable at a time
+            conn.execute(text("UPDATE outbox_event SET next_attempt_at = clock_timestamp() + "
+                              "interval '1 hour' WHERE id <> CAST(:id AS uuid) AND "
+                              "published_at IS NULL"), {"id": event_id})
+            conn.execute(text("UPDATE outbox_event SET next_attempt_at = NULL "
+                              "WHERE id = CAST(:id AS uuid)"), {"id": event_id})
+        with DatabaseClockWatch(outbox, hold=what == "published") as claim_watch:
+            events = call(relay.claim_batch, outbox, batch_size=10, lease_seconds=30)
+        leased = times(outbox, event_id)
+        with DatabaseClockWatch(outbox) as publish_watch:
+            call(relay.publish_claimed, outbox, producer, topic, events or [],
+                 ack_timeout_seconds=10, backoff_base_seconds=CLOCK_BASE,
+                 backoff_max_seconds=MAXIMUM)
+        done = times(outbox, event_id)
+        claimed_at, written_at = claim_watch.first(), publish_watch.first()
+        if claimed_at is not None and leased["lease_until"] is not None:
+            starts = leased["lease_until"] - timedelta(seconds=30)
+            findings.append({"row": what, "column": "lease_until − 30 s", "value": starts,
+                             "statement ran at": claimed_at,
+                             "ok": starts >= claimed_at - timedelta(seconds=CLOCK_SLACK)})
+        column = "published_at" if what == "published" else "next_attempt_at"
+        if written_at is not None and done[column] is not None:
+            findings.append({"row": what, "column": column, "value": done[column],
+                             "statement ran at": written_at,
+                             "ok": done[column] >= written_at - timedelta(seconds=CLOCK_SLACK)})
+    wrong = [f for f in findings if not f["ok"]]
+    if wrong:
+        raise CheckFailure(
+            f"Each UPDATE of outbox_event was held {CLOCK_HOLD:g} s before it ran, and "
+            + ", ".join(sorted({w["column"].split(" ")[0] for w in wrong}))
+            + " came out older than the database's clock when the statement ran: the time "
+            "was read from this process's clock before the statement, not from "
+            "clock_timestamp() in it. Relays on several hosts then disagree by their clocks' "
+            "skew (a lease ends early, a backoff is cut short, a publish age goes negative), "
+            "and the checks' fast-forwarding of those columns no longer means what it says.",
+            expected="lease_until − lease_seconds, published_at and next_attempt_at at or after "
+                     "the database's clock_timestamp() when their statement ran",
+            actual="; ".join(f"{w['row']} row: {w['column']} "
+                             f"{(w['statement ran at'] - w['value']).total_seconds():.2f} s "
+                             "before its statement ran" for w in wrong),
+            evidence=table(findings, ("row", "column", "value", "statement ran at", "ok")),
+            lesson=SEE,
+            fix="compute them in SQL: clock_timestamp() + make_interval(secs => :seconds), "
+                "SET published_at = clock_timestamp()")

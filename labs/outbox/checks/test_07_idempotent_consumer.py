@@ -585,6 +585,41 @@ def consume_goes_on_past_partition_eof(engine: Engine, consumer_module: Any,
                 "at max_records or timeout_seconds")
 
 
+class PollWatch:
+    """Around a consumer: when each poll()/consume() was called (monotonic seconds) and how
+    long it may wait — its timeout argument (None, or a negative one, is for ever)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self.calls: list[tuple[float, float]] = []  # (called at, may wait)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    def _note(self, timeout: Any) -> None:
+        wait = float("inf") if timeout is None or float(timeout) < 0 else float(timeout)
+        self.calls.append((time.monotonic(), wait))
+
+    def poll(self, timeout: Any = None) -> Any:
+        self._note(timeout)
+        return self._consumer.poll(-1 if timeout is None else timeout)
+
+    def consume(self, num_messages: int = 1, timeout: Any = -1) -> list[Any]:
+        self._note(timeout)
+        return self._consumer.consume(num_messages=num_messages,
+                                      timeout=-1 if timeout is None else timeout)
+
+    def past(self, budget: float) -> list[tuple[float, float]]:
+        """The calls that may wait past `budget` seconds after the first call (the caller's
+        deadline is at most that: it was set before the first call), as (called at, may
+        wait) in seconds from the first call."""
+        if not self.calls:
+            return []
+        first = self.calls[0][0]
+        return [(at - first, wait) for at, wait in self.calls
+                if at - first + wait > budget + 0.05]
+
+
 TRICKLE_TIMEOUT = 2.0  # consume's timeout_seconds in the trickle check
 TRICKLE_EVERY = 0.3  # after the pause a record this often: far less than the timeout
 TRICKLE_FOR = 7.0  # and for longer than the timeout plus any slack
@@ -612,7 +647,7 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
     no poll may wait past the deadline (a pause from 1.55 to 3.45 s spans it), and a quiet
     1.5 s before the deadline is not the end (nothing between the records at 0 and 1.5 s)."""
     topic = kafka.topic(1, hint="trickle")
-    consumer = group_consumer(kafka, topic, kafka.group_id("trickle"))
+    consumer = PollWatch(group_consumer(kafka, topic, kafka.group_id("trickle")))
     customer = str(uuid.uuid4())
     stop = threading.Event()
     handled_at: list[float] = []
@@ -658,6 +693,7 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
             actual=f"it returned {handled!r} after {took:.2f} s", lesson=OFFSETS,
             fix="when a poll comes back empty, poll again with the time left until the "
                 "deadline; do not return")
+    require_prompt_handling(handled_at, started, fed)
     overshot = bool(late) and not job.alive and took < TRICKLE_FOR
     if job.alive or took > TRICKLE_TIMEOUT + 1.0 or late:
         raise CheckFailure(
@@ -678,6 +714,62 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
             fix="poll(min(0.2, deadline - time.monotonic())) and stop once the deadline passed"
             if overshot else "compute one deadline = start + timeout_seconds before the loop "
                              "and poll with the time left until it")
+
+
+    require_polls_within_the_deadline(consumer, fed)
+
+
+PROMPT = 1.2  # the record fed at 0 s is handled by then: before the one at 1.5 s is fed
+
+
+def require_prompt_handling(handled_at: list[float], started: float, fed: str) -> None:
+    """A record that arrives while consume() waits is handled when the poll returns it, not
+    when a batch has filled or the timeout ended: consume(num_messages=…, timeout=time left)
+    holds the record fed at 0 s until the deadline."""
+    first = handled_at[0] - started if handled_at else None
+    if first is not None and first <= PROMPT:
+        return
+    raise CheckFailure(
+        f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) {fed}. The record "
+        f"fed at 0 s was "
+        + (f"handled only {first:.2f} s after the call began" if first is not None else
+           "never handled")
+        + ": a record that has arrived waits for nothing else. A consume that asks the "
+        "consumer for a whole batch with the time left (consume(num_messages=max_records, "
+        "timeout=remaining)) gets nothing back until the batch is full or the time is up, "
+        "so every record waits until the deadline and is handled after it.",
+        expected=f"the record fed at 0 s handled within {PROMPT:g} s of the call's start "
+                 f"(before the next one, fed at {QUIET_TO:g} s)",
+        actual=f"first record handled after {first:.2f} s" if first is not None
+        else "no record handled",
+        lesson=OFFSETS,
+        fix="poll with a short timeout (poll(min(0.2, time left))) or consume(num_messages=…, "
+            "timeout=min(0.2, time left)), and handle what it returns at once"
+        if first is not None else None)
+
+
+def require_polls_within_the_deadline(consumer: PollWatch, fed: str) -> None:
+    """No poll()/consume() of the call may wait past its deadline: a record it returns then
+    is handled after timeout_seconds (the trickle's gap can hide that; the calls' own
+    timeouts do not)."""
+    past = consumer.past(TRICKLE_TIMEOUT)
+    if not past:
+        return
+    at, wait = past[0]
+    raise CheckFailure(
+        f"consume(max_records=10000, timeout_seconds={TRICKLE_TIMEOUT:g}) {fed}. "
+        f"{len(past)} of its {len(consumer.calls)} calls to the consumer could wait past the "
+        f"deadline, {TRICKLE_TIMEOUT:g} s after its first poll: the first of them was made "
+        f"{at:.2f} s in, with a timeout of {wait:g} s. A record that arrives during that "
+        "wait is returned — and handled — after timeout_seconds; the call's budget is the "
+        "deadline, so each poll waits at most the time left until it.",
+        expected=f"every poll()/consume() timeout ends by {TRICKLE_TIMEOUT:g} s after the "
+                 "first poll",
+        actual=f"a poll at {at:.2f} s that may wait {wait:g} s (until {at + wait:.2f} s)",
+        evidence="\n".join(f"poll at {a:.2f} s, timeout {w:g} s" for a, w in past[:8]),
+        lesson=OFFSETS,
+        fix="poll(min(0.2, deadline - time.monotonic())) with one deadline = start + "
+            "timeout_seconds, and stop once it has passed")
 
 
 class EffectFailure(ValueError, KeyError, TypeError, RuntimeError):
@@ -824,6 +916,7 @@ def test_consume_again_starts_at_the_first_record_not_handled(outbox, learner, k
                 "record.partition(), record.offset())): the next poll returns that record "
                 "again" if skipped else None)
     failure_rewinds_every_partition(outbox, consumer_module, kafka)
+    interruption_rewinds_too(outbox, consumer_module, kafka)
 
 
 SPREAD = 3  # records on each of the two partitions
@@ -892,3 +985,64 @@ def failure_rewinds_every_partition(engine: Engine, consumer_module: Any, kafka:
         fix="before re-raising, seek every partition you fetched from back to its first record "
             "not handled (or fetch one record at a time with poll())"
         if error is not None and missing else None)
+
+
+class EffectInterrupted(BaseException):
+    """Not an Exception, like KeyboardInterrupt, SystemExit or asyncio.CancelledError: raised
+    in the middle of a record (a task cancelled during its transaction)."""
+
+
+def interruption_rewinds_too(engine: Engine, consumer_module: Any, kafka: Any) -> None:
+    """Three records on one partition; the second one's effect is interrupted by a
+    BaseException that is no Exception. consume() lets it through, and the next consume() on
+    the same consumer applies that record and the one after it: whatever the handling raised,
+    poll() had moved past the record."""
+    topic = kafka.topic(1, hint="interrupt")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 300 + n)) for n in range(3)]
+    produce_events(kafka, topic, events)
+    number = {payload["order_id"]: n for n, (_, _, payload) in enumerate(events)}
+    applied: list[int] = []
+    interrupted: list[int] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        n = number[payload["order_id"]]
+        if n == 1 and not interrupted:
+            interrupted.append(n)
+            raise EffectInterrupted("interrupted (injected by the check)")
+        consumer_module.apply_effect(conn, event_type, payload)
+        applied.append(n)
+
+    consumer = group_consumer(kafka, topic, kafka.group_id("interrupt"))
+    error: BaseException | None = None
+    try:
+        try:
+            consumer_module.consume(engine, consumer, max_records=3, timeout_seconds=3,
+                                    effect=effect)
+        except EffectInterrupted as exc:
+            error = exc
+        first = list(applied)
+        consumer_module.consume(engine, consumer, max_records=2, timeout_seconds=3,
+                                effect=effect)
+    finally:
+        consumer.close()
+    second = applied[len(first):]
+    if error is not None and first == [0] and second == [1, 2]:
+        return
+    skipped = error is not None and first == [0] and 1 not in second
+    raise CheckFailure(
+        "Three records waited on a partition; the second one's effect was interrupted by a "
+        "BaseException that is not an Exception (as KeyboardInterrupt, SystemExit or "
+        "asyncio.CancelledError are). consume() must let it through, and the next consume() "
+        "on the same consumer must apply records 1 and 2."
+        + (" Record 1 was skipped: the rewind to the failed record ran only for an "
+           "Exception (except Exception:), and poll() had already moved past it — a task "
+           "cancelled mid-record would lose it on this consumer, and the next commit covers it "
+           "for the whole group." if skipped else ""),
+        expected="the first call applies [0] and raises; the second applies [1, 2]",
+        actual=f"first call applied {first} and "
+               + ("raised the interruption" if error is not None else "returned")
+               + f"; second call applied {second}",
+        evidence=state(engine), lesson=OFFSETS,
+        fix="seek back in a handler that catches every exception (except BaseException: … "
+            "raise, or try/finally) before re-raising" if skipped else None)
