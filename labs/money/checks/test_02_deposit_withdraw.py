@@ -99,20 +99,31 @@ def test_amounts_are_exact_decimals(accounts: ModuleType, bank: Engine) -> None:
                          [account_id, euros])
 
 
-def test_float_amounts_are_refused(accounts: ModuleType, bank: Engine) -> None:
-    account_id = call(accounts.open_account, bank, currency="USD")
-    error = raised(accounts.deposit, bank, account_id, 0.1)
-    if not isinstance(error, TypeError | ValueError):
-        raise CheckFailure(
-            "deposit() accepted a float amount.",
-            expected="TypeError (or ValueError): amounts are Decimal", actual=first_line(error),
-            evidence="a float that reaches the ledger is already wrong (0.1 is stored as "
-                     "0.1000000000000000055511151231257827...); refuse it at the door",
-            fix="if not isinstance(amount, Decimal): raise TypeError(...)", lesson=READ["numbers"])
-    if balance_of(bank, account_id) != 0:
-        raise CheckFailure(
-            "A refused float deposit still moved money.", expected="balance 0.00",
-            actual=fmt(balance_of(bank, account_id)), lesson=READ["numbers"])
+# 0.1 has no exact binary value, 10.25 has one: a float turned into a Decimal (Decimal(x),
+# Decimal(str(x))) passes the two-decimal rule there, so only a type check refuses both
+FLOATS = (0.1, 10.25)
+
+
+def test_float_amounts_are_refused(accounts: ModuleType, bank: Engine, funded: Any) -> None:
+    account_id = funded("100.00")
+    for op in ("deposit", "withdraw"):
+        for amount in FLOATS:
+            error = raised(getattr(accounts, op), bank, account_id, amount)
+            balance = balance_of(bank, account_id)
+            if isinstance(error, TypeError | ValueError) and balance == Decimal("100.00"):
+                continue
+            raise CheckFailure(
+                f"{op}() accepted a float amount ({amount!r}).",
+                expected="TypeError (or ValueError): amounts are Decimal; balance 100.00 as "
+                         "before",
+                actual=(first_line(error) if error else "it returned")
+                       + f"; balance {fmt(balance)}",
+                evidence="a float that reaches the ledger is already wrong (0.1 is stored as "
+                         "0.1000000000000000055511151231257827...); refuse it at the door, "
+                         "even one like 10.25 that a Decimal would hold exactly",
+                fix="if not isinstance(amount, Decimal): raise TypeError(...), before "
+                    "converting or validating anything" if error is None else None,
+                lesson=READ["numbers"])
 
 
 def test_overdraft_and_bad_amounts_are_refused(accounts: ModuleType, bank: Engine,
@@ -425,21 +436,27 @@ def test_a_failed_commit_leaves_no_trace(accounts: ModuleType, bank: Engine,
         with failing_commits(bank, account_id):
             error = raised(getattr(accounts, op), bank, account_id, Decimal(amount))
         balance, posted = balance_of(bank, account_id), posted_sum(bank, account_id)
-        if balance == posted == Decimal("100.00"):
+        if balance == posted == Decimal("100.00") and error is not None:
             continue
         moved_alone = balance != posted
         raise CheckFailure(
             f"{op}({amount}) failed at COMMIT (the check made the database refuse the "
-            "transaction that wrote its postings), and it left a trace.",
-            expected="nothing changed: balance 100.00 and postings summing to 100.00, as "
-                     "before the call",
+            "transaction that wrote its postings), and "
+            + ("it left a trace." if balance != Decimal("100.00") or moved_alone else
+               "the call returned as if it had succeeded: a receipt for money that never "
+               "moved."),
+            expected="the call raises (any error), and nothing changed: balance 100.00 and "
+                     "postings summing to 100.00, as before the call",
             actual=f"balance {fmt(balance)}, postings sum to {fmt(posted)}; the call "
                    + (f"raised {first_line(error)}" if error else "returned")
                    + ("" if error is None or injected(error) else " (not the injected error)"),
             evidence=ledger_table(bank, account_id),
             fix="the balance change was committed in another transaction than the postings: "
                 "do both in one `with engine.begin()` block, so they commit or roll back "
-                "together" if moved_alone else None,
+                "together" if moved_alone else
+                "let the COMMIT's error reach the caller: a receipt is the promise that the "
+                "money moved, and a caller that gets one will not retry"
+                if error is None and balance == posted == Decimal("100.00") else None,
             lesson=see("schema race"))
     assert_ledger_agrees(bank, "after failed commits", [account_id])
 

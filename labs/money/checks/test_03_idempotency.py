@@ -390,6 +390,18 @@ def test_a_retry_after_a_failed_commit_goes_through(accounts: ModuleType, bank: 
         with failing_commits(bank, account_id):
             error = raised(attempt)
         left = _key_rows(bank, key)
+        if error is None:
+            raise CheckFailure(
+                f"{label} with key {key} failed at COMMIT (the check made the database refuse "
+                "its transaction), and the call returned as if it had succeeded.",
+                expected="the call raises (any error): nothing was stored, so its caller must "
+                         "not be told it was",
+                actual=f"it returned; balance {fmt(balance_of(bank, account_id))}",
+                evidence=f"idempotency_key rows for {key} after the failed attempt:\n"
+                         + (str(left) if left else "(none)"),
+                fix="let the COMMIT's error reach the caller: a receipt is the promise that the "
+                    "money moved, and a caller that gets one will not retry",
+                lesson=READ["idempotency"])
         retry = in_thread(attempt)
         finished = retry.join(RETRY_WAIT)
         balance = balance_of(bank, account_id)

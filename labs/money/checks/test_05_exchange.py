@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import http.client
 import time
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from typing import Any
 
 import pytest
@@ -61,12 +61,13 @@ def _exchange(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
     return kit.start(fx, quote, source, target, amount, key)
 
 
-def _refusal(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int, amount: str,
-             key: str) -> BaseException | None:
-    """What exchange(...) raised (None: it returned)."""
+def _refusal(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
+             amount: str | float, key: str) -> BaseException | None:
+    """What exchange(...) raised (None: it returned). A str amount is sent as a Decimal, a
+    float as it is (a JSON number a caller did not convert)."""
     return raised(kit.exchange.exchange, kit.engine, fx, kit.clock, idempotency_key=key,
                   quote_id=quote.id, from_account_id=source, to_account_id=target,
-                  sell_amount=Decimal(amount))
+                  sell_amount=Decimal(amount) if isinstance(amount, str) else amount)
 
 
 def _refusal_or_result(kit: ExchangeKit, fx: Any, quote: Any, source: int, target: int,
@@ -89,6 +90,45 @@ def _exchange_rows(kit: ExchangeKit) -> list[dict[str, Any]]:
 def _money(kit: ExchangeKit, source: int, target: int) -> str:
     return (f"source {fmt(balance_of(kit.engine, source))} USD, "
             f"target {fmt(balance_of(kit.engine, target))} EUR")
+
+
+def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
+                          what: str) -> None:
+    """The README's contract for ExchangeResult's amounts: sell_amount is what was sold;
+    buy_amount, in the buy currency, is the provider's bought_amount once COMPLETED and the
+    quote's estimate (sell_amount x rate, rounded to the cent, a half cent either way)
+    while PENDING or once FAILED."""
+    amount = Decimal(sold)
+    exact = amount * Decimal(quote.rate)
+    estimates = {exact.quantize(Decimal("0.01"), rounding) for rounding in
+                 (ROUND_HALF_EVEN, ROUND_HALF_UP)}
+    order = kit.provider.orders.get(str(result.exchange_id))
+    if result.status == "COMPLETED":
+        want = [order.bought_amount] if order is not None and order.bought_amount else []
+        said = (f"{fmt(want[0])} {quote.buy_currency}, the bought_amount of the provider's "
+                "FILLED answer" if want else "the provider's bought_amount")
+    else:
+        want = sorted(estimates)
+        said = (f"{' or '.join(fmt(e) for e in want)} {quote.buy_currency}: the quote's "
+                f"estimate, {fmt(amount)} x {quote.rate} rounded to the cent")
+    sell, buy = getattr(result, "sell_amount", None), getattr(result, "buy_amount", None)
+    if (isinstance(sell, Decimal) and sell == amount and isinstance(buy, Decimal)
+            and buy in want):
+        return
+    raise CheckFailure(
+        f"{what}: exchange() returned {result.status}, with amounts that are not the README's.",
+        expected=f"sell_amount {fmt(amount)} {quote.sell_currency}; buy_amount {said}",
+        actual=f"sell_amount {sell!r}, buy_amount {buy!r}",
+        evidence="ExchangeResult.buy_amount is in the quote's buy currency: once COMPLETED what "
+                 "the provider bought (what the target was credited), before that the quote's "
+                 "estimate",
+        fix="once the provider FILLED, answer its bought_amount (read the row you settled), "
+            "not the quote's estimate" if result.status == "COMPLETED" and buy in estimates
+            and buy not in want else
+            "round the estimate to the cent: quantize(Decimal('0.01'))"
+            if isinstance(buy, Decimal) and buy not in estimates and buy == exact
+            and result.status != "COMPLETED" else None,
+        lesson=READ["exchange"])
 
 
 def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
@@ -176,12 +216,14 @@ def test_exchange_completes_when_the_provider_fills(kit: ExchangeKit) -> None:
             fix="credit the bought_amount of the FILLED answer, not sell_amount x the quote's "
                 "rate: the provider decides what it bought"
             if got[1] == quoted else None, lesson=READ["exchange"])
+    assert_result_amounts(kit, result, quote, "123.45", "123.45 USD sold, filled at "
+                          f"{FILL_RATE}")
     kit.provider.script(fill_rate=None)
     pounds = call(kit.accounts.open_account, kit.engine, currency="GBP")
     call(kit.accounts.deposit, kit.engine, pounds, Decimal("80.05"))
     dollars = call(kit.accounts.open_account, kit.engine, currency="USD")
-    second = kit.start(fx, kit.quote(fx, sell="GBP", buy="USD"), pounds, dollars, "33.33",
-                       "gbp-usd")
+    sterling = kit.quote(fx, sell="GBP", buy="USD")
+    second = kit.start(fx, sterling, pounds, dollars, "33.33", "gbp-usd")
     bought = kit.provider.orders.get(str(second.exchange_id))
     want = (Decimal("46.72"), bought.bought_amount if bought else None)
     got = (balance_of(kit.engine, pounds), balance_of(kit.engine, dollars))
@@ -192,6 +234,7 @@ def test_exchange_completes_when_the_provider_fills(kit: ExchangeKit) -> None:
                      f"{fmt(want[1]) if want[1] is not None else '(what the provider bought)'}",
             actual=f"{second}; GBP account {fmt(got[0])}, USD account {fmt(got[1])}",
             evidence=kit.provider.history(), lesson=READ["exchange"])
+    assert_result_amounts(kit, second, sterling, "33.33", "33.33 GBP sold into USD")
     assert_ledger_agrees(kit.engine, "after completed exchanges", read="exchange")
 
 
@@ -201,7 +244,7 @@ def test_bad_exchanges_are_refused_before_anything_moves(kit: ExchangeKit) -> No
     euros = call(kit.accounts.open_account, kit.engine, currency="EUR")
     call(kit.accounts.deposit, kit.engine, euros, Decimal("50.00"))
     fx = kit.client(TIMEOUT)
-    attempts = [
+    attempts: list[tuple[str, int, int, str | float, Any]] = [
         ("the target account is in TRY, the quote buys EUR", source, lira, "10.00",
          kit.accounts.CurrencyMismatch),
         ("the source account is in EUR, the quote sells USD", euros, target, "10.00",
@@ -210,6 +253,9 @@ def test_bad_exchanges_are_refused_before_anything_moves(kit: ExchangeKit) -> No
         ("the amount is 10.005", source, target, "10.005", ValueError),
         ("the amount is 0", source, target, "0", ValueError),
         ("the amount is -10.00", source, target, "-10.00", ValueError),
+        # a JSON number a caller passed on as it came: 10.25 is exact in binary, so only a type
+        # check refuses it
+        ("the amount is the float 10.25", source, target, 10.25, TypeError | ValueError),
         ("the target account does not exist", source, 987654321, "10.00",
          kit.accounts.AccountNotFound),
     ]
@@ -223,13 +269,19 @@ def test_bad_exchanges_are_refused_before_anything_moves(kit: ExchangeKit) -> No
         if not isinstance(error, wanted) or sent or after != before:
             raise CheckFailure(
                 f"An exchange where {label} must be refused before anything moves.",
-                expected=f"{wanted.__module__}.{wanted.__name__}; no order sent; every balance "
-                         "as before",
+                expected=f"{_names(wanted)}; no order sent; every balance as before",
                 actual=(first_line(error) if error else "it returned")
                        + f"; {len(sent)} order(s) sent; balances "
                        + ", ".join(f"{name} {fmt(after[name])}" for name in accounts),
                 evidence=kit.provider.history(), lesson=READ["exchange"])
     assert_ledger_agrees(kit.engine, "after refused exchanges", read="exchange")
+
+
+def _names(wanted: Any) -> str:
+    """An exception class, or a union of them, as the README names them."""
+    classes = getattr(wanted, "__args__", None) or (wanted,)
+    return " or ".join(c.__name__ if c.__module__ == "builtins" else
+                       f"{c.__module__}.{c.__name__}" for c in classes)
 
 
 def test_quote_is_created_outside_any_transaction(kit: ExchangeKit) -> None:
@@ -427,6 +479,8 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
             fix="a timeout means 'I don't know', never 'it failed': leave the exchange "
                 "PENDING and let reconcile() ask the provider",
             lesson=READ["reconcile"])
+    assert_result_amounts(kit, result, quote, "100.00", "The provider answered after the "
+                          "timeout")
     assert_ledger_agrees(kit.engine, "after a timed-out exchange", read="exchange")
 
 
@@ -502,7 +556,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
     fx = kit.client(TIMEOUT)
     quote = _quote(kit, fx)
     kit.provider.script(place="reject")
-    result = _exchange(kit, fx, quote, source, target)
+    result = _exchange(kit, fx, quote, source, target, amount="123.45")
     if not (result.status == "FAILED" and balance_of(kit.engine, source) == 500 and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
@@ -522,6 +576,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
             "The refund is a new entry: the ledger keeps the debit and its reversal.",
             expected="the source's postings: the deposit, the exchange debit, the refund",
             actual=str(kinds), evidence=ledger_table(kit.engine, source), lesson=READ["schema"])
+    assert_result_amounts(kit, result, quote, "123.45", "The provider rejected 123.45 USD")
     assert_quote_stays_used(kit, fx, quote, source, target, f"exchange {result.exchange_id} "
                             "on it was rejected by the provider and refunded", READ["exchange"])
     assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
@@ -533,23 +588,34 @@ def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
     quote = _quote(kit, fx)
     kit.provider.script(place="fill", fill_rate=FILL_RATE)
     with failing_commits(kit.engine, target):
-        error = raised(kit.start, fx, quote, source, target, "100.00", "settle-fails")
+        answer = _refusal_or_result(kit, fx, quote, source, target, "100.00", "settle-fails")
+    error = answer if isinstance(answer, BaseException) else None
+    if error is None:
+        kit.remember(answer, Decimal("100.00"))
     [row] = _exchange_rows(kit) or [{"id": "?", "status": "none recorded"}]
     anomalies, evidence = exchange_anomalies(kit, source, target, Decimal("500.00"))
+    told = getattr(answer, "status", None)
+    if error is None and told != row["status"]:
+        anomalies.append(f"exchange() returned status {told}, its row says {row['status']}")
     if not (row["status"] in ("PENDING", "COMPLETED") and not anomalies):
         raise CheckFailure(
             "The provider FILLED the order, then the database refused the COMMIT of the "
             "transaction that credits the target: the exchange must stay PENDING for "
-            "reconcile, not be refunded.",
-            expected="exchange PENDING (exchange() may raise), source 400.00 USD, nothing "
-                     "refunded: the provider converted, so the money is owed in EUR",
+            "reconcile, not be refunded, and exchange() must not answer it settled.",
+            expected="exchange PENDING (exchange() may raise; what it returns says the "
+                     "status its row holds), source 400.00 USD, nothing refunded: the "
+                     "provider converted, so the money is owed in EUR",
             actual=f"status {row['status']}; {_money(kit, source, target)}; exchange() "
                    + (f"raised {first_line(error)}" if error else "returned")
                    + (f"; {'; '.join(anomalies)}" if anomalies else ""),
             evidence=evidence + "\n\nthe provider's log:\n" + kit.provider.history(),
             fix="a failure while booking FILLED is not a rejection: let it raise (or return "
                 "PENDING) and leave the exchange to reconcile, which asks the provider and "
-                "completes it" if row["status"] == "FAILED" else None,
+                "completes it" if row["status"] == "FAILED" else
+                "the credit's COMMIT was refused, so nothing was booked: let its error reach "
+                "the caller (or answer the exchange as its row stands, PENDING), never the "
+                "status you meant to write" if error is None and told != row["status"]
+                and len(anomalies) == 1 else None,
             lesson=(READ["exchange"], READ["reconcile"]))
     assert_ledger_agrees(kit.engine, "after a failed settlement", read="exchange")
 
@@ -901,6 +967,11 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
                     "quote, both accounts and the amount), and a retry must match it in each"
                 if reuse is None else None,
                 lesson=READ["idempotency"])
+    # one key names one request whatever the operation: a deposit with the exchange's key,
+    # and an exchange with a deposit's key, are other requests (keys are one namespace)
+    cross = _cross_operation_reuse(kit, fx, source, target)
+    if cross is not None:
+        raise cross
     # long after: the quote it was placed on has expired since, and the key still answers the
     # exchange (the quote was judged once, when the exchange was placed)
     kit.clock.advance(QUOTE_TTL + 0.35)
@@ -919,6 +990,52 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
                 "quote (found, expired, used) only when the key is new"
             if isinstance(expired, kit.exchange.QuoteExpired) else None,
             lesson=READ["idempotency"])
+
+
+def _cross_operation_reuse(kit: ExchangeKit, fx: Any, source: int, target: int
+                           ) -> CheckFailure | None:
+    """Key 'twice' names an exchange of 100.00 from `source` (which holds 400.00 after it):
+    a deposit with it, and an exchange with the key of a deposit, are IdempotencyConflict
+    and move nothing."""
+    deposit = raised(kit.accounts.deposit, kit.engine, source, Decimal("100.00"),
+                     idempotency_key="twice")
+    after = balance_of(kit.engine, source)
+    if not (isinstance(deposit, kit.accounts.IdempotencyConflict)
+            and after == Decimal("400.00")):
+        return CheckFailure(
+            "Key 'twice' names an exchange of 100.00 from this account; a deposit of 100.00 "
+            "into it with the same key is another request.",
+            expected="accounts.IdempotencyConflict, nothing deposited (source 400.00 USD)",
+            actual=(first_line(deposit) if deposit else "it returned") + f"; source "
+                   f"{fmt(after)} USD",
+            evidence="an idempotency key names one request, whatever the operation: a "
+                     "deposit, a withdrawal, a transfer or an exchange",
+            fix="keep one namespace of keys for every operation (the idempotency_key table, "
+                "its request_hash covering the operation), and compare the request when the "
+                "key is found" if deposit is None else None,
+            lesson=READ["idempotency"])
+    call(kit.accounts.deposit, kit.engine, source, Decimal("7.31"), idempotency_key="dep-key")
+    sent_before = len(kit.provider.order_requests())
+    exchange = _refusal(kit, fx, _quote(kit, fx), source, target, "7.31", "dep-key")
+    sent = len(kit.provider.order_requests()) - sent_before
+    after = balance_of(kit.engine, source)
+    if not (isinstance(exchange, kit.accounts.IdempotencyConflict) and sent == 0
+            and after == Decimal("407.31")):
+        return CheckFailure(
+            "Key 'dep-key' names a deposit of 7.31; an exchange of 7.31 from the same account "
+            "with that key is another request.",
+            expected="accounts.IdempotencyConflict, nothing debited (source 407.31 USD), no "
+                     "order sent",
+            actual=(first_line(exchange) if exchange else "it returned") + f"; {sent} order(s) "
+                   f"sent; source {fmt(after)} USD",
+            evidence=kit.provider.history(),
+            fix="keep one namespace of keys for every operation (the idempotency_key table, "
+                "its request_hash covering the operation), and compare the request when the "
+                "key is found" if exchange is None else None,
+            lesson=READ["idempotency"])
+    # back to 400.00 for what follows (the deposit was the check's, not the exchange's)
+    call(kit.accounts.withdraw, kit.engine, source, Decimal("7.31"))
+    return None
 
 
 QUOTE_RACERS = 8

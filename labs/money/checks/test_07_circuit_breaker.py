@@ -527,6 +527,122 @@ def test_half_open_probes_close_or_reopen_the_breaker(client_kit: ClientKit) -> 
                        29.8, "the probe that reopens it")
 
 
+PROBE_WAIT = 5.0  # seconds a probe waits for the other one (a breaker that admits one hangs)
+
+
+class _Probes:
+    """Two probes through `b.call` at once: each fn waits until both are inside the breaker,
+    then the `first` one returns its outcome, and the other only after the first's call has
+    returned. So one outcome reaches the breaker while the other probe is still out."""
+
+    def __init__(self, b: Any, circuit_open: type) -> None:
+        self.b = b
+        self.circuit_open = circuit_open
+        self.inside = threading.Barrier(2, timeout=PROBE_WAIT)
+        self.first_done = threading.Event()
+        self.outcomes: dict[str, str] = {}
+
+    def run(self, first: str, second: str) -> dict[str, str]:
+        threads = [threading.Thread(target=self._probe, args=(name, outcome, lead), daemon=True)
+                   for name, outcome, lead in (("first", first, True),
+                                               ("second", second, False))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(PROBE_WAIT * 3)
+        return self.outcomes
+
+    def _probe(self, name: str, outcome: str, lead: bool) -> None:
+        def fn() -> str:
+            self.inside.wait()
+            if not lead and not self.first_done.wait(PROBE_WAIT):
+                raise TimeoutError("the first probe never returned")
+            if outcome == "fail":
+                raise ConnectionError("the provider is still down (the check's probe)")
+            return "FILLED"
+
+        try:
+            self.b.call(fn)
+            self.outcomes[name] = "returned"
+        except threading.BrokenBarrierError:
+            self.outcomes[name] = "admitted alone (the other probe never came in)"
+        except Exception as exc:
+            self.outcomes[name] = ("CircuitOpen" if isinstance(exc, self.circuit_open) else
+                                   f"raised {type(exc).__name__}")
+        finally:
+            if lead:
+                self.first_done.set()
+
+
+def test_a_half_open_period_closes_only_when_all_its_probes_succeed(
+        client_kit: ClientKit) -> None:
+    """half_open_calls=2, both probes admitted at once: one succeeds, the other fails after
+    it (or before it). The README: all succeed, it closes; one fails, it opens again. The
+    checks call the breaker's own call(fn): no provider, no timing, the order forced."""
+    kit = client_kit
+    b = _breaker(kit, window_size=10, minimum_calls=10, failure_rate_threshold=50.0,
+                 slow_call_seconds=10.0, slow_call_rate_threshold=100.0, open_seconds=30.0,
+                 half_open_calls=2)
+
+    def down() -> str:
+        raise ConnectionError("the provider is down (the check's call)")
+
+    for _ in range(10):
+        try:
+            b.call(down)
+        except Exception:
+            pass
+    sent: list[int] = []
+
+    def counted() -> str:
+        sent.append(1)
+        return "FILLED"
+
+    try:
+        b.call(counted)
+        opened = "returned (it was sent)"
+    except Exception as exc:
+        opened = ("CircuitOpen" if isinstance(exc, kit.breaker.CircuitOpen)
+                  else f"raised {type(exc).__name__}")
+    if opened != "CircuitOpen" or sent:
+        raise CheckFailure(
+            "Setting up: 10 failing calls through call(fn) (window 10, minimum 10, threshold "
+            "50 %) must open the breaker.", expected="the 11th call raises CircuitOpen, fn not "
+            "called", actual=f"{opened}; state {_state(b)}", lesson=READ["breaker"])
+    for order, (first, second) in enumerate((("ok", "fail"), ("fail", "ok"))):
+        kit.clock.advance(31)
+        outcomes = _Probes(b, kit.breaker.CircuitOpen).run(first, second)
+        before = len(sent)
+        try:
+            b.call(counted)
+            after = "returned (it was sent)"
+        except Exception as exc:
+            after = ("CircuitOpen" if isinstance(exc, kit.breaker.CircuitOpen)
+                     else f"raised {type(exc).__name__}")
+        if after == "CircuitOpen" and len(sent) == before:
+            continue
+        told = {"ok": "succeeded", "fail": "failed"}
+        admitted = all(o in ("returned", "raised ConnectionError") for o in outcomes.values())
+        raise CheckFailure(
+            "10 failures opened the breaker (half_open_calls=2); open_seconds later two probes "
+            f"went in at once: one {told[first]} and returned while the other was still out, "
+            f"then the other {told[second]}. One probe failed, so the breaker opens again.",
+            expected="both probes reach the provider (fn); the next call raises CircuitOpen "
+                     "without being sent",
+            actual=f"the probe that {told[first]}: {outcomes.get('first', 'still out')}; the "
+                   f"one that {told[second]}: {outcomes.get('second', 'still out')}; the next "
+                   f"call {after}; state {_state(b)}",
+            evidence="the README: when all the probes succeed, none slow, it closes; when one "
+                     "fails or is slow, it opens again for another open_seconds",
+            fix=("count the probes that succeeded and close only when half_open_calls of them "
+                 "have, not on the first success: a probe still out may yet fail"
+                 if order == 0 else
+                 "once a failed probe has reopened the breaker, a probe of that period that "
+                 "returns later decides nothing: remember the period a probe was admitted in")
+            if admitted else None,
+            lesson=READ["half-open"])
+
+
 OPEN_SECONDS = 1.65  # no whole number: a wait rounded or cut to whole seconds misses it
 
 

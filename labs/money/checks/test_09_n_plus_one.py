@@ -51,32 +51,39 @@ def _ring(engine: Engine, ids: list[int], rounds: int) -> None:
              WHERE a.id = s.account_id"""), {"ids": ids})
 
 
-def _interleaved(engine: Engine, src: int, dst: int) -> None:
-    """Two transfers src -> dst whose transactions overlap: the one that began first writes
-    its postings last, so their posting ids run against the order the transactions began in
-    (and against any timestamp taken at BEGIN, like now())."""
-    first, second = engine.connect(), engine.connect()
+def _interleaved(engine: Engine, src: int, dst: int, between: int) -> None:
+    """Transfers src -> dst whose transactions overlap: the first begins, `between` others
+    begin later and commit one by one, and only then does the first write its postings. Its
+    postings have the highest ids and the oldest BEGIN (now()) of them all, so with
+    recent=`between` it is among each account's latest by posting id and not among the latest
+    by any timestamp taken at BEGIN: the cut falls inside the overlap."""
+    first = engine.connect()
+    total = Decimal("0.03") + Decimal("0.07") * between
     try:
         first.execute(text("SELECT now()"))  # its transaction (and its now()) begins here
-        second.execute(text("SELECT now()"))
-        for conn, amount in ((second, "0.07"), (first, "0.03")):
-            entry = conn.execute(text("INSERT INTO ledger_entry (id, kind) "
-                                      "VALUES (gen_random_uuid(), 'TRANSFER') RETURNING id")
-                                 ).scalar_one()
-            conn.execute(text("""
-                INSERT INTO posting (entry_id, account_id, amount, currency)
-                VALUES (:e, :src, -CAST(:m AS numeric), 'USD'),
-                       (:e, :dst, CAST(:m AS numeric), 'USD')"""),
-                         {"e": entry, "src": src, "dst": dst, "m": amount})
-        second.commit()
+        for _ in range(between):
+            with engine.connect() as later:
+                later.execute(text("SELECT now()"))
+                _transfer_rows(later, src, dst, "0.07")
+                later.commit()
+        _transfer_rows(first, src, dst, "0.03")
         first.commit()
     finally:
         first.close()
-        second.close()
-    with engine.begin() as conn:  # the balances follow (both transactions wrote both rows)
+    with engine.begin() as conn:  # the balances follow (the transactions wrote both rows)
         conn.execute(text("UPDATE account SET balance = balance + CASE WHEN id = :src "
-                          "THEN -0.10 ELSE 0.10 END WHERE id IN (:src, :dst)"),
-                     {"src": src, "dst": dst})
+                          "THEN -CAST(:t AS numeric) ELSE CAST(:t AS numeric) END "
+                          "WHERE id IN (:src, :dst)"), {"src": src, "dst": dst, "t": total})
+
+
+def _transfer_rows(conn: Any, src: int, dst: int, amount: str) -> None:
+    entry = conn.execute(text("INSERT INTO ledger_entry (id, kind) "
+                              "VALUES (gen_random_uuid(), 'TRANSFER') RETURNING id")).scalar_one()
+    conn.execute(text("""
+        INSERT INTO posting (entry_id, account_id, amount, currency)
+        VALUES (:e, :src, -CAST(:m AS numeric), 'USD'),
+               (:e, :dst, CAST(:m AS numeric), 'USD')"""),
+                 {"e": entry, "src": src, "dst": dst, "m": amount})
 
 
 def _expected(engine: Engine, ids: list[int], recent: int = RECENT
@@ -163,24 +170,41 @@ def test_statement_shows_the_latest_postings(learner: Any, accounts: ModuleType,
             if _miscounted(got, expected, busy) else None,
             lesson=READ["n-plus-one"])
     # "latest" is by posting id, whatever order the transactions began or committed in
-    _interleaved(bank, busy, other)
+    _interleaved(bank, busy, other, MORE_RECENT)
     got = call(statements.statements, bank, [busy, other], recent=MORE_RECENT)
     expected = _expected(bank, [busy, other], MORE_RECENT)
     problems = _differences(got, expected)
     if problems:
         raise CheckFailure(
-            "statements() must order each account's postings by posting id, newest first.",
-            expected="for the busy account and the one it pays, after two overlapping "
-                     "transfers between them (the transaction that began first wrote its "
-                     "postings last, so they have the higher ids): the latest "
-                     f"{MORE_RECENT} postings by posting id, descending (recent={MORE_RECENT})",
+            "statements() must choose and order each account's latest postings by posting "
+            "id, newest first.",
+            expected=f"for the busy account and the one it pays, after {MORE_RECENT + 1} "
+                     "overlapping transfers between them (the transaction that began first "
+                     f"wrote its postings last, after the other {MORE_RECENT} committed, so "
+                     "they have the highest ids and the oldest BEGIN): the latest "
+                     f"{MORE_RECENT} postings by posting id, descending (recent={MORE_RECENT}): "
+                     "the late writer's 0.03 among them",
             actual="; ".join(problems[:2]),
             evidence=table([{"account": a, "id": i, "kind": k, "amount": m}
                             for a, want in expected.items() for i, _, k, m in want["recent"]],
                            ("account", "id", "kind", "amount")),
-            fix="ORDER BY posting.id DESC (in the window or the LATERAL and in the outer "
-                "query), not by a timestamp: now() is the time a transaction began, not the "
-                "order its rows were written", lesson=READ["n-plus-one"])
+            fix="choose and order by posting.id DESC (in the window or the LATERAL and in the "
+                "outer query), not by a timestamp: now() is the time a transaction began, not "
+                "the order its rows were written" if _late_writer_misplaced(got, expected)
+            else None, lesson=READ["n-plus-one"])
+
+
+def _late_writer_misplaced(got: dict[Any, Any], expected: dict[int, dict[str, Any]]) -> bool:
+    """Some account's newest posting by id (the late writer's) is not first in its statement,
+    while the statement holds as many lines as asked for."""
+    for account_id, want in expected.items():
+        statement = got.get(account_id)
+        if statement is None or not want["recent"]:
+            continue
+        lines = [p.posting_id for p in statement.recent]
+        if len(lines) == len(want["recent"]) and lines[0] != want["recent"][0][0]:
+            return True
+    return False
 
 
 def _starved(got: dict[Any, Any], expected: dict[int, dict[str, Any]], quiet: int) -> bool:
