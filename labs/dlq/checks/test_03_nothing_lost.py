@@ -239,22 +239,37 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
         ledger_db, topics, settings, downstream, clock, producer=refused, timeout=3.0,
         stop_when=lambda: len(refused.to(topics.dead_letter)) >= wanted)
     writes = refused.to(topics.dead_letter)
-    if not (committed.get(0, -1) <= poison.offset):
-        reported = [p for p in writes if p.error]
+    reported = [p for p in writes if p.error]
+    if not (committed.get(0, -1) <= poison.offset) and len(writes) > 1:
         raise CheckFailure(
-            "The DLT's broker answered every write of the poison at once with a refusal in "
-            "the delivery report (MSG_SIZE_TOO_LARGE: the topic accepts smaller records), "
-            "so flush() returned 0 right away, and the record's offset was committed: it is "
-            "in neither the ledger nor the DLT. It is LOST. flush() returning 0 says only "
-            "that nothing is queued any more, a refused record included; the write "
-            "succeeded only when its delivery callback reported no error.",
+            f"The DLT's broker refused the poison {len(writes)} times in a row, each time "
+            "at once in the delivery report (MSG_SIZE_TOO_LARGE: the topic accepts smaller "
+            "records), and the consumer then committed past it: the record is in neither the "
+            "ledger nor the DLT. It is LOST. A DLT that keeps failing stops the partition, "
+            "which is what an alert on lag is for; it never justifies moving on without the "
+            "record.",
+            expected=f"p0 committed at most up to {poison.offset} after any number of refused "
+                     "writes",
+            actual=f"committed {offsets_text(committed)} ({ended}); {len(writes)} DLT "
+                   f"write(s), {len(reported)} refused in their delivery report",
+            evidence=timeline(refusal, downstream, inputs) if refusal else "",
+            lesson=MISTAKES)
+    if not (committed.get(0, -1) <= poison.offset):
+        raise CheckFailure(
+            "The DLT's broker answered the poison's write at once with a refusal in the "
+            "delivery report (MSG_SIZE_TOO_LARGE: the topic accepts smaller records), so "
+            "flush() returned 0 right away, and the record's offset was committed after that "
+            "one write: it is in neither the ledger nor the DLT. It is LOST. flush() returning "
+            "0 says only that nothing is queued any more, a refused record included; the "
+            "write succeeded only when its delivery callback reported no error.",
             expected=f"p0 committed at most up to {poison.offset} (the poison's offset)",
             actual=f"committed {offsets_text(committed)} ({ended}); {len(writes)} DLT "
                    f"write(s), {len(reported)} refused in their delivery report",
             evidence=timeline(refusal, downstream, inputs) if refusal else "",
             lesson=MISTAKES,
             fix="read the error the delivery callback (on_delivery) hands you and raise "
-                "unless it is None, whatever flush() returned" if reported else None)
+                "unless it is None, whatever flush() returned" if writes and reported
+                else None)
 
     # 2. The DLT keeps refusing the record (larger than the producer's message.max.bytes):
     #    no number of refusals in a row makes the consumer give up on it: 500 of them (far
