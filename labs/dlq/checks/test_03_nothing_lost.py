@@ -92,17 +92,17 @@ class RefusingBroker:
             return self._producer.produce(*args, **kwargs)
         error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
         partition = given.get("partition")
-        report = Message(topic=self._topic, partition=-1 if partition is None else partition,
+        refusal = Message(topic=self._topic, partition=-1 if partition is None else partition,
                          offset=-1001, key=given.get("key"), value=given.get("value"),
                          headers=kwargs.get("headers"), error=error)
-        self._reports.append((kwargs.get("on_delivery") or kwargs.get("callback"), report))
+        self._reports.append((kwargs.get("on_delivery") or kwargs.get("callback"), refusal))
         return None
 
     def _serve(self) -> int:
         reports, self._reports = self._reports, []
-        for callback, report in reports:
+        for callback, refusal in reports:
             if callback is not None:
-                callback(report.error(), report)
+                callback(refusal.error(), refusal)
         return len(reports)
 
     def poll(self, timeout: float | None = None) -> int:

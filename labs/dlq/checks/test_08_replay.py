@@ -67,7 +67,8 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
     # partitioner's) is right for all, and a random choice is right for all once in 3^9.
     placed_key = b"acc-p"
     placed = (partition_for(placed_key, topics.partitions) + 1) % topics.partitions
-    specs = [(healthy("acc-p", 777, partition=placed), "DownstreamTimeout", None)]
+    specs: list[tuple[Item, str, int | None]] = [
+        (healthy("acc-p", 777, partition=placed), "DownstreamTimeout", None)]
     for n in range(KEYLESS_PER_PARTITION * topics.partitions):
         item = healthy("acc-x", 880 + n)
         specs.append((Item(item.label, None, item.value, item.headers, item.event_id,
