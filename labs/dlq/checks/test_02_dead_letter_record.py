@@ -408,6 +408,9 @@ class RefusesFirst(ProducerTap):
 
 
 PING_SECONDS = 6.3  # what each ping() takes on the clock (a health check behind a slow LB)
+# What a payment's later attempts take on the clock before they fail (a gateway that answers
+# slowly): the last attempt fails that long after it began, not when it began.
+SLOW_ATTEMPT_SECONDS = {"transient-exhausted": 2.73, "declined-slowly": 1.37}
 
 
 def _iso(raw: str | None) -> float | None:
@@ -418,53 +421,86 @@ def _iso(raw: str | None) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
 def test_last_failure_time_is_when_the_last_attempt_failed(lab, ledger_db, clock):
-    """A payment times out on all three attempts; then ping() takes 6.3 s to answer (the
-    gateway is up: it is this payment's failure), and the DLT refuses the first two writes
-    (backoff on the clock). x-dlt-last-failure-at is when the third attempt failed, not when
-    the record was finally written."""
+    """A payment times out on all three attempts, the second and third taking 2.73 s each
+    before they fail; then ping() takes 6.3 s to answer (the gateway is up: it is this
+    payment's failure), and the DLT refuses the first two writes (backoff on the clock).
+    Another is declined on its second attempt, which takes 1.37 s. x-dlt-last-failure-at is
+    when the last attempt failed: not when it began, not when the record was written."""
     topics = lab.topics()
     settings = lab.settings(topics, attempts=3)
     stuck = with_label(healthy("poison-t4", 3_119, partition=1), "transient-exhausted")
-    inputs = lab.produce(topics.source, [stuck, healthy("acc-5", 517, partition=1)])
-    failed_at: list[float] = []  # clock.now() of each authorize() of the payment
+    slow_decline = with_label(healthy("poison-d4", 2_207, partition=2), "declined-slowly")
+    inputs = lab.produce(topics.source, [stuck, healthy("acc-5", 517, partition=1),
+                                         slow_decline])
+    slow = {stuck.event_id: SLOW_ATTEMPT_SECONDS["transient-exhausted"],
+            slow_decline.event_id: SLOW_ATTEMPT_SECONDS["declined-slowly"]}
+    # event id -> (began, failed) on clock.now() of each of its authorize() calls
+    attempts: dict[str | None, list[tuple[float, float]]] = {k: [] for k in slow}
+
+    def latency_of(event_id: str | None, n: int) -> float | None:
+        return slow[event_id] if event_id in slow and n >= 1 else None
 
     def on_call(call):
-        if call.what == "authorize" and call.event_id == stuck.event_id:
-            failed_at.append(clock.now())  # it fails at once: the call is the failure
+        if call.what == "authorize" and call.event_id in attempts:
+            began = clock.now()
+            took = latency_of(call.event_id, len(attempts[call.event_id])) or 0.0
+            attempts[call.event_id].append((began, began + took))
         if call.what == "ping":
             clock.advance(PING_SECONDS)
 
-    downstream = ScriptedDownstream(lab.payments, clock, {stuck.event_id: ["timeout"] * 9},
-                                    on_call=on_call)
+    downstream = ScriptedDownstream(lab.payments, clock,
+                                    {stuck.event_id: ["timeout"] * 9,
+                                     slow_decline.event_id: ["timeout", "declined"]},
+                                    on_call=on_call, latency_of=latency_of)
     producer = RefusesFirst(lab.dlt_producer(), clock, 2)
     run = lab.run(ledger_db, topics, settings, downstream, clock, producer=producer)
     require_done(run, inputs, downstream, read=SEE)
     dlt = lab.read(topics.dead_letter, topics.partitions, fence=True)
     found = match_dlt(inputs, dlt)
-    if 0 not in found or not failed_at:
-        raise CheckFailure("A payment that timed out on every attempt must reach the DLT.",
-                           expected="it in the DLT", actual="it is not", lesson=SEE)
-    r = found[0][0]
-    raw = r.text("x-dlt-last-failure-at")
-    last = _iso(raw)
-    if last is None or not failed_at[-1] - 0.05 <= last <= failed_at[-1] + 1.0:
-        later = f"{last - failed_at[-1]:+.2f} s" if last is not None else "unreadable"
+    for n, item in ((0, stuck), (2, slow_decline)):
+        if n not in found or not attempts[item.event_id]:
+            raise CheckFailure(
+                f"{inputs[n].describe()} must reach the DLT (it "
+                + ("timed out on every attempt)." if n == 0 else "was declined)."),
+                expected="it in the DLT", actual="it is not", lesson=SEE)
+    for n, item in ((0, stuck), (2, slow_decline)):
+        r = found[n][0]
+        raw = r.text("x-dlt-last-failure-at")
+        last = _iso(raw)
+        began, failed = attempts[item.event_id][-1]
+        if last is not None and failed - 0.05 <= last <= failed + 1.0:
+            continue
+        later = f"{last - failed:+.2f} s" if last is not None else "unreadable"
+        at_start = last is not None and abs(last - began) <= 0.05
+        story = (f"timed out on all {len(attempts[item.event_id])} attempts, the last one "
+                 f"{slow[item.event_id]} s after it began; then ping() took {PING_SECONDS} s "
+                 "(it answered: the failure is this payment's) and the DLT refused the first "
+                 "two writes, with a backoff on the clock between them"
+                 if n == 0 else
+                 f"was declined on its second attempt, {slow[item.event_id]} s after that "
+                 "attempt began")
         raise CheckFailure(
-            f"{inputs[0].describe()} timed out on all {len(failed_at)} attempts; then ping() "
-            f"took {PING_SECONDS} s (it answered: the failure is this payment's) and the DLT "
-            "refused the first two writes, with a backoff on the clock between them. "
-            "x-dlt-last-failure-at is when the last attempt failed; it read "
-            f"{raw!r}, {later} from that moment. Stamped when the record is written, it "
-            "moves with every ping and every failed write, and whoever reads the DLT times "
-            "the failure wrongly.",
-            expected="the clock's time of the last authorize() failure, "
-                     + datetime.fromtimestamp(failed_at[-1], UTC).isoformat(
-                         timespec="milliseconds").replace("+00:00", "Z")
-                     + " (within a second)",
+            f"{inputs[n].describe()} {story}. x-dlt-last-failure-at is when the last attempt "
+            f"failed; it read {raw!r}, {later} from that moment"
+            + (", which is when that attempt began. " if at_start else ". ")
+            + "Stamped when an attempt begins, or when the record is written, it is off by "
+            "however long the gateway took, every ping and every failed write, and whoever "
+            "reads the DLT times the failure wrongly.",
+            expected="the clock's time when the last authorize() failed, " + _stamp(failed)
+                     + " (within a second after it)",
             actual=f"{raw!r}",
             evidence=headers_table(r.headers, ("x-dlt-first-failure-at",
-                                               "x-dlt-last-failure-at", "x-dlt-attempts")),
+                                               "x-dlt-last-failure-at", "x-dlt-attempts"))
+                     + "\nthe last attempt: began " + _stamp(began) + ", failed "
+                     + _stamp(failed),
+            fix="take clock.now() after the attempt raised, not before it began"
+                if at_start else None,
             lesson=SEE)
 
 

@@ -39,7 +39,7 @@ from _tools import (
     undecodable,
     with_label,
 )
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from dojo.checks import CheckFailure, NotWritten
 from dojo.checks.faults import run_in_subprocess, unreachable_bootstrap
@@ -65,6 +65,52 @@ class CommitModes:
         if kwargs.get("asynchronous", True):
             self.asynchronous += 1
         return self._consumer.commit(*args, **kwargs)
+
+
+class RefusingBroker:
+    """A DLT producer whose broker refuses every record for `topic` in the delivery report,
+    at once (as a broker does for a record above the topic's max.message.bytes): the report
+    is served by the next poll() or flush(), and flush() then returns 0. Records for other
+    topics go to the real producer."""
+
+    def __init__(self, producer: Any, topic: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._reports: list[tuple[Any, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._reports) + len(self._producer)
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        names = ("topic", "value", "key", "partition")
+        given = {**dict(zip(names, args, strict=False)),
+                 **{k: kwargs[k] for k in names if k in kwargs}}
+        if given.get("topic") != self._topic:
+            return self._producer.produce(*args, **kwargs)
+        error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+        partition = given.get("partition")
+        refusal = Message(topic=self._topic, partition=-1 if partition is None else partition,
+                         offset=-1001, key=given.get("key"), value=given.get("value"),
+                         headers=kwargs.get("headers"), error=error)
+        self._reports.append((kwargs.get("on_delivery") or kwargs.get("callback"), refusal))
+        return None
+
+    def _serve(self) -> int:
+        reports, self._reports = self._reports, []
+        for callback, refusal in reports:
+            if callback is not None:
+                callback(refusal.error(), refusal)
+        return len(reports)
+
+    def poll(self, timeout: float | None = None) -> int:
+        return self._serve() + self._producer.poll(0)
+
+    def flush(self, timeout: float | None = None) -> int:
+        self._serve()
+        return self._producer.flush() if timeout is None else self._producer.flush(timeout)
 
 
 def test_every_commit_covers_only_finished_records(lab, ledger_db, clock):
@@ -182,6 +228,48 @@ def test_failed_dead_letter_write_is_not_committed(lab, ledger_db, clock):
                    f"{len(unreachable.to(topics.dead_letter))} DLT write(s), "
                    f"{len(failed)} reported failed" + said,
             evidence=timeline(first, downstream, inputs) if first else "", lesson=MISTAKES)
+
+    # 1b. The DLT's broker answers at once and refuses every write in its delivery report
+    #    (MSG_SIZE_TOO_LARGE: the topic's max.message.bytes is below the record's size, a
+    #    refusal no delivery.timeout.ms waits out). flush() returns 0 right away: nothing is
+    #    queued any more, and nothing arrived either.
+    refused = ProducerTap(RefusingBroker(lab.dlt_producer(), topics.dead_letter), clock)
+    wanted = 20
+    refusal, ended, committed = lab.run_until_stopped(
+        ledger_db, topics, settings, downstream, clock, producer=refused, timeout=3.0,
+        stop_when=lambda: len(refused.to(topics.dead_letter)) >= wanted)
+    writes = refused.to(topics.dead_letter)
+    reported = [p for p in writes if p.error]
+    if not (committed.get(0, -1) <= poison.offset) and len(writes) > 1:
+        raise CheckFailure(
+            f"The DLT's broker refused the poison {len(writes)} times in a row, each time "
+            "at once in the delivery report (MSG_SIZE_TOO_LARGE: the topic accepts smaller "
+            "records), and the consumer then committed past it: the record is in neither the "
+            "ledger nor the DLT. It is LOST. A DLT that keeps failing stops the partition, "
+            "which is what an alert on lag is for; it never justifies moving on without the "
+            "record.",
+            expected=f"p0 committed at most up to {poison.offset} after any number of refused "
+                     "writes",
+            actual=f"committed {offsets_text(committed)} ({ended}); {len(writes)} DLT "
+                   f"write(s), {len(reported)} refused in their delivery report",
+            evidence=timeline(refusal, downstream, inputs) if refusal else "",
+            lesson=MISTAKES)
+    if not (committed.get(0, -1) <= poison.offset):
+        raise CheckFailure(
+            "The DLT's broker answered the poison's write at once with a refusal in the "
+            "delivery report (MSG_SIZE_TOO_LARGE: the topic accepts smaller records), so "
+            "flush() returned 0 right away, and the record's offset was committed after that "
+            "one write: it is in neither the ledger nor the DLT. It is LOST. flush() returning "
+            "0 says only that nothing is queued any more, a refused record included; the "
+            "write succeeded only when its delivery callback reported no error.",
+            expected=f"p0 committed at most up to {poison.offset} (the poison's offset)",
+            actual=f"committed {offsets_text(committed)} ({ended}); {len(writes)} DLT "
+                   f"write(s), {len(reported)} refused in their delivery report",
+            evidence=timeline(refusal, downstream, inputs) if refusal else "",
+            lesson=MISTAKES,
+            fix="read the error the delivery callback (on_delivery) hands you and raise "
+                "unless it is None, whatever flush() returned" if writes and reported
+                else None)
 
     # 2. The DLT keeps refusing the record (larger than the producer's message.max.bytes):
     #    no number of refusals in a row makes the consumer give up on it: 500 of them (far

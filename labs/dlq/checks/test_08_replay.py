@@ -55,23 +55,32 @@ def mixed(lab, topics, replays=(None, 1, None, None, 1, None)):
     return craft_dead_letters(lab, topics, specs)
 
 
+KEYLESS_PER_PARTITION = 3
+
+
 def test_replayed_records_are_clean_and_counted(lab, clock):
     topics = lab.topics()
     dead = mixed(lab, topics)
     # The original of acc-p was placed in another partition than its key's (explicitly, by
-    # its producer), and one record has no key: it goes back to its original partition.
+    # its producer), and KEYLESS records have no key: each goes back to its original
+    # partition. They come from every partition, so no single partition (a sticky
+    # partitioner's) is right for all, and a random choice is right for all once in 3^9.
     placed_key = b"acc-p"
     placed = (partition_for(placed_key, topics.partitions) + 1) % topics.partitions
-    odd = [healthy("acc-p", 777, partition=placed), healthy("acc-x", 888, partition=2)]
-    odd[1] = Item(odd[1].label, None, odd[1].value, odd[1].headers, odd[1].event_id,
-                  odd[1].account, odd[1].cents, 2)
-    dead += craft_dead_letters(lab, topics, [(odd[0], "DownstreamTimeout", None),
-                                             (odd[1], "DownstreamTimeout", 2)])
+    specs: list[tuple[Item, str, int | None]] = [
+        (healthy("acc-p", 777, partition=placed), "DownstreamTimeout", None)]
+    for n in range(KEYLESS_PER_PARTITION * topics.partitions):
+        item = healthy("acc-x", 880 + n)
+        specs.append((Item(item.label, None, item.value, item.headers, item.event_id,
+                           item.account, item.cents, n % topics.partitions),
+                      "DownstreamTimeout", 2 if n % 2 else None))
+    dead += craft_dead_letters(lab, topics, specs)
     group = lab.kafka.group_id("dlt-replayer")
     report = replay(lab, topics, group, clock)
     back = lab.read(topics.source, topics.partitions, fence=True)
     by_value = {r.value: r for r in back}
     problems, shown = [], None
+    misplaced: list[str] = []  # records without a key, not back in their original partition
     for c in dead:
         r = by_value.get(c.item.value)
         name = c.item.key.decode() if c.item.key is not None else "(no key)"
@@ -83,7 +92,9 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
             wrong.append(f"key {show_bytes(r.key, 20)} (was {show_bytes(c.item.key, 20)})")
         want = partition_for(c.item.key, topics.partitions) if c.item.key is not None \
             else c.partition
-        if r.partition != want:
+        if c.item.key is None and r.partition != want:
+            misplaced.append(f"p{want}->p{r.partition}")
+        elif r.partition != want:
             why = (f"its key's partition is {want} (murmur2); p{r.partition} is "
                    "kafka_dlt-original-partition, where its producer had placed it"
                    if c.item.key is not None and r.partition == c.partition else
@@ -108,6 +119,10 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
         if wrong:
             problems.append(f"{name}: " + "; ".join(wrong))
             shown = shown or r
+    keyless = sum(1 for c in dead if c.item.key is None)
+    if misplaced:
+        problems.insert(0, f"{len(misplaced)} of the {keyless} records without a key (from "
+                           f"every partition) not back in their kafka_dlt-original-partition")
     if problems:
         raise CheckFailure(
             "A replayed record is the original again: the same key and value, in its key's "
@@ -119,7 +134,14 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
             expected=f"{len(dead)} clean records in {topics.source}",
             actual="\n    - " + "\n    - ".join(problems[:4])
                    + (f"\n    … and {len(problems) - 4} more" if len(problems) > 4 else ""),
-            evidence=headers_table(shown.headers) if shown is not None else "", lesson=SEE)
+            evidence="\n".join(
+                ([headers_table(shown.headers)] if shown is not None else [])
+                + (["records without a key, original partition -> where they went: "
+                    + ", ".join(misplaced)] if misplaced else [])),
+            fix="send a record without a key with partition= its kafka_dlt-original-partition "
+                "(4-byte big-endian int): without a key, the partitioner picks any partition"
+                if misplaced and len(problems) == 1 else None,
+            lesson=SEE)
     if getattr(report, "replayed", None) != len(dead):
         raise CheckFailure(
             "replay() reports what it did.", expected=f"ReplayReport(replayed={len(dead)}, …)",
