@@ -131,7 +131,8 @@ class Dependency:
     answered); "fifth" (the fourth of every five calls never answered); "flaky" (of
     every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
     open its breaker); "sputter" (the same, one call in SPUTTER_EVERY); "down" (every call
-    answered 503, at once)."""
+    answered 503, at once); "three" (the second, fifth and eighth call never answered, the
+    rest answered: with `restart` at each minute, 3 of 11 calls, 2 of 6)."""
 
     def __init__(self, name: str, phase: str) -> None:
         self.name = name
@@ -175,6 +176,12 @@ class Dependency:
             if phase != self.phase:
                 self.phase, self.count = phase, 0
 
+    def restart(self, phase: str) -> None:
+        """Set the phase and count its calls from 0 again, even when it is the same phase
+        (a phase restarted every minute shows the same pattern in every minute)."""
+        with self.lock:
+            self.phase, self.count = phase, 0
+
     def _next(self) -> str:
         with self.lock:
             k, self.count = self.count, self.count + 1
@@ -187,6 +194,8 @@ class Dependency:
             return ("ok", "error", "hang", "hang")[k % 4]
         if phase == "stray":
             return "hang" if k == 0 else "ok"
+        if phase == "three":
+            return "hang" if k in (1, 4, 7) else "ok"
         if phase == "fifth":
             return "hang" if k % 5 == 3 else "ok"
         if phase == "flaky":
@@ -673,16 +682,25 @@ def silent_in_last_minute(served: dict[str, Any]) -> list[str]:
 
 # -- several dependencies failing at once: which one to name ------------------------------------
 SEVERAL_MINUTES = 14
+SEVERAL_PER_MINUTE = 12     # POST /orders a minute: exactly one of every 12 fails on the shop's
+                            # own bug, so the first dependency called is sent 11 calls a minute
+SHORT_TIMEOUT_MS = 150      # the timeout of `named` and `earliest`; `latest` has the longer
+                            # FAILING_TIMEOUT_MS, so its timed-out calls make the longest p95
+RIVAL_MINUTES = 3           # "the most timeouts in the last N minutes" names another for N <= 3
 
 
 @dataclass(frozen=True)
 class SeveralPlan:
     """Three dependencies failing at the end of one window. `named` has the most timeouts since
-    its onset (the README's one to name); `earliest` began first, after a burst that recovered,
-    and has the most timeouts over the whole window, but its breaker has refused nearly every
-    call since its onset; `latest` began last. The shop stops a request at the first call that
-    fails, so `earliest` (its breaker open) is the last it calls; `named` and `latest` swap
-    places with the run, and /metrics lists the three in a run's own order."""
+    its onset (the README's one to name): a long run of minutes in which few of its calls time
+    out (3 of 11, 2 of 6), with a short timeout. `earliest` began first, after a burst that
+    recovered, and has the most timeouts over the whole window, but its breaker has refused
+    nearly every call since its onset. `latest` began last and fails harder in each of its
+    few minutes, with a longer timeout: it leads the last minutes' timeouts and the p95, but not
+    the timeouts since its onset. The shop stops
+    a request at the first call that fails, so `earliest` (its breaker open) is the last it
+    calls; `named` and `latest` swap places with the run, and /metrics lists the three in a
+    run's own order."""
     seed: int
     named: str
     latest: str
@@ -707,24 +725,102 @@ class Failing:
     onset: datetime
     since_onset: int        # its timeouts from its onset on
     in_window: int          # its timeouts over the whole window
+    last: tuple[int, ...]   # its timeouts in the last 1, 2, ... RIVAL_MINUTES minutes
 
 
 def failing_of(served: dict[str, Any]) -> dict[str, Failing]:
     """Every dependency whose last minute is bad, with the README's onset and its timeouts."""
-    by_dep: dict[str, list[dict[str, Any]]] = {}
-    for row in served["outbound"]:
-        by_dep.setdefault(row["dependency"], []).append(row)
+    by_dep = _rows_by_dependency(served)
     found = {}
     for name, rows in by_dep.items():
-        rows.sort(key=lambda r: r["minute"])
         start = len(rows)
         while start > 0 and bad(rows[start - 1]):
             start -= 1
         if start < len(rows):
             found[name] = Failing(_when(rows[start]["minute"]),
                                   sum(r["timeouts"] for r in rows[start:]),
-                                  sum(r["timeouts"] for r in rows))
+                                  sum(r["timeouts"] for r in rows),
+                                  tuple(sum(r["timeouts"] for r in rows[-n:])
+                                        for n in range(1, RIVAL_MINUTES + 1)))
     return found
+
+
+def _rows_by_dependency(served: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    by_dep: dict[str, list[dict[str, Any]]] = {}
+    for row in served["outbound"]:
+        by_dep.setdefault(row["dependency"], []).append(row)
+    for rows in by_dep.values():
+        rows.sort(key=lambda r: r["minute"])
+    return by_dep
+
+
+def rival_scores(served: dict[str, Any], failing: dict[str, Failing]
+                 ) -> dict[str, dict[str, float]]:
+    """{rule: {dependency: score}} for the rules a learner may take for the README's (the
+    highest score named): over the failing dependencies, from their own onset or over the
+    whole window. The three-failing window makes each of them name another than the README."""
+    by_dep = _rows_by_dependency(served)
+    breakers = {d["dependency"]: d["breaker"] for d in served["dependencies"]}
+    rules: dict[str, dict[str, float]] = {
+        "the most timeouts over the whole window": {},
+        "the earliest onset": {}, "the latest onset": {},
+        "the most calls refused by its breaker since its onset": {},
+        "the highest timeout share since its onset": {},
+        "the highest timeout share over the whole window": {},
+        "the highest error rate since its onset": {},
+        "the highest error rate over the whole window": {},
+        "the longest p95 since its onset": {}, "the longest p95 over the whole window": {},
+        "the longest mean duration over the whole window": {},
+        "the most inbound errors caused since its onset": {},
+        "its breaker open": {},
+    }
+    for n in range(1, RIVAL_MINUTES + 1):
+        rules["the most timeouts in the last minute" if n == 1
+              else f"the most timeouts in the last {n} minutes"] = {}
+    for name, f in failing.items():
+        rows = by_dep[name]
+        recent = [r for r in rows if _when(r["minute"]) >= f.onset]
+        score = {
+            "the most timeouts over the whole window": f.in_window,
+            "the earliest onset": -f.onset.timestamp(), "the latest onset": f.onset.timestamp(),
+            "the most calls refused by its breaker since its onset":
+                sum(r["short_circuited"] for r in recent),
+            "the highest timeout share since its onset": _share(recent, "timeouts"),
+            "the highest timeout share over the whole window": _share(rows, "timeouts"),
+            "the highest error rate since its onset": _share(recent, "errors"),
+            "the highest error rate over the whole window": _share(rows, "errors"),
+            "the longest p95 since its onset": p95([d for r in recent for d in r["durations_ms"]]),
+            "the longest p95 over the whole window": p95([d for r in rows
+                                                          for d in r["durations_ms"]]),
+            "the longest mean duration over the whole window": _mean(rows),
+            "the most inbound errors caused since its onset": sum(
+                r["errors_by_cause"].get(name, 0) for r in served["minutes"]
+                if _when(r["minute"]) >= f.onset),
+            "its breaker open": float(breakers[name] == "open"),
+        }
+        for n, timeouts in enumerate(f.last, start=1):
+            score["the most timeouts in the last minute" if n == 1
+                  else f"the most timeouts in the last {n} minutes"] = timeouts
+        for rule, value in score.items():
+            rules[rule][name] = value
+    return rules
+
+
+def _share(rows: list[dict[str, Any]], key: str) -> float:
+    calls = sum(r["calls"] for r in rows)
+    return sum(r[key] for r in rows) / calls if calls else 0.0
+
+
+def _mean(rows: list[dict[str, Any]]) -> float:
+    durations = [d for r in rows for d in r["durations_ms"]]
+    return sum(durations) / len(durations) if durations else 0.0
+
+
+def rules_naming(scores: dict[str, dict[str, float]], name: str) -> list[str]:
+    """The rival rules whose highest score is `name`'s alone."""
+    return [rule for rule, by_name in scores.items()
+            if by_name.get(name) is not None
+            and all(v < by_name[name] for other, v in by_name.items() if other != name)]
 
 
 @dataclass
@@ -735,14 +831,16 @@ class SeveralRun:
     want: Expected
     failing: dict[str, Failing]
     sources: Sources
+    rivals: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def evidence(self) -> str:
-        rows = [(name, f.onset.strftime("%H:%M"), f.since_onset, f.in_window)
+        rows = [(name, f.onset.strftime("%H:%M"), f.since_onset, f.last[0], f.in_window)
                 for name, f in sorted(self.failing.items(), key=lambda kv: kv[1].onset)]
         return "\n".join([
             f"three dependencies fail (run {self.plan.seed}, replay: "
             f"DOJO_INCIDENT_RUN={self.plan.seed})",
-            table(rows, ("dependency", "onset", "timeouts since onset", "timeouts in window")),
+            table(rows, ("dependency", "onset", "timeouts since onset",
+                         "timeouts in last minute", "timeouts in window")),
             "the shop's dependencies now:", breakers_table(self.served),
             "its outbound calls per minute (from /metrics), from the earliest onset on:",
             outbound_table(self.served, after=iso(min(f.onset for f in self.failing.values())
@@ -750,26 +848,32 @@ class SeveralRun:
 
 
 def _drive_several(shop: DownstreamShop, plan: SeveralPlan) -> None:
-    """`earliest`: a burst (minutes 1-5) that recovers, then from minute 7 no answer at all, so
-    its breaker opens and refuses calls from then on, letting a probe through now and then;
-    `named`: half its calls time out from minute 9 (its breaker holds: never five failures in
-    eight calls); `latest`: the same in the last minute."""
+    """`earliest`: a burst (minutes 1-4: every second call of a minute never answered) that
+    recovers, then from minute 6 no answer at all, so its breaker opens and refuses calls from
+    then on, letting a probe through now and then; `named`: from minute 7, 3 of the 11 calls of
+    a minute time out (2 of 6 once `latest` fails before it: bad, and its breaker holds);
+    `latest`: from minute 11, every second call of a minute times out (its breaker holds: never
+    five failures in eight calls), more timeouts a minute than `named` in either order of the
+    calls. Every phase restarts each minute, so each minute shows the same pattern."""
     for m in range(SEVERAL_MINUTES):
-        shop.deps[plan.earliest].set_phase("burst" if 1 <= m <= 5 else "dead" if m >= 7
-                                           else "ok")
-        shop.deps[plan.named].set_phase("burst" if m >= 9 else "ok")
-        shop.deps[plan.latest].set_phase("burst" if m == SEVERAL_MINUTES - 1 else "ok")
-        shop._minute(m, PER_MINUTE)
+        shop.deps[plan.earliest].restart("burst" if 1 <= m <= 4 else "dead" if m >= 6
+                                         else "ok")
+        shop.deps[plan.named].restart("three" if m >= 7 else "ok")
+        shop.deps[plan.latest].restart("burst" if m >= SEVERAL_MINUTES - RIVAL_MINUTES
+                                       else "ok")
+        shop._minute(m, SEVERAL_PER_MINUTE)
 
 
 def play_several(seed: int) -> SeveralRun:
     """Play the three-failing window, and check that its metrics show what the check needs:
-    three failing, the README's choice `named`, and the rival rules (the whole window's
-    timeouts, the earliest onset, the latest onset) each naming another."""
+    three failing, the README's choice `named`, and every rival rule (rival_scores: the whole
+    window's timeouts, the last minutes' timeouts, the earliest or latest onset, the timeout
+    share, the error rate, the p95, the open breaker, ...) naming another."""
     plan = several_plan(seed)
     shop = DownstreamShop(plan_of(seed))
     shop.listing = plan.listing
-    shop.timeout_ms = dict.fromkeys(DEPENDENCIES, FAILING_TIMEOUT_MS)
+    shop.timeout_ms = dict.fromkeys(DEPENDENCIES, SHORT_TIMEOUT_MS)
+    shop.timeout_ms[plan.latest] = FAILING_TIMEOUT_MS
     for dep in shop.deps.values():
         dep.set_phase("ok")
     try:
@@ -777,17 +881,23 @@ def play_several(seed: int) -> SeveralRun:
         served = shop.served()
         want = expected(served)
         failing = failing_of(served)
+        rivals = rival_scores(served, failing) if set(failing) == set(DEPENDENCIES) else {}
     except BaseException:
         shop.close()
         raise
-    run = SeveralRun(plan, shop, served, want, failing, shop.sources())  # type: ignore[arg-type]
+    run = SeveralRun(plan, shop, served, want, failing, shop.sources(),  # type: ignore[arg-type]
+                     rivals)
     f = failing
+    same = [rule for rule, by_name in rivals.items()
+            if not any(v > by_name[plan.named] for other, v in by_name.items()
+                       if other != plan.named)]
     if (want is None or set(f) != set(DEPENDENCIES) or want.dependency != plan.named
             or len({x.since_onset for x in f.values()}) < 3
             or not f[plan.earliest].onset < f[plan.named].onset < f[plan.latest].onset
-            or f[plan.earliest].in_window <= f[plan.named].in_window):
+            or same):
         shop.close()
         raise RuntimeError(f"run {seed}: the shop's metrics do not show three failing "
-                           f"dependencies as planned (the machine may be too loaded):\n"
-                           f"{run.evidence()}")
+                           f"dependencies as planned (the machine may be too loaded"
+                           + (f"; {plan.named} also has {', '.join(same)}" if same else "")
+                           + f"):\n{run.evidence()}")
     return run

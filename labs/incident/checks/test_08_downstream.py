@@ -31,6 +31,7 @@ from _downstream import (
     play,
     play_quiet,
     play_several,
+    rules_naming,
     silent_in_last_minute,
 )
 from _support import PROVE, field_of, hm
@@ -45,6 +46,9 @@ P95_SLACK_MS = 1.0
 
 
 PLAYS = ("broken", "healthy", "several", "quiet")
+# the rival rules a fix names when the learner's answer is the one they name
+SEVERAL_TRAITS = ("the most timeouts over the whole window",
+                  "the most timeouts in the last minute", "the earliest onset", "the latest onset")
 
 
 @pytest.fixture(scope="module")
@@ -180,18 +184,14 @@ def test_of_several_failing_the_one_with_most_timeouts_since_its_onset_is_named(
     named = run.failing[want.dependency]
     if isinstance(got, str) and got in run.failing and got != want.dependency:
         other = run.failing[got]
-        traits = []
-        if other.in_window == max(f.in_window for f in run.failing.values()):
-            traits.append("the most timeouts over the whole window")
-        if other.onset == min(f.onset for f in run.failing.values()):
-            traits.append("the earliest onset")
-        if other.onset == max(f.onset for f in run.failing.values()):
-            traits.append("the latest onset")
+        leads = rules_naming(run.rivals, got)
+        traits = [rule for rule in SEVERAL_TRAITS if rule in leads]
         has = f"{got} has {' and '.join(traits)}, but" if traits else f"{got} has"
+        why = ("a burst that recovered is not part of it" if other.in_window > other.since_onset
+               else "count every minute of each one's run of bad minutes, not only the last")
         fix = (f"Name the one with the most timeouts since its own onset: {want.dependency}, "
                f"{named.since_onset} since {named.onset:%H:%M}. {has} only "
-               f"{other.since_onset} since its onset ({other.onset:%H:%M}); a burst that "
-               "recovered is not part of it.")
+               f"{other.since_onset} since its onset ({other.onset:%H:%M}); {why}.")
     raise CheckFailure(
         "downstream() did not name, of three failing dependencies, the one the README names.",
         expected=(f"dependency {want.dependency!r}, since {hm(want.since)} (the most timeouts "
