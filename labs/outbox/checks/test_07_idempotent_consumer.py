@@ -714,8 +714,6 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
             fix="poll(min(0.2, deadline - time.monotonic())) and stop once the deadline passed"
             if overshot else "compute one deadline = start + timeout_seconds before the loop "
                              "and poll with the time left until it")
-
-
     require_polls_within_the_deadline(consumer, fed)
 
 
