@@ -93,14 +93,15 @@ def test_outbox_table_has_every_column(outbox):
            for p in problems):
         hint = ("\n  timestamp without time zone stores wall-clock time with no zone: two "
                 "relays on servers in different zones would disagree about when a lease ends.")
+    too_narrow = {"attempt_count": ("smallint",), "aggregate_version": ("smallint", "integer")}
     narrow = [p["column"] for p in problems
-              if p["column"] in ("attempt_count", "aggregate_version")
-              and p["found"].startswith(("smallint", "integer"))]
+              if p["found"].startswith(too_narrow.get(p["column"], ("-",)))]
     if narrow:
         why = {"aggregate_version": "aggregate_version copies orders.version, a bigint",
                "attempt_count": "a smallint attempt_count overflows at 32,767 attempts, and "
                                 "then the claim of that row fails for every relay"}
-        hint += ("\n  " + " and ".join(narrow) + " narrower than the README's type: "
+        hint += ("\n  " + " and ".join(narrow) + (" are" if len(narrow) > 1 else " is")
+                 + " narrower than the README's type: "
                  + "; ".join(why[c] for c in narrow) + ".")
     if problems:
         raise CheckFailure(

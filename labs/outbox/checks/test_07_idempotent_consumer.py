@@ -617,25 +617,27 @@ class PollWatch:
             return []
         first = self.calls[0][0]
         return [(at - first, wait) for at, wait in self.calls
-                if at - first + wait > budget + 0.05]
+                if at - first + wait > budget + 0.01]
 
 
 TRICKLE_TIMEOUT = 2.0  # consume's timeout_seconds in the trickle check
 TRICKLE_EVERY = 0.3  # after the pause a record this often: far less than the timeout
 TRICKLE_FOR = 7.0  # and for longer than the timeout plus any slack
-# Before the deadline: a record at once and one 1.5 s later, nothing between. A consume that
+# Before the deadline: a record at once and one 1.37 s later, nothing between. A consume that
 # takes a quiet moment (an empty poll, a second without records) for the end returns early;
 # one whose timeout restarts after each record is still running when the trickle resumes.
-QUIET_TO = 1.5
+QUIET_TO = 1.37  # not a multiple of a round poll interval: poll(0.25) after it ends late
 # A pause that spans the deadline, shorter than the timeout: a poll that may wait a whole
 # timeout_seconds, begun just before the deadline, returns a record long after it.
-PAUSE_TO = 3.45
+# 3.2 s: an idle timeout of 2 s restarted by the record at 1.37 s is still waiting then, so it
+# goes on into the trickle (3.45 s raced that idle end by 0.08 s)
+PAUSE_TO = 3.2
 RETURNED_EARLY = TRICKLE_TIMEOUT - 0.3  # a return before this is before the deadline
 
 
 def trickle_times() -> list[float]:
-    """When the feeder sends (seconds from its start): at 0 and 1.5 s, then every 0.3 s from
-    3.45 s."""
+    """When the feeder sends (seconds from its start): at 0 and 1.37 s, then every 0.3 s from
+    3.2 s."""
     times = [n * TRICKLE_EVERY for n in range(int(TRICKLE_FOR / TRICKLE_EVERY))]
     return [0.0, QUIET_TO] + [PAUSE_TO + t for t in times if PAUSE_TO + t < TRICKLE_FOR]
 
@@ -644,8 +646,8 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
                                                        kafka: Any) -> None:
     """timeout_seconds bounds the whole call: records arriving every 0.3 s must not keep a
     consume(timeout_seconds=2) running (an idle timeout, restarted after each record, would),
-    no poll may wait past the deadline (a pause from 1.55 to 3.45 s spans it), and a quiet
-    1.5 s before the deadline is not the end (nothing between the records at 0 and 1.5 s)."""
+    no poll may wait past the deadline (a pause from 1.37 to 3.2 s spans it), and a quiet
+    1.37 s before the deadline is not the end (nothing between the records at 0 and 1.37 s)."""
     topic = kafka.topic(1, hint="trickle")
     consumer = PollWatch(group_consumer(kafka, topic, kafka.group_id("trickle")))
     customer = str(uuid.uuid4())
@@ -717,7 +719,7 @@ def consume_stops_at_its_timeout_while_records_trickle(engine: Engine, consumer_
     require_polls_within_the_deadline(consumer, fed)
 
 
-PROMPT = 1.2  # the record fed at 0 s is handled by then: before the one at 1.5 s is fed
+PROMPT = 1.2  # the record fed at 0 s is handled by then: before the one at 1.37 s is fed
 
 
 def require_prompt_handling(handled_at: list[float], started: float, fed: str) -> None:
