@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from types import ModuleType
 from typing import Any
 
@@ -413,6 +413,52 @@ DROP TRIGGER IF EXISTS dojo_fail_commit ON posting;
 CREATE CONSTRAINT TRIGGER dojo_fail_commit AFTER INSERT ON posting
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION dojo_fail_commit();
 """
+
+
+def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
+                          what: str, *, retry: bool = False, read: str = "exchange") -> None:
+    """The README's contract for ExchangeResult's amounts: sell_amount is what was sold;
+    buy_amount, in the buy currency, is the provider's bought_amount once COMPLETED and the
+    quote's estimate (sell_amount x rate, rounded to the cent, a half cent either way)
+    while PENDING or once FAILED. `retry`: `result` answered a retry with the key."""
+    amount = Decimal(sold)
+    exact = amount * Decimal(quote.rate)
+    estimates = {exact.quantize(Decimal("0.01"), rounding) for rounding in
+                 (ROUND_HALF_EVEN, ROUND_HALF_UP)}
+    order = kit.provider.orders.get(str(result.exchange_id))
+    if result.status == "COMPLETED":
+        want = [order.bought_amount] if order is not None and order.bought_amount else []
+        said = (f"{fmt(want[0])} {quote.buy_currency}, the bought_amount of the provider's "
+                "FILLED answer" if want else "the provider's bought_amount")
+    else:
+        want = sorted(estimates)
+        said = (f"{' or '.join(fmt(e) for e in want)} {quote.buy_currency}: the quote's "
+                f"estimate, {fmt(amount)} x {quote.rate} rounded to the cent")
+    sell, buy = getattr(result, "sell_amount", None), getattr(result, "buy_amount", None)
+    if (isinstance(sell, Decimal) and sell == amount and isinstance(buy, Decimal)
+            and buy in want):
+        return
+    raise CheckFailure(
+        f"{what}: exchange() returned {result.status}, with amounts that are not the README's.",
+        expected=f"sell_amount {fmt(amount)} {quote.sell_currency}; buy_amount {said}",
+        actual=f"sell_amount {sell!r}, buy_amount {buy!r}",
+        evidence="ExchangeResult.buy_amount is in the quote's buy currency: once COMPLETED what "
+                 "the provider bought (what the target was credited), before that the quote's "
+                 "estimate",
+        fix=("a retry returns the exchange as it stands: store the bought_amount in the "
+             "exchange's row when you settle it, and answer a retry from that row, not the "
+             "estimate stored when it was placed" if retry else
+             "once the provider FILLED, answer its bought_amount (read the row you settled), "
+             "not the quote's estimate") if result.status == "COMPLETED" and buy in estimates
+            and buy not in want else
+            "until the exchange is COMPLETED (the target credited), answer it as its row "
+            "stands, with the quote's estimate: not the bought_amount of a FILLED answer you "
+            "did not book" if result.status != "COMPLETED" and order is not None
+            and order.bought_amount and buy == order.bought_amount and buy not in want else
+            "round the estimate to the cent: quantize(Decimal('0.01'))"
+            if isinstance(buy, Decimal) and buy not in estimates and buy == exact
+            and result.status != "COMPLETED" else None,
+        lesson=READ[read])
 
 
 class failing_commits:  # noqa: N801 - used as a context manager, like contextlib's

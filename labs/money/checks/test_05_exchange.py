@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import http.client
 import time
-from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from _support import (
     assert_ledger_agrees,
     assert_nothing_held,
     assert_quote_stays_used,
+    assert_result_amounts,
     balance_of,
     exchange_anomalies,
     failing_commits,
@@ -90,45 +91,6 @@ def _exchange_rows(kit: ExchangeKit) -> list[dict[str, Any]]:
 def _money(kit: ExchangeKit, source: int, target: int) -> str:
     return (f"source {fmt(balance_of(kit.engine, source))} USD, "
             f"target {fmt(balance_of(kit.engine, target))} EUR")
-
-
-def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
-                          what: str) -> None:
-    """The README's contract for ExchangeResult's amounts: sell_amount is what was sold;
-    buy_amount, in the buy currency, is the provider's bought_amount once COMPLETED and the
-    quote's estimate (sell_amount x rate, rounded to the cent, a half cent either way)
-    while PENDING or once FAILED."""
-    amount = Decimal(sold)
-    exact = amount * Decimal(quote.rate)
-    estimates = {exact.quantize(Decimal("0.01"), rounding) for rounding in
-                 (ROUND_HALF_EVEN, ROUND_HALF_UP)}
-    order = kit.provider.orders.get(str(result.exchange_id))
-    if result.status == "COMPLETED":
-        want = [order.bought_amount] if order is not None and order.bought_amount else []
-        said = (f"{fmt(want[0])} {quote.buy_currency}, the bought_amount of the provider's "
-                "FILLED answer" if want else "the provider's bought_amount")
-    else:
-        want = sorted(estimates)
-        said = (f"{' or '.join(fmt(e) for e in want)} {quote.buy_currency}: the quote's "
-                f"estimate, {fmt(amount)} x {quote.rate} rounded to the cent")
-    sell, buy = getattr(result, "sell_amount", None), getattr(result, "buy_amount", None)
-    if (isinstance(sell, Decimal) and sell == amount and isinstance(buy, Decimal)
-            and buy in want):
-        return
-    raise CheckFailure(
-        f"{what}: exchange() returned {result.status}, with amounts that are not the README's.",
-        expected=f"sell_amount {fmt(amount)} {quote.sell_currency}; buy_amount {said}",
-        actual=f"sell_amount {sell!r}, buy_amount {buy!r}",
-        evidence="ExchangeResult.buy_amount is in the quote's buy currency: once COMPLETED what "
-                 "the provider bought (what the target was credited), before that the quote's "
-                 "estimate",
-        fix="once the provider FILLED, answer its bought_amount (read the row you settled), "
-            "not the quote's estimate" if result.status == "COMPLETED" and buy in estimates
-            and buy not in want else
-            "round the estimate to the cent: quantize(Decimal('0.01'))"
-            if isinstance(buy, Decimal) and buy not in estimates and buy == exact
-            and result.status != "COMPLETED" else None,
-        lesson=READ["exchange"])
 
 
 def test_expired_quote_is_refused(kit: ExchangeKit) -> None:
@@ -617,6 +579,10 @@ def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
                 "status you meant to write" if error is None and told != row["status"]
                 and len(anomalies) == 1 else None,
             lesson=(READ["exchange"], READ["reconcile"]))
+    if error is None:
+        assert_result_amounts(kit, answer, quote, "100.00", f"The provider filled 100.00 USD "
+                              f"at {FILL_RATE} (the quote said {quote.rate}), then the COMMIT "
+                              "of the credit was refused")
     assert_ledger_agrees(kit.engine, "after a failed settlement", read="exchange")
 
 
@@ -877,6 +843,8 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
     # exchange is COMPLETED when the retry below asks for it again
     fx = kit.client(timeout=5.0)
     quote = _quote(kit, fx)
+    # at its own price: what it bought differs from the quote's estimate, and a retry says which
+    kit.provider.script(fill_rate=FILL_RATE)
     outcomes = run_concurrently(lambda _: kit.remember(kit.exchange.exchange(
         kit.engine, fx, kit.clock, idempotency_key="twice", quote_id=quote.id,
         from_account_id=source, to_account_id=target, sell_amount=Decimal("100.00")),
@@ -914,6 +882,9 @@ def test_retried_exchange_moves_money_once(kit: ExchangeKit) -> None:
                 "exchange_id; a stored snapshot of the first answer stays PENDING forever"
             if getattr(later, "status", None) == "PENDING" else None,
             lesson=READ["idempotency"])
+    assert_result_amounts(kit, later, quote, "100.00", f"A retry of exchange {placed} "
+                          f"({stands}; the provider filled at {FILL_RATE}, the quote said "
+                          f"{quote.rate})", retry=True, read="idempotency")
     # the same key for another exchange (another quote and amount) is a client bug, as for a
     # deposit: answering the old exchange would tell the client the new one was placed
     another = _quote(kit, fx)

@@ -20,6 +20,7 @@ from _support import (
     assert_ledger_agrees,
     assert_nothing_held,
     assert_quote_stays_used,
+    assert_result_amounts,
     balance_of,
     describe_errors,
     exchange_anomalies,
@@ -203,6 +204,10 @@ def test_reconcile_completes_what_the_provider_filled(kit: ExchangeKit) -> None:
                 "response stored by the call itself is not what reconcile() settles"
             if getattr(retry, "status", None) == "PENDING" else None,
             lesson=(READ["reconcile"], READ["idempotency"]))
+    assert_result_amounts(kit, retry, old_quotes[0], "100.00", f"Exchange {old[0]} answered "
+                          f"PENDING, reconcile() completed it (the provider filled at "
+                          f"{FILL_RATE}, the quote said {old_quotes[0].rate}), then a retry "
+                          "with its key", retry=True, read="reconcile")
     _assert_consistent(kit, source, target, "after reconciling filled orders")
 
 
