@@ -20,18 +20,23 @@ import http.client
 import json
 import math
 import random
+import select
+import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 from _live import _Server, post
 from _support import Sources
 
 from dojo.checks import table
+
+T = TypeVar("T")
 
 DOWNSTREAM = "where-to-look-first#step-6-its-dependencies"
 
@@ -146,9 +151,9 @@ class Dependency:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 action = outer._next()
                 if action == "hang":
-                    outer.release.wait(60)     # never answers while the caller waits
-                    status = 504
-                elif action == "error":
+                    outer.hang_up(self.connection)     # never answers while the caller waits
+                    return
+                if action == "error":
                     status = 503
                 else:
                     if action == "slow":
@@ -170,6 +175,21 @@ class Dependency:
         self.port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
+
+    def hang_up(self, connection: socket.socket) -> None:
+        """Hold a call unanswered until its caller gives up (its timeout closes the connection)
+        or the shop closes. The handler's thread ends with the call: a window hangs dozens of
+        calls, and a check's process has room for few idle threads under its address-space
+        limit (each reserves its stack), so none may linger after its caller left."""
+        while not self.release.is_set():
+            readable, _, _ = select.select([connection], [], [], 0.05)
+            if readable:
+                try:
+                    if not connection.recv(1, socket.MSG_PEEK):
+                        return                  # the caller hung up
+                except OSError:
+                    return
+                self.release.wait(0.05)         # bytes after the request: keep waiting
 
     def set_phase(self, phase: str) -> None:
         with self.lock:
@@ -617,6 +637,29 @@ class DownstreamRun:
                           outbound_table(self.served, names)])
 
 
+PLAY_ATTEMPTS = 3
+
+
+class NotAsPlanned(RuntimeError):
+    """A played window whose metrics do not show what its check needs: the machine was too
+    loaded for the real timeouts to land as planned (never the learner's fault)."""
+
+
+def replayed(play_once: Callable[..., T], *args: Any) -> T:
+    """play_once(*args), played again (fresh shop, same run) when its window did not come out
+    as planned, up to PLAY_ATTEMPTS times: a loaded machine (CI running two brokers on two
+    cores) makes a healthy call miss a short timeout now and then."""
+    for _ in range(PLAY_ATTEMPTS - 1):
+        try:
+            return play_once(*args)
+        except NotAsPlanned:
+            continue
+    try:
+        return play_once(*args)
+    except NotAsPlanned as exc:
+        raise NotAsPlanned(f"{exc}\n(played {PLAY_ATTEMPTS} times, never as planned)") from None
+
+
 def play(seed: int, broken: bool) -> DownstreamRun:
     """Start the shop, drive its traffic, and check that the run shows what it must (else the
     scenario could not be set up: an error of the checker, never the learner's)."""
@@ -643,11 +686,11 @@ def play(seed: int, broken: bool) -> DownstreamRun:
                    or want.by_dependency[plan.slow]["p95_ms"]
                    <= want.by_dependency[plan.failing]["p95_ms"]):
         shop.close()
-        raise RuntimeError(f"run {seed}: the shop's metrics do not show the scenario "
+        raise NotAsPlanned(f"run {seed}: the shop's metrics do not show the scenario "
                            f"(the machine may be too loaded):\n{run.evidence()}")
     if not broken and want is not None:
         shop.close()
-        raise RuntimeError(f"run {seed}: the healthy shop's metrics show a failing "
+        raise NotAsPlanned(f"run {seed}: the healthy shop's metrics show a failing "
                            f"dependency (the machine may be too loaded):\n{run.evidence()}")
     return run
 
@@ -668,7 +711,7 @@ def play_quiet(seed: int) -> DownstreamRun:
     run = DownstreamRun(plan, False, shop, served, want, shop.sources())
     if want is not None or not silent_in_last_minute(served):
         shop.close()
-        raise RuntimeError(f"run {seed}: the quiet shop's metrics do not show a last minute "
+        raise NotAsPlanned(f"run {seed}: the quiet shop's metrics do not show a last minute "
                            f"without calls (the machine may be too loaded):\n{run.evidence()}")
     return run
 
@@ -896,7 +939,7 @@ def play_several(seed: int) -> SeveralRun:
             or not f[plan.earliest].onset < f[plan.named].onset < f[plan.latest].onset
             or same):
         shop.close()
-        raise RuntimeError(f"run {seed}: the shop's metrics do not show three failing "
+        raise NotAsPlanned(f"run {seed}: the shop's metrics do not show three failing "
                            f"dependencies as planned (the machine may be too loaded"
                            + (f"; {plan.named} also has {', '.join(same)}" if same else "")
                            + f"):\n{run.evidence()}")

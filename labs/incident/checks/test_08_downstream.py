@@ -31,6 +31,7 @@ from _downstream import (
     play,
     play_quiet,
     play_several,
+    replayed,
     rules_naming,
     silent_in_last_minute,
 )
@@ -62,10 +63,10 @@ def plays(seed: int) -> Iterator[Callable[[str], Any]]:
 
     def get(name: str) -> Any:
         if not started:
-            started["broken"] = pool.submit(play, seed, True)
-            started["healthy"] = pool.submit(play, seed, False)
-            started["several"] = pool.submit(play_several, seed)
-            started["quiet"] = pool.submit(play_quiet, seed)
+            started["broken"] = pool.submit(replayed, play, seed, True)
+            started["healthy"] = pool.submit(replayed, play, seed, False)
+            started["several"] = pool.submit(replayed, play_several, seed)
+            started["quiet"] = pool.submit(replayed, play_quiet, seed)
         return started[name].result()
 
     yield get
