@@ -7,11 +7,10 @@ import logging
 import time
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
 import shop
 import telemetry
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 log = logging.getLogger("orders.consumer")
 
