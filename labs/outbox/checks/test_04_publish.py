@@ -7,6 +7,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -633,18 +635,29 @@ def acknowledged_after_the_lease_is_marked(engine: Any, relay: Any, topic: str,
                 "lease_until" if published == 1 else None)
 
 
-def acknowledged_after_a_reclaim_is_marked(engine: Any, relay: Any, topic: str,
-                                           relay_producer: Any) -> None:
-    """Relay A's lease runs out (fast-forwarded) during a 0.8 s send and relay B claims the
-    row (a later attempt, a 30 s lease) but has not sent it yet when A's acknowledgement
-    arrives (the check holds A's UPDATEs until B's claim is done). The broker has A's record:
-    A's mark publishes the row, whoever holds the lease and whatever attempt it is on."""
+@dataclass
+class Overtaken:
+    """How relay B overtook relay A during A's slow send (see overtaken_during_send)."""
+    a_result: Any               # what A's relay_once returned once it was let go
+    b_result: Any               # what B's step returned
+    after_b: dict[str, Any]     # the row right after B's step, before any UPDATE of A's
+
+
+def overtaken_during_send(engine: Any, relay: Any, topic: str, relay_producer: Any, *,
+                          delay: float, relay_b: Callable[[], Any],
+                          **a_kwargs: Any) -> tuple[str, Overtaken | None]:
+    """Relay A relays a new event through a producer whose send takes `delay` s. Once A's send
+    has begun, A's lease is made to run out (fast-forwarded) and relay B takes its step
+    (`relay_b()`, e.g. a claim or a whole relay_once) while every UPDATE of A's on
+    outbox_event waits; A is let go after B's step, and joined. Returns the event id and what
+    happened, or None when A never began a send (after re-raising what A raised)."""
     from sqlalchemy import event
 
     event_id = insert_event(engine)
-    slow = SlowProducer(relay_producer(), delay=0.8)
-    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30)
-    b_done, armed = threading.Event(), threading.Event()
+    slow = SlowProducer(relay_producer(), delay=delay)
+    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
+                      **a_kwargs)
+    b_done, armed = threading.Event(), threading.Event()  # armed: A's claim is behind it
     a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
 
     def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
@@ -658,21 +671,33 @@ def acknowledged_after_a_reclaim_is_marked(engine: Any, relay: Any, topic: str,
         if not slow.first_send.wait(10):
             first.join(5)
             first.result(0)
-            return
+            return event_id, None
         armed.set()
         with engine.begin() as conn:  # A's lease has run out
             conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
                               "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
                          {"id": event_id})
-        claimed = call(relay.claim_batch, engine, batch_size=10, lease_seconds=30)
+        b_result = relay_b()
         [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
     finally:
         b_done.set()
         first.join(15)  # A's statements read the listener list: remove it once A is done
         event.remove(engine, "before_cursor_execute", hold_a)
-    published = first.result(0)
-    if len(claimed or []) != 1:
-        return  # B did not claim it: the claim stage covers that
+    return event_id, Overtaken(first.result(0), b_result, after_b)
+
+
+def acknowledged_after_a_reclaim_is_marked(engine: Any, relay: Any, topic: str,
+                                           relay_producer: Any) -> None:
+    """Relay A's lease runs out (fast-forwarded) during a 0.8 s send and relay B claims the
+    row (a later attempt, a 30 s lease) but has not sent it yet when A's acknowledgement
+    arrives (the check holds A's UPDATEs until B's claim is done). The broker has A's record:
+    A's mark publishes the row, whoever holds the lease and whatever attempt it is on."""
+    event_id, run = overtaken_during_send(
+        engine, relay, topic, relay_producer, delay=0.8,
+        relay_b=lambda: call(relay.claim_batch, engine, batch_size=10, lease_seconds=30))
+    if run is None or len(run.b_result or []) != 1:
+        return  # A sent nothing, or B did not claim it: the claim stage covers that
+    published, after_b = run.a_result, run.after_b
     [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
     if published != 1 or after_a["published_at"] is None:
         raise CheckFailure(
@@ -698,46 +723,15 @@ def late_failure_leaves_a_live_lease_alone(engine: Any, relay: Any, topic: str,
     expired (fast-forwarded) and relay B claimed the row (a 30 s lease) and is sending it. A's
     failure, recorded after B's claim, must not clear B's lease nor set a backoff: a third
     relay would claim the row while B still sends it."""
-    from sqlalchemy import event
-
-    event_id = insert_event(engine)
-    slow = SlowProducer(relay_producer(), delay=3.0)
-    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
-                      ack_timeout_seconds=0.5)
-    b_done, armed = threading.Event(), threading.Event()
-    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
-
-    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if armed.is_set() and threading.current_thread().name == a_thread and \
-                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
-                          re.IGNORECASE):
-            b_done.wait(10)
-
-    event.listen(engine, "before_cursor_execute", hold_a)
-    try:
-        if not slow.first_send.wait(10):
-            first.join(5)
-            first.result(0)
-            return
-        armed.set()
-        with engine.begin() as conn:  # A's lease has run out
-            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
-                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
-                         {"id": event_id})
-        claimed = call(relay.claim_batch, engine, batch_size=10, lease_seconds=30)
-        with engine.connect() as conn:
-            b_lease = conn.execute(text("SELECT lease_until FROM outbox_event "
-                                        "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).scalar()
-    finally:
-        b_done.set()
-        first.join(15)  # A's statements read the listener list: remove it once A is done
-        event.remove(engine, "before_cursor_execute", hold_a)
-    first.result(0)
-    if len(claimed or []) != 1 or b_lease is None:
-        return  # B did not claim it: the claim stage covers that
+    event_id, run = overtaken_during_send(
+        engine, relay, topic, relay_producer, delay=3.0, ack_timeout_seconds=0.5,
+        relay_b=lambda: call(relay.claim_batch, engine, batch_size=10, lease_seconds=30))
+    if run is None or len(run.b_result or []) != 1 or run.after_b["lease_until"] is None:
+        return  # A sent nothing, or B did not claim it: the claim stage covers that
+    b_lease = run.after_b["lease_until"]     # as PostgreSQL's text, like a_lease below
     with engine.connect() as conn:
         a_lease, backoff = conn.execute(text(
-            "SELECT lease_until, next_attempt_at FROM outbox_event "
+            "SELECT lease_until::text, next_attempt_at FROM outbox_event "
             "WHERE id = CAST(:id AS uuid)"), {"id": event_id}).one()
     if a_lease != b_lease or backoff is not None:
         [after] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
@@ -764,40 +758,13 @@ def late_failure_leaves_a_published_row_alone(engine: Any, relay: Any, topic: st
     """Relay A's send gets no acknowledgement within its 0.5 s timeout; meanwhile its lease has
     expired (fast-forwarded) and relay B published the row. A's failure, recorded after B's
     mark (the check holds A's UPDATEs until B is done), must not touch the published row."""
-    from sqlalchemy import event
-
-    event_id = insert_event(engine)
-    slow = SlowProducer(relay_producer(), delay=3.0)
-    first = in_thread(relay.relay_once, engine, slow, topic, batch_size=10, lease_seconds=30,
-                      ack_timeout_seconds=0.5)
-    b_done, armed = threading.Event(), threading.Event()  # armed: A's claim is behind it
-    a_thread = f"dojo-learner-{getattr(relay.relay_once, '__name__', 'call')}"
-
-    def hold_a(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        if armed.is_set() and threading.current_thread().name == a_thread and \
-                re.search(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", statement,
-                          re.IGNORECASE):
-            b_done.wait(10)
-
-    event.listen(engine, "before_cursor_execute", hold_a)
-    try:
-        if not slow.first_send.wait(10):
-            first.join(5)
-            first.result(0)
-            return
-        armed.set()
-        with engine.begin() as conn:  # A's lease has run out
-            conn.execute(text("UPDATE outbox_event SET lease_until = clock_timestamp() - "
-                              "interval '1 millisecond' WHERE id = CAST(:id AS uuid)"),
-                         {"id": event_id})
-        second = call(relay.relay_once, engine, relay_producer(), topic, batch_size=10,
-                      lease_seconds=30)
-        [after_b] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
-    finally:
-        b_done.set()
-        first.join(15)  # A's statements read the listener list: remove it once A is done
-        event.remove(engine, "before_cursor_execute", hold_a)
-    first.result(0)
+    event_id, run = overtaken_during_send(
+        engine, relay, topic, relay_producer, delay=3.0, ack_timeout_seconds=0.5,
+        relay_b=lambda: call(relay.relay_once, engine, relay_producer(), topic, batch_size=10,
+                             lease_seconds=30))
+    if run is None:
+        return
+    second, after_b = run.b_result, run.after_b
     [after_a] = outbox_rows(engine, "id = CAST(:id AS uuid)", id=event_id)
     if second != 1 or after_b["published_at"] is None:
         return  # B did not publish: nothing to compare (the first half covers B)
