@@ -33,7 +33,7 @@ test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check app tests labs solutions
+	$(BIN)/ruff check app tests labs
 	$(BIN)/mypy
 	@# each lab's checks on their own: every lab has its own _support, conftest, test_01_…
 	@for checks in labs/*/checks; do echo "$(BIN)/mypy $$checks"; \

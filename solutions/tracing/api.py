@@ -15,11 +15,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import shop
-import telemetry
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+import shop
+import telemetry
 
 log = logging.getLogger("orders.api")
 

@@ -7,10 +7,11 @@ import logging
 import time
 from typing import Any
 
-import shop
-import telemetry
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+
+import shop
+import telemetry
 
 log = logging.getLogger("orders.consumer")
 
