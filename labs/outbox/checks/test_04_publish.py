@@ -142,24 +142,43 @@ def require_producer_config(relay: Any, base: dict[str, Any]) -> None:
 def seed_aggregates(engine: Any, aggregates: int, versions: int,
                     headers: dict[str, Any] | None = None,
                     payload_ids: bool = True) -> dict[str, dict[str, Any]]:
-    """aggregates × versions rows, created in version order; event id → row. Without
-    `payload_ids`, the payloads name their order in upper case (the payload is the event's
-    data, whatever its spelling; the key comes from the row's aggregate_id)."""
+    """aggregates × versions rows, created in version order (1 of each, then 2 of each …);
+    event id → row. See seed_plan."""
+    return seed_plan(engine, [a for _ in range(versions) for a in range(aggregates)],
+                     headers=headers, payload_ids=payload_ids)
+
+
+# Which order writes its next version, in created_at order: uneven counts (3, 4, 3, 2
+# versions), neither round-robin nor grouped. For every two of the four orders (whichever two
+# share a partition), their events interleave and a higher version of one comes before a
+# lower version of the other: a batch regrouped by order or key, or sorted by version, puts
+# the pair in another order than the claim's.
+INTERLEAVED = "A1 A2 C1 C2 D1 C3 D2 B1 C4 D3 B2 A3"
+
+
+def seed_plan(engine: Any, plan: list[int], headers: dict[str, Any] | None = None,
+              payload_ids: bool = True) -> dict[str, dict[str, Any]]:
+    """One row per entry of `plan` (an aggregate's number: its next version), created in that
+    order; event id → row. Without `payload_ids`, the payloads name their order in upper case
+    (the payload is the event's data, whatever its spelling; the key comes from the row's
+    aggregate_id)."""
     import uuid
 
     rows = {}
-    ago = float(aggregates * versions)
-    aggregate_ids = [str(uuid.uuid4()) for _ in range(aggregates)]
-    for v in range(1, versions + 1):
-        for aggregate_id in aggregate_ids:
-            payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
-                       "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
-            event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
-                                    event_type="order.placed.v1" if v == 1 else
-                                    "order.total-changed.v1", payload=payload,
-                                    headers=headers, created_ago=ago)
-            ago -= 1.0
-            rows[event_id] = {"aggregate_id": aggregate_id, "version": v, "payload": payload}
+    ago = float(len(plan))
+    aggregate_ids = {n: str(uuid.uuid4()) for n in dict.fromkeys(plan)}
+    written: dict[int, int] = {}
+    for n in plan:
+        aggregate_id = aggregate_ids[n]
+        v = written[n] = written.get(n, 0) + 1
+        payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
+                   "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
+        event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
+                                event_type="order.placed.v1" if v == 1 else
+                                "order.total-changed.v1", payload=payload,
+                                headers=headers, created_ago=ago)
+        ago -= 1.0
+        rows[event_id] = {"aggregate_id": aggregate_id, "version": v, "payload": payload}
     return rows
 
 
@@ -183,7 +202,8 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
-    rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    rows = seed_plan(outbox, [ord(step[0]) for step in INTERLEAVED.split()],
+                     payload_ids=False)
     mark_failed_before(outbox, rows)
     published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
                      lease_seconds=30)
@@ -219,7 +239,9 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     for aggregate_id, placed in by_aggregate.items():
         partitions = {p for p, _, _ in placed}
         versions = [v for _, _, v in sorted(placed)]
-        if partitions != {partition_for(aggregate_id.encode(), 3)} or versions != [1, 2, 3]:
+        if partitions != {partition_for(aggregate_id.encode(), 3)} or \
+                versions != sorted(row["version"] for row in rows.values()
+                                   if row["aggregate_id"] == aggregate_id):
             disorder[aggregate_id] = placed
     if disorder:
         retries_moved = all(partition_for(a.encode(), 3) == p for a, placed in disorder.items()
@@ -231,7 +253,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
                "than the claim's created_at order, so an order's retried event and its fresh "
                "ones changed places. Send the batch in the order claim_batch returned it."
                if retries_moved else ""),
-            expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, 3 by "
+            expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, … by "
                      "offset",
             actual=f"{len(disorder)} aggregate(s) out of order",
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
@@ -241,7 +263,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     marked = outbox_rows(outbox, "published_at IS NOT NULL")
     if published != len(rows) or len(marked) != len(rows):
         raise CheckFailure(
-            f"relay_once sent one batch holding 3 versions of each of 4 orders and the broker "
+            f"relay_once sent one batch holding 2 to 4 versions of each of 4 orders and the broker "
             f"acknowledged all {len(rows)} records, yet it "
             f"{'returned ' + repr(published) if published != len(rows) else ''}"
             f"{' and ' if published != len(rows) and len(marked) != len(rows) else ''}"
@@ -257,9 +279,10 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
 
 
 def require_claim_order_in_each_partition(records: Any, rows: dict[str, dict[str, Any]]) -> None:
-    """Four orders over three partitions: two of them share one, their versions interleaved
-    by created_at (1 of each, then 2 of each …). Sent in the claim's order, a partition holds
-    them interleaved too; a batch regrouped by aggregate (or sorted by key) does not."""
+    """Four orders over three partitions: two of them (at least) share one, their versions
+    interleaved by created_at unevenly (INTERLEAVED). Sent in the claim's order, a partition
+    holds them interleaved too; a batch regrouped by aggregate or key, or sorted by version,
+    does not."""
     position = {event_id: n for n, event_id in enumerate(rows)}  # created_at order
     out_of_order = []
     for partition in sorted({rec.partition for rec in records}):
