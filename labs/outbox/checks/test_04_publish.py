@@ -22,6 +22,7 @@ from _kafka_support import (
 from _support import (
     MISTAKES,
     READ,
+    StatementClockWatch,
     db_now,
     insert_event,
     other_sessions,
@@ -507,7 +508,10 @@ def reports_are_matched_by_event_id(engine: Any, relay: Any, topic: str,
 
 def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topic: str) -> None:
     """A broker that acknowledges 0.6 s after each send: at the moment the first
-    acknowledgement reaches relay_once, no row may be published yet."""
+    acknowledgement reaches relay_once, no row may be published yet. Every UPDATE of
+    outbox_event is held MARK_HOLD s before it runs: each published_at must be at least the
+    database's clock when the statement that wrote it ran (so a mark that writes its rows one
+    statement at a time in one transaction shows now(), the transaction's start)."""
     with engine.begin() as conn:
         conn.execute(text("UPDATE outbox_event SET published_at = clock_timestamp() "
                           "WHERE published_at IS NULL"))  # the rows of the first pass, done
@@ -520,7 +524,8 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
                                    "published_at IS NOT NULL", ids=fresh)
 
     watch = AckWatch(SlowProducer(kafka.producer(), delay=0.6), at_first_ack)
-    call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
+    with StatementClockWatch(engine, "published_at", fresh, MARK_HOLD) as clock:
+        call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
     early = watch.seen or []
     if early:
         raise CheckFailure(
@@ -549,6 +554,42 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
             actual=f"{len(backdated)} row(s) earlier",
             evidence=table(backdated, ROW_COLUMNS), lesson=SEE,
             fix="SET published_at = clock_timestamp() in the mark")
+    require_marks_on_the_statement_clock(engine, clock, fresh)
+
+
+MARK_HOLD = 0.2  # each UPDATE of outbox_event waits this long before it runs
+MARK_SLACK = 0.05
+
+
+def require_marks_on_the_statement_clock(engine: Any, clock: StatementClockWatch,
+                                         fresh: list[str]) -> None:
+    older = clock.older(MARK_SLACK)
+    if not older:
+        return
+    statements = len({w["statement"] for w in clock.written.values()})
+    began = all(w["= its transaction's start"] for w in older)
+    raise CheckFailure(
+        f"Each UPDATE of outbox_event was held {MARK_HOLD:g} s before it ran, and "
+        f"{len(older)} of the {len(fresh)} acknowledged rows got a published_at older than "
+        "the database's clock when the statement that marked it ran"
+        + (" (each of them holds exactly the start of the transaction its UPDATE ran in, "
+           "a transaction that began before that UPDATE: now(), CURRENT_TIMESTAMP and "
+           f"transaction_timestamp() stay there while {statements} statements mark the rows "
+           "one after the other)"
+           if began else
+           " (not its transaction's start either: a time taken before the statement ran, "
+           "from this process's clock or an earlier query)")
+        + ". published_at is when the mark ran, on the database's clock: an older time "
+          "understates the publish age by however long the mark waited (a lock, a slow "
+          "connection, the rows marked before it).",
+        expected="every published_at ≥ the database's clock_timestamp() when the UPDATE that "
+                 "set it ran",
+        actual="; ".join(f"row {w['id'][:8]}: {w['before the statement ran']} before the "
+                         f"marking statement {w['statement']} ran" for w in older),
+        evidence=table(list(clock.written.values()),
+                       ("id", "statement", "value", "ran", "began")),
+        lesson=SEE,
+        fix="SET published_at = clock_timestamp() in each marking UPDATE" if began else None)
 
 
 def test_publish_claimed_holds_no_transaction_while_it_waits(outbox, learner, kafka):
