@@ -11,7 +11,7 @@ import json
 import re
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -79,6 +79,60 @@ def db_now(engine: Engine) -> datetime:
     with engine.connect() as conn:
         value: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
         return value
+
+
+OUTBOX_UPDATE = re.compile(r"\bupdate\s+(only\s+)?(public\.)?\"?outbox_event\b", re.IGNORECASE)
+
+
+class StatementClockWatch:
+    """Holds each UPDATE of outbox_event `hold` s before it runs, then reads the database's
+    clock (`ran`: when the statement is about to run, by the clock the README fixes). After
+    the statement, reads `column` of the rows `ids` on the statement's own connection (its
+    transaction: uncommitted values too) and the transaction's start (now()): each value the
+    row did not have before is `written` by that statement, with its `ran` and `began`."""
+
+    def __init__(self, engine: Engine, column: str, ids: list[str], hold: float) -> None:
+        self.engine, self.column, self.ids, self.hold = engine, column, ids, hold
+        self.ran: dict[int, datetime] = {}   # id(cursor) → when its held statement ran
+        self.written: dict[str, dict[str, Any]] = {}  # row id → value, ran, began, statement
+
+    def __enter__(self) -> StatementClockWatch:
+        from sqlalchemy import event
+        event.listen(self.engine, "before_cursor_execute", self._before)
+        event.listen(self.engine, "after_cursor_execute", self._after)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from sqlalchemy import event
+        event.remove(self.engine, "before_cursor_execute", self._before)
+        event.remove(self.engine, "after_cursor_execute", self._after)
+
+    def _before(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if OUTBOX_UPDATE.search(statement):
+            time.sleep(self.hold)
+            self.ran[id(cursor)] = db_now(self.engine)
+
+    def _after(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        ran = self.ran.pop(id(cursor), None)
+        if ran is None:
+            return
+        with cursor.connection.cursor() as look:  # the statement's own transaction
+            look.execute(f"SELECT id::text, {self.column}, now() FROM outbox_event "
+                         "WHERE id::text = ANY(%s)", (self.ids,))
+            found = look.fetchall()
+        statements = len({w["statement"] for w in self.written.values()})
+        for row_id, value, began in found:
+            if value is not None and self.written.get(row_id, {}).get("value") != value:
+                self.written[row_id] = {"id": row_id, "value": value, "ran": ran,
+                                        "began": began, "statement": statements + 1}
+
+    def older(self, slack: float) -> list[dict[str, Any]]:
+        """The values written older than their statement's run (beyond `slack` s)."""
+        return [w | {"before the statement ran": f"{(w['ran'] - w['value']).total_seconds():.2f} s",
+                     "= its transaction's start": abs((w["value"] - w["began"]).total_seconds())
+                     < 0.001}
+                for w in self.written.values()
+                if w["value"] < w["ran"] - timedelta(seconds=slack)]
 
 
 # -- ids ------------------------------------------------------------------------------------

@@ -408,15 +408,15 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
 
     seed_rows(engine, 12)
     worker = f"dojo-learner-{getattr(relay.claim_batch, '__name__', 'call')}"
-    begun: list[bool] = []
+    begun: list[Any] = []
 
     def begin_first(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         # A's transaction begins before its first statement on outbox_event (as it does after
         # any statement the claim runs first): now() is then that moment, HOLD s or more
         # before the UPDATE, even when the claim is one statement.
         if threading.current_thread().name == worker and not begun and touches_outbox(statement):
-            begun.append(True)
-            cursor.execute("SELECT 1")
+            cursor.execute("SELECT now()")
+            begun.append(cursor.fetchone()[0])  # when A's transaction began
 
     started = db_now(engine)
     event.listen(engine, "before_cursor_execute", begin_first)  # before slow_sql's hold
@@ -436,7 +436,7 @@ def claim_between_pick_and_lease(engine: Engine, relay: Any) -> None:
     if holding and not shared and len(a) + len(second) < 12:
         require_each_relay_got_its_rows(engine, relay, log, a, second)
     if not (holding and shared):
-        require_lease_from_the_update(engine, a, started)
+        require_lease_from_the_update(engine, a, started, begun[0] if begun else None)
         with engine.begin() as conn:  # the barrier race next starts from an empty outbox
             conn.execute(text("DELETE FROM outbox_event"))
         return
@@ -506,28 +506,49 @@ def require_each_relay_got_its_rows(engine: Engine, relay: Any, log: Any, a: lis
             "UPDATE …)" if split else None)
 
 
-def require_lease_from_the_update(engine: Engine, leased: list[str], started: Any) -> None:
+def require_lease_from_the_update(engine: Engine, leased: list[str], started: Any,
+                                  began: Any) -> None:
     """Relay A's UPDATE ran at least HOLD s after its claim began: its lease runs 30 s from
-    then (clock_timestamp() at the UPDATE), not from the start of its transaction (now())."""
+    then (clock_timestamp() at the UPDATE), not from the start of its transaction (now()),
+    nor from a time read before the statement (Python's clock)."""
     rows = [r for r in lease_rows(engine, started, started) if r["id"] in leased]
     short = [r for r in rows if r["after_start"] is None or r["after_start"] < 30 + HOLD - SLACK]
-    if short:
-        raise CheckFailure(
-            f"Relay A's claim transaction had begun (a first statement ran) and was held {HOLD} s "
-            "before the UPDATE that leased its rows, and its leases ended up short: 30 s counted "
-            "from when its transaction began, not from the lease. now() (and CURRENT_TIMESTAMP) "
-            "is the transaction's start, even inside a single UPDATE; a claim that picks first "
-            "and leases after, runs anything before, or waits for a lock, loses that time from "
-            "every lease, and another relay takes the rows while they are still being sent.",
-            expected=f"lease_until − the claim's start ≥ {30 + HOLD:g} s (30 s from the UPDATE, "
-                     f"which ran {HOLD} s or more after the start)",
-            actual="lease_until − the claim's start: " + ", ".join(
-                "none" if r["after_start"] is None else f"{r['after_start']:.2f} s"
-                for r in short[:6]),
-            evidence=table(rows, ("id", "attempt_count", "lease_until", "after_start")),
-            lesson=SEE,
-            fix="lease with clock_timestamp() + make_interval(secs => :lease_seconds), the time "
-                "of the statement, not now()")
+    if not short:
+        return
+    with engine.connect() as conn:  # where each short lease starts, against A's transaction
+        starts = {r["id"]: conn.execute(text(
+            "SELECT extract(epoch FROM lease_until - interval '30 s' - CAST(:b AS timestamptz))"
+            "::float8 FROM outbox_event WHERE id = CAST(:id AS uuid)"),
+            {"b": began, "id": r["id"]}).scalar_one() for r in short} if began else {}
+    from_begin = bool(starts) and all(v is not None and abs(v) < 0.00001 for v in starts.values())
+    raise CheckFailure(
+        f"Relay A's claim transaction had begun (a first statement ran) and was held {HOLD} s "
+        "before the UPDATE that leased its rows, and its leases ended up short: "
+        + ("30 s counted from the very moment its transaction began, not from the lease. "
+           "now() (and CURRENT_TIMESTAMP) is the transaction's start, even inside a single "
+           "UPDATE; a claim that picks first and leases after, runs anything before, or waits "
+           "for a lock, loses that time from every lease"
+           if from_begin else
+           "30 s counted from a time that is neither the UPDATE's nor the transaction's "
+           "start (" + ", ".join(f"{v * 1000:+.1f} ms" for v in starts.values() if v is not None)
+           + f" from the moment A's transaction began, the UPDATE ran {HOLD:g} s after it): a "
+           "time read before the statement, from this process's clock or an earlier query, "
+           "not the database's clock when the UPDATE leased the rows; the lease loses however "
+           "long the statement waits (a lock, a "
+           "slow connection)" if starts else
+           "30 s counted from before the UPDATE that leased them")
+        + ", and another relay takes the rows while they are still being sent.",
+        expected=f"lease_until − the claim's start ≥ {30 + HOLD:g} s (30 s from the UPDATE, "
+                 f"which ran {HOLD} s or more after the start)",
+        actual="lease_until − the claim's start: " + ", ".join(
+            "none" if r["after_start"] is None else f"{r['after_start']:.2f} s"
+            for r in short[:6]),
+        evidence=table(rows, ("id", "attempt_count", "lease_until", "after_start")),
+        lesson=SEE,
+        fix="lease with clock_timestamp() + make_interval(secs => :lease_seconds), the time "
+            "of the statement, not now()" if from_begin else
+            "lease with clock_timestamp() + make_interval(secs => :lease_seconds), computed in "
+            "the UPDATE" if starts else None)
 
 
 def test_expired_lease_is_reclaimed(outbox, learner):

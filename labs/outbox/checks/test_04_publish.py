@@ -22,6 +22,7 @@ from _kafka_support import (
 from _support import (
     MISTAKES,
     READ,
+    StatementClockWatch,
     db_now,
     insert_event,
     other_sessions,
@@ -142,24 +143,43 @@ def require_producer_config(relay: Any, base: dict[str, Any]) -> None:
 def seed_aggregates(engine: Any, aggregates: int, versions: int,
                     headers: dict[str, Any] | None = None,
                     payload_ids: bool = True) -> dict[str, dict[str, Any]]:
-    """aggregates × versions rows, created in version order; event id → row. Without
-    `payload_ids`, the payloads name their order in upper case (the payload is the event's
-    data, whatever its spelling; the key comes from the row's aggregate_id)."""
+    """aggregates × versions rows, created in version order (1 of each, then 2 of each …);
+    event id → row. See seed_plan."""
+    return seed_plan(engine, [a for _ in range(versions) for a in range(aggregates)],
+                     headers=headers, payload_ids=payload_ids)
+
+
+# Which order writes its next version, in created_at order: uneven counts (3, 4, 3, 2
+# versions), neither round-robin nor grouped. For every two of the four orders (whichever two
+# share a partition), their events interleave and a higher version of one comes before a
+# lower version of the other: a batch regrouped by order or key, or sorted by version, puts
+# the pair in another order than the claim's.
+INTERLEAVED = "A1 A2 C1 C2 D1 C3 D2 B1 C4 D3 B2 A3"
+
+
+def seed_plan(engine: Any, plan: list[int], headers: dict[str, Any] | None = None,
+              payload_ids: bool = True) -> dict[str, dict[str, Any]]:
+    """One row per entry of `plan` (an aggregate's number: its next version), created in that
+    order; event id → row. Without `payload_ids`, the payloads name their order in upper case
+    (the payload is the event's data, whatever its spelling; the key comes from the row's
+    aggregate_id)."""
     import uuid
 
     rows = {}
-    ago = float(aggregates * versions)
-    aggregate_ids = [str(uuid.uuid4()) for _ in range(aggregates)]
-    for v in range(1, versions + 1):
-        for aggregate_id in aggregate_ids:
-            payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
-                       "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
-            event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
-                                    event_type="order.placed.v1" if v == 1 else
-                                    "order.total-changed.v1", payload=payload,
-                                    headers=headers, created_ago=ago)
-            ago -= 1.0
-            rows[event_id] = {"aggregate_id": aggregate_id, "version": v, "payload": payload}
+    ago = float(len(plan))
+    aggregate_ids = {n: str(uuid.uuid4()) for n in dict.fromkeys(plan)}
+    written: dict[int, int] = {}
+    for n in plan:
+        aggregate_id = aggregate_ids[n]
+        v = written[n] = written.get(n, 0) + 1
+        payload = {"order_id": aggregate_id if payload_ids else aggregate_id.upper(),
+                   "customer_id": str(uuid.uuid4()), "total_cents": 100 * v}
+        event_id = insert_event(engine, aggregate_id=aggregate_id, version=v,
+                                event_type="order.placed.v1" if v == 1 else
+                                "order.total-changed.v1", payload=payload,
+                                headers=headers, created_ago=ago)
+        ago -= 1.0
+        rows[event_id] = {"aggregate_id": aggregate_id, "version": v, "payload": payload}
     return rows
 
 
@@ -183,7 +203,8 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     require_table(outbox, "outbox_event", "publish")
     relay = learner.module("relay")
     topic = kafka.topic(3, hint="keys")
-    rows = seed_aggregates(outbox, 4, 3, payload_ids=False)
+    rows = seed_plan(outbox, [ord(step[0]) for step in INTERLEAVED.split()],
+                     payload_ids=False)
     mark_failed_before(outbox, rows)
     published = call(relay.relay_once, outbox, relay_producer(), topic, batch_size=100,
                      lease_seconds=30)
@@ -219,7 +240,9 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     for aggregate_id, placed in by_aggregate.items():
         partitions = {p for p, _, _ in placed}
         versions = [v for _, _, v in sorted(placed)]
-        if partitions != {partition_for(aggregate_id.encode(), 3)} or versions != [1, 2, 3]:
+        if partitions != {partition_for(aggregate_id.encode(), 3)} or \
+                versions != sorted(row["version"] for row in rows.values()
+                                   if row["aggregate_id"] == aggregate_id):
             disorder[aggregate_id] = placed
     if disorder:
         retries_moved = all(partition_for(a.encode(), 3) == p for a, placed in disorder.items()
@@ -231,7 +254,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
                "than the claim's created_at order, so an order's retried event and its fresh "
                "ones changed places. Send the batch in the order claim_batch returned it."
                if retries_moved else ""),
-            expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, 3 by "
+            expected="per aggregate: one partition (murmur2 of the key), versions 1, 2, … by "
                      "offset",
             actual=f"{len(disorder)} aggregate(s) out of order",
             evidence="\n".join(f"{a}: (partition, offset, version) {p}"
@@ -241,7 +264,7 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
     marked = outbox_rows(outbox, "published_at IS NOT NULL")
     if published != len(rows) or len(marked) != len(rows):
         raise CheckFailure(
-            f"relay_once sent one batch holding 3 versions of each of 4 orders and the broker "
+            f"relay_once sent one batch holding 2 to 4 versions of each of 4 orders and the broker "
             f"acknowledged all {len(rows)} records, yet it "
             f"{'returned ' + repr(published) if published != len(rows) else ''}"
             f"{' and ' if published != len(rows) and len(marked) != len(rows) else ''}"
@@ -257,9 +280,10 @@ def test_key_is_the_aggregate_id(outbox, learner, kafka, relay_producer):
 
 
 def require_claim_order_in_each_partition(records: Any, rows: dict[str, dict[str, Any]]) -> None:
-    """Four orders over three partitions: two of them share one, their versions interleaved
-    by created_at (1 of each, then 2 of each …). Sent in the claim's order, a partition holds
-    them interleaved too; a batch regrouped by aggregate (or sorted by key) does not."""
+    """Four orders over three partitions: two of them (at least) share one, their versions
+    interleaved by created_at unevenly (INTERLEAVED). Sent in the claim's order, a partition
+    holds them interleaved too; a batch regrouped by aggregate or key, or sorted by version,
+    does not."""
     position = {event_id: n for n, event_id in enumerate(rows)}  # created_at order
     out_of_order = []
     for partition in sorted({rec.partition for rec in records}):
@@ -484,7 +508,10 @@ def reports_are_matched_by_event_id(engine: Any, relay: Any, topic: str,
 
 def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topic: str) -> None:
     """A broker that acknowledges 0.6 s after each send: at the moment the first
-    acknowledgement reaches relay_once, no row may be published yet."""
+    acknowledgement reaches relay_once, no row may be published yet. Every UPDATE of
+    outbox_event is held MARK_HOLD s before it runs: each published_at must be at least the
+    database's clock when the statement that wrote it ran (so a mark that writes its rows one
+    statement at a time in one transaction shows now(), the transaction's start)."""
     with engine.begin() as conn:
         conn.execute(text("UPDATE outbox_event SET published_at = clock_timestamp() "
                           "WHERE published_at IS NULL"))  # the rows of the first pass, done
@@ -497,7 +524,8 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
                                    "published_at IS NOT NULL", ids=fresh)
 
     watch = AckWatch(SlowProducer(kafka.producer(), delay=0.6), at_first_ack)
-    call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
+    with StatementClockWatch(engine, "published_at", fresh, MARK_HOLD) as clock:
+        call(relay.relay_once, engine, watch, topic, batch_size=10, lease_seconds=30)
     early = watch.seen or []
     if early:
         raise CheckFailure(
@@ -526,6 +554,42 @@ def marks_wait_for_the_acknowledgement(engine: Any, relay: Any, kafka: Any, topi
             actual=f"{len(backdated)} row(s) earlier",
             evidence=table(backdated, ROW_COLUMNS), lesson=SEE,
             fix="SET published_at = clock_timestamp() in the mark")
+    require_marks_on_the_statement_clock(engine, clock, fresh)
+
+
+MARK_HOLD = 0.2  # each UPDATE of outbox_event waits this long before it runs
+MARK_SLACK = 0.05
+
+
+def require_marks_on_the_statement_clock(engine: Any, clock: StatementClockWatch,
+                                         fresh: list[str]) -> None:
+    older = clock.older(MARK_SLACK)
+    if not older:
+        return
+    statements = len({w["statement"] for w in clock.written.values()})
+    began = all(w["= its transaction's start"] for w in older)
+    raise CheckFailure(
+        f"Each UPDATE of outbox_event was held {MARK_HOLD:g} s before it ran, and "
+        f"{len(older)} of the {len(fresh)} acknowledged rows got a published_at older than "
+        "the database's clock when the statement that marked it ran"
+        + (" (each of them holds exactly the start of the transaction its UPDATE ran in, "
+           "a transaction that began before that UPDATE: now(), CURRENT_TIMESTAMP and "
+           f"transaction_timestamp() stay there while {statements} statements mark the rows "
+           "one after the other)"
+           if began else
+           " (not its transaction's start either: a time taken before the statement ran, "
+           "from this process's clock or an earlier query)")
+        + ". published_at is when the mark ran, on the database's clock: an older time "
+          "understates the publish age by however long the mark waited (a lock, a slow "
+          "connection, the rows marked before it).",
+        expected="every published_at ≥ the database's clock_timestamp() when the UPDATE that "
+                 "set it ran",
+        actual="; ".join(f"row {w['id'][:8]}: {w['before the statement ran']} before the "
+                         f"marking statement {w['statement']} ran" for w in older),
+        evidence=table(list(clock.written.values()),
+                       ("id", "statement", "value", "ran", "began")),
+        lesson=SEE,
+        fix="SET published_at = clock_timestamp() in each marking UPDATE" if began else None)
 
 
 def test_publish_claimed_holds_no_transaction_while_it_waits(outbox, learner, kafka):

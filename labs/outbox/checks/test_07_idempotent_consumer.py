@@ -915,8 +915,75 @@ def test_consume_again_starts_at_the_first_record_not_handled(outbox, learner, k
             fix="before re-raising, consumer.seek(TopicPartition(record.topic(), "
                 "record.partition(), record.offset())): the next poll returns that record "
                 "again" if skipped else None)
+    records_arriving_mid_call_stay_for_the_next(outbox, consumer_module, kafka)
     failure_rewinds_every_partition(outbox, consumer_module, kafka)
     interruption_rewinds_too(outbox, consumer_module, kafka)
+
+
+ARRIVE_FIRST, ARRIVE_SECOND = 3, 2  # max_records of the two calls
+ARRIVE_LATER = ARRIVE_FIRST + ARRIVE_SECOND - 1  # records written by record 0's effect
+
+
+def records_arriving_mid_call_stay_for_the_next(engine: Engine, consumer_module: Any,
+                                                kafka: Any) -> None:
+    """One record waits when consume(max_records=3) starts; its effect writes four more to
+    the partition (one batch), so they arrive while the call runs: a first fetch returns one
+    record, a later one all four. The call handles records 0, 1, 2; the next
+    consume(max_records=2) on the same consumer must handle 3 and 4. A consume() that asks
+    each fetch for max_records (not max_records − handled) took record 3 too, and dropped it."""
+    topic = kafka.topic(1, hint="arrive")
+    customer = str(uuid.uuid4())
+    events = [(str(uuid.uuid4()), PLACED, placed(customer, 400 + n))
+              for n in range(1 + ARRIVE_LATER)]
+    number = {payload["order_id"]: n for n, (_, _, payload) in enumerate(events)}
+    produce_events(kafka, topic, events[:1])
+    applied: list[int] = []
+
+    def effect(conn: Any, event_type: str, payload: Any) -> None:
+        n = number[payload["order_id"]]
+        consumer_module.apply_effect(conn, event_type, payload)
+        applied.append(n)
+        if n == 0 and applied.count(0) == 1:  # the rest arrive now, in one batch
+            producer = kafka.producer(**{"linger.ms": 100})
+            for event_id, event_type_, later in events[1:]:
+                producer.produce(topic, key=b"k", value=json.dumps(later).encode(), headers=[
+                    ("event-id", event_id.encode()), ("event-type", event_type_.encode())])
+            if producer.flush(10):
+                raise RuntimeError(f"the check could not write its records to {topic}")
+
+    consumer = group_consumer(kafka, topic, kafka.group_id("arrive"))
+    try:
+        first_error = raised(consumer_module.consume, engine, consumer,
+                             max_records=ARRIVE_FIRST, timeout_seconds=3, effect=effect)
+        first = list(applied)
+        second_error = raised(consumer_module.consume, engine, consumer,
+                              max_records=ARRIVE_SECOND, timeout_seconds=3, effect=effect)
+    finally:
+        consumer.close()
+    second = applied[len(first):]
+    want_first = list(range(ARRIVE_FIRST))
+    want_second = list(range(ARRIVE_FIRST, ARRIVE_FIRST + ARRIVE_SECOND))
+    if (first, second) == (want_first, want_second) and not (first_error or second_error):
+        return
+    dropped = first == want_first and sorted(set(want_second) - set(second))
+    raise CheckFailure(
+        f"One record waited when consume(max_records={ARRIVE_FIRST}) started; its effect wrote "
+        f"{ARRIVE_LATER} more, which arrived together while the call ran. The call must handle "
+        f"records {want_first}, and the next consume(max_records={ARRIVE_SECOND}) on the same "
+        f"consumer records {want_second}."
+        + (f" Record(s) {dropped} never came again: the call had fetched them too (after a "
+           "fetch that returned fewer records than max_records, the next one asked for "
+           "max_records again) and returned at max_records without them; the consumer's "
+           "position had moved past them." if dropped else ""),
+        expected=f"the first call applies {want_first}, the second {want_second}",
+        actual=(f"first call applied {first}"
+                + (f" and raised {first_line(first_error)}" if first_error else "")
+                + f"; second call applied {second}"
+                + (f" and raised {first_line(second_error)}" if second_error else "")),
+        evidence=state(engine), lesson=OFFSETS,
+        fix="ask each fetch for no more than max_records − handled (consume(num_messages="
+            "max_records - handled), or poll()), or seek back to the first record not handled "
+            "before returning" if dropped else None)
 
 
 SPREAD = 3  # records on each of the two partitions
