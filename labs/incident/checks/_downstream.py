@@ -220,6 +220,8 @@ class Dependency:
             return "hang" if k % 5 == 3 else "ok"
         if phase == "flaky":
             return "error" if k % FLAKY_EVERY == 0 else "ok"
+        if phase == "mixed":
+            return ("ok", "hang", "ok", "error")[k % 4]
         if phase == "down":
             return "error"
         if phase == "dead":
@@ -737,13 +739,13 @@ class SeveralPlan:
     """Three dependencies failing at the end of one window. `named` has the most timeouts since
     its onset (the README's one to name): a long run of minutes in which few of its calls time
     out (3 of 11, 2 of 6), with a short timeout. `earliest` began first, after a burst that
-    recovered, and has the most timeouts over the whole window, but its breaker has refused
-    nearly every call since its onset. `latest` began last and fails harder in each of its
-    few minutes, with a longer timeout: it leads the last minutes' timeouts and the p95, but not
-    the timeouts since its onset. The shop stops
-    a request at the first call that fails, so `earliest` (its breaker open) is the last it
-    calls; `named` and `latest` swap places with the run, and /metrics lists the three in a
-    run's own order."""
+    recovered, and has the most timeouts over the whole window and the most errors since its
+    onset (half its calls fail, but one of each two failures is a quick 503, not a timeout),
+    and then its breaker opens and refuses nearly every call. `latest` began last and fails
+    harder in each of its few minutes, with a longer timeout: it leads the last minutes'
+    timeouts and the p95, but not the timeouts since its onset. The shop stops a request at the
+    first call that fails, so `earliest` (its breaker open) is the last it calls; `named` and
+    `latest` swap places with the run, and /metrics lists the three in a run's own order."""
     seed: int
     named: str
     latest: str
@@ -810,6 +812,7 @@ def rival_scores(served: dict[str, Any], failing: dict[str, Failing]
         "the most calls refused by its breaker since its onset": {},
         "the highest timeout share since its onset": {},
         "the highest timeout share over the whole window": {},
+        "the most errors since its onset": {}, "the most errors over the whole window": {},
         "the highest error rate since its onset": {},
         "the highest error rate over the whole window": {},
         "the longest p95 since its onset": {}, "the longest p95 over the whole window": {},
@@ -830,6 +833,8 @@ def rival_scores(served: dict[str, Any], failing: dict[str, Failing]
                 sum(r["short_circuited"] for r in recent),
             "the highest timeout share since its onset": _share(recent, "timeouts"),
             "the highest timeout share over the whole window": _share(rows, "timeouts"),
+            "the most errors since its onset": sum(r["errors"] for r in recent),
+            "the most errors over the whole window": sum(r["errors"] for r in rows),
             "the highest error rate since its onset": _share(recent, "errors"),
             "the highest error rate over the whole window": _share(rows, "errors"),
             "the longest p95 since its onset": p95([d for r in recent for d in r["durations_ms"]]),
@@ -892,15 +897,18 @@ class SeveralRun:
 
 def _drive_several(shop: DownstreamShop, plan: SeveralPlan) -> None:
     """`earliest`: a burst (minutes 1-4: every second call of a minute never answered) that
-    recovers, then from minute 6 no answer at all, so its breaker opens and refuses calls from
+    recovers, then from minute 6 "mixed" (a call in four never answered, one answered 503 at
+    once: more errors since its onset than `named`'s timeouts, fewer timeouts, its breaker
+    holding), then from minute 11 no answer at all, so its breaker opens and refuses calls from
     then on, letting a probe through now and then; `named`: from minute 7, 3 of the 11 calls of
     a minute time out (2 of 6 once `latest` fails before it: bad, and its breaker holds);
     `latest`: from minute 11, every second call of a minute times out (its breaker holds: never
     five failures in eight calls), more timeouts a minute than `named` in either order of the
     calls. Every phase restarts each minute, so each minute shows the same pattern."""
     for m in range(SEVERAL_MINUTES):
-        shop.deps[plan.earliest].restart("burst" if 1 <= m <= 4 else "dead" if m >= 6
-                                         else "ok")
+        shop.deps[plan.earliest].restart("burst" if 1 <= m <= 4 else "ok" if m < 6
+                                         else "mixed" if m < SEVERAL_MINUTES - RIVAL_MINUTES
+                                         else "dead")
         shop.deps[plan.named].restart("three" if m >= 7 else "ok")
         shop.deps[plan.latest].restart("burst" if m >= SEVERAL_MINUTES - RIVAL_MINUTES
                                        else "ok")
@@ -911,7 +919,7 @@ def play_several(seed: int) -> SeveralRun:
     """Play the three-failing window, and check that its metrics show what the check needs:
     three failing, the README's choice `named`, and every rival rule (rival_scores: the whole
     window's timeouts, the last minutes' timeouts, the earliest or latest onset, the timeout
-    share, the error rate, the p95, the open breaker, ...) naming another."""
+    share, the errors, the error rate, the p95, the open breaker, ...) naming another."""
     plan = several_plan(seed)
     shop = DownstreamShop(plan_of(seed))
     shop.listing = plan.listing
