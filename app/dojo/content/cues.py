@@ -197,7 +197,8 @@ def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrenc
     for word in phrase[1:]:
         for step in range(1, PHRASE_GAP + 2):
             candidate = position + step
-            if candidate >= len(tokens) or step > 1 and tokens[candidate - 1].word in QUALIFIERS:
+            if candidate >= len(tokens) or step > 1 and tokens[candidate - 1].word in QUALIFIERS \
+                    or step > 1 and _broken(tokens, position, candidate):
                 return None
             if word.matches(tokens[candidate]):
                 position = candidate
@@ -206,6 +207,13 @@ def _phrase_at(phrase: Phrase, tokens: Sequence[Token], start: int) -> Occurrenc
         else:
             return None
     return Occurrence(start, position, frozenset(used))
+
+
+def _broken(tokens: Sequence[Token], position: int, candidate: int) -> bool:
+    """Whether a sentence end, a colon or a semicolon lies between two words of a phrase:
+    "the DLQ is broken: events for …" is no "is for"."""
+    return tokens[candidate].sentence != tokens[position].sentence or any(
+        token.colon or token.semicolon for token in tokens[position + 1:candidate + 1])
 
 
 def occurrences(idea: Idea, tokens: Sequence[Token]) -> list[Occurrence]:
@@ -250,9 +258,16 @@ def _claim_negated(chosen: Sequence[Occurrence], negators: Sequence[Sequence[int
     """Per sentence, the clause holding most of the match's ideas decides. On a tie, a
     directly negated idea ("we don't need the marker table") decides; else the later clause
     does ("never retry a permanent error: it goes to the DLQ at once"). A match over two
-    sentences is negated when either sentence is."""
+    sentences is negated when the one holding most of its ideas is (either, on a tie): "no
+    notion of a failed delivery for consumer groups. It stores the offset you commit" does
+    not deny that the consumer commits its offset."""
     negated = False
-    for sentence in {tokens[occ.first].sentence for occ in chosen}:
+    held: dict[int, int] = {}
+    for occ in chosen:
+        held[tokens[occ.first].sentence] = held.get(tokens[occ.first].sentence, 0) + 1
+    for sentence in held:
+        if held[sentence] < max(held.values()):
+            continue  # the sentence holding most of the claim decides its polarity
         here = [(tokens[occ.first].clause, occ, found)
                 for occ, found in zip(chosen, negators, strict=True)
                 if tokens[occ.first].sentence == sentence]

@@ -69,7 +69,7 @@ def _direct_negator(tokens: Sequence[Token], occ: Occurrence, used: frozenset[in
         if token.norm == NOT and index not in used:
             between = tokens[index + 1:occ.first]
             if (token.word in _REJECTING or any(t.norm in _UNNEEDED for t in between)) \
-                    and not _negated_earlier(tokens, index):
+                    and not _negated_earlier(tokens, index) and not _repeated(tokens, occ.last):
                 return index
             return None
         if token.word not in LINK_WORDS:
@@ -84,6 +84,18 @@ def _direct_negator(tokens: Sequence[Token], occ: Occurrence, used: frozenset[in
             break
         index += 1
     return None
+
+
+_REPEATING = frozenset("again twice second".split())
+
+
+def _repeated(tokens: Sequence[Token], index: int) -> bool:
+    """Whether the clause goes on, after `index`, to say the step is done again ("returns
+    the saved result instead of moving the money a second time"): the denial is of the
+    repetition, not of the step."""
+    clause = tokens[index].clause
+    return any(token.word in _REPEATING
+               for token in tokens[index + 1:index + 6] if token.clause == clause)
 
 
 # After a denial, these narrow it to a case ("does not help across sessions").
@@ -146,7 +158,15 @@ def affirms(idea: Idea, statement: Sequence[Token]) -> bool:
     "crash" for "keeps a bad record from pinning the consumer") may be a consequence the
     point avoids, and denying it agrees with the point."""
     return any(not governing_negators([occ], statement) and not _averted(statement, occ.first)
+               and not _justifying(statement, occ.first)
                for occ in occurrences(idea, statement))
+
+
+def _justifying(statement: Sequence[Token], index: int) -> bool:
+    """Whether `index` sits after a semicolon of the statement: "Only one layer retries;
+    retries at every layer multiply the load" claims the first part and says after the
+    semicolon what the other way costs, so "fail fast instead of multiplying load" agrees."""
+    return any(token.semicolon for token in statement[1:index + 1])
 
 
 _AVERTING = frozenset(stem(word) for word in
@@ -199,6 +219,7 @@ def negates_statement(cue: Cue, match: CueMatch, tokens: Sequence[Token],
     used = frozenset().union(*(occ.used for occ in match.occurrences))
     return any(len(governing_negators([occ], tokens, used)) % 2 == 1
                and affirms(_phrase_of(idea, occ, tokens), statement)
+               and not _repeated(tokens, occ.last)
                for idea, occ in zip(cue.ideas, match.occurrences, strict=True))
 
 
@@ -228,8 +249,11 @@ def denied(cues: Sequence[Cue], tokens: Sequence[Token],
 
 _HYPOTHETICAL = frozenset("would could might".split())
 # "a message parked without its origin cannot be investigated": a second negator after the
-# "without" states what the absence costs, so the sentence requires the thing
-_CONSEQUENCE = frozenset("n't cannot never unable impossible nobody nothing".split())
+# "without" states what the absence costs, so the sentence requires the thing; so does a
+# need after it ("libraries without metadata need hints")
+_CONSEQUENCE = frozenset("""
+n't cannot never unable impossible nobody nothing need needs require requires
+""".split())
 
 
 def _counterfactual(tokens: Sequence[Token], negator: int) -> bool:

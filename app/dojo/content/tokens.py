@@ -107,6 +107,8 @@ def tokenize(text: str) -> list[Token]:
             continue
         if piece == "." and lowered[match.end():match.end() + 1].isalnum():
             continue  # a leading dot of a name (".DLT", ".class") ends nothing
+        if piece == "\n" and _wrapped(lowered, match.start()):
+            continue  # a hard-wrapped line goes on: the break is a space
         if not piece[0].isalnum():
             clause += 1
             if piece.strip() in _SENTENCE_END or piece == "\n":
@@ -152,6 +154,26 @@ def tokenize(text: str) -> list[Token]:
             colon = semicolon = False
         raw.clear()
     return _mark_questions(_mark_reach(_mark_stops(_merge_negator_phrases(tokens))), questions)
+
+
+# A line that ends in one of these ends its sentence (or clause) itself; one that does not,
+# followed by a line that opens with a word, is a hard-wrapped sentence going on.
+_LINE_ENDS = frozenset(".!?:;,")
+_BULLET = re.compile(r"[ \t]*(?:[-*•–]|\d+[.)])\s")
+
+
+def _wrapped(text: str, index: int) -> bool:
+    """Whether the line break at `index` is a wrap inside a sentence: the line before it has
+    words and ends without punctuation, and the line after it goes on with words (not a
+    blank line, not a list item)."""
+    before = text[:index].rstrip(" \t")
+    if not before or before[-1] == "\n" or before[-1] in _LINE_ENDS:
+        return False
+    after = text[index + 1:]
+    following = after.lstrip(" \t")
+    if not following or following[0] == "\n" or _BULLET.match(after):
+        return False
+    return True
 
 
 _OFF_VALUES = frozenset("false off disabled no none 0".split())
