@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -529,11 +530,11 @@ def test_replay_commits_each_record_before_the_next_send(lab, clock):
             lesson=SEE)
 
 
-# A record or two at a time into the replay's consumer (fetch.max.bytes: at least one, at
-# most what 1 KiB holds), and a pause of FETCH_GAP_MS before the next fetch once one is queued
-# (fetch.queue.backoff.ms): the three records waiting at the start arrive in two or three
-# fetches with over a second of nothing in between (longer than a poll(1.0)), and the
-# partition's end is not in sight before what comes before it was worked through.
+# One record per fetch into the replay's consumer (fetch.max.bytes: at least one record, and
+# no more than 1 KiB holds), and a pause of FETCH_GAP_MS before the next fetch once one is
+# queued (fetch.queue.backoff.ms): the two records waiting at the start arrive with over a
+# second of nothing in between (longer than a poll(1.0)), and the partition's end is not in
+# sight before what comes before it was worked through.
 FETCH_GAP_MS = 1100
 ONE_AT_A_TIME = {"queued.min.messages": 1, "queued.max.messages.kbytes": 1,
                  "fetch.max.bytes": 1024, "message.max.bytes": 1000,
@@ -542,8 +543,10 @@ ONE_AT_A_TIME = {"queued.min.messages": 1, "queued.max.messages.kbytes": 1,
 
 def test_replay_stops_at_the_end_it_found(lab, clock):
     topics = lab.topics()
+    # each record over 1 KiB (a business header of the check's): one record per fetch
     dead = craft_dead_letters(lab, topics, [
-        (healthy(f"acc-{n}", 300 + n, partition=0), "InvalidEvent", None) for n in range(3)])
+        (replace(item, headers=(*item.headers, ("x-note", b"." * 1100))), "InvalidEvent", None)
+        for item in (healthy(f"acc-{n}", 300 + n, partition=0) for n in range(2))])
     late: list = []
 
     def before(number):
