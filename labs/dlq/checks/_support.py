@@ -414,6 +414,52 @@ class HookedProducer(ProducerTap):
         return super().produce(*args, **kwargs)
 
 
+class FailOnce:
+    """A producer whose `fail_at`-th produce() (counted from 0) fails: the record goes to
+    `sink` (a topic nobody reads) instead of where it was bound, and its delivery report
+    reaches the caller as an error, the one a broker that never answers gives
+    (_MSG_TIMED_OUT), at once rather than after message.timeout.ms. Every other produce()
+    goes where it was bound: a write that fails once, the next succeeding."""
+
+    _NAMES = ("topic", "value", "key", "partition", "on_delivery", "timestamp", "headers")
+
+    def __init__(self, producer: Any, sink: str, fail_at: int) -> None:
+        self._producer, self._sink, self._fail_at = producer, sink, fail_at
+        self._count = 0
+        self._reported = False
+        # for each produce() after the failing one: had its delivery report been handed to
+        # the caller by then (the caller went on after the failure), or not (it did not wait)
+        self.after_failure: list[bool] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        from confluent_kafka import KafkaError
+
+        number, self._count = self._count, self._count + 1
+        if number > self._fail_at:
+            self.after_failure.append(self._reported)
+        if number != self._fail_at:
+            return self._producer.produce(*args, **kwargs)
+        given = {k: v for k, v in zip(self._NAMES, args, strict=False) if v is not None}
+        given.update(kwargs)
+        callback = given.pop("on_delivery", None) or given.pop("callback", None)
+        given.pop("partition", None)
+        given["topic"] = self._sink
+
+        def report(_err: Any, msg: Any) -> None:
+            if callback is not None:
+                callback(KafkaError(KafkaError._MSG_TIMED_OUT,
+                                    "the check's broker did not acknowledge this write"), msg)
+            self._reported = True
+
+        return self._producer.produce(on_delivery=report, **given)
+
+
 class CommitAudit:
     """Judges every offset commit of the learner's consumer before it reaches the broker:
     each input it covers for the first time must be booked (in ledger_entries) or

@@ -6,16 +6,16 @@ the acknowledgement."""
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from _support import READ, Crafted, HookedProducer, craft_dead_letters
+from _support import READ, Crafted, FailOnce, HookedProducer, craft_dead_letters
 from _tools import Item, healthy
-from confluent_kafka import Producer
 
 from dojo.checks import CheckFailure, call, table
-from dojo.checks.faults import unreachable_bootstrap
 from dojo.checks.observers import (
     ProducerTap,
     committed_offsets,
@@ -411,49 +411,87 @@ def test_replay_timeout_is_real_time(lab, clock):
             lesson=SEE)
 
 
+# Two jobs over one DLT (all in partition 0, so read in order), each through a producer that
+# fails one write and acknowledges the next: (what the failed write is, max_replays, which
+# write fails). The first job's first write, a re-publish, fails; the second job (cap 1: the
+# second record, replayed once, is at it) re-publishes the first record and then fails to
+# park the second.
+FAIL_ONCE_JOBS = (("re-publish to the source", 3, 0), ("park in the parking lot", 1, 1))
+
+
+def _write_of(sends: ProducerTap, value: bytes) -> str:
+    writes = [p for p in sends.produced if p.value == value]
+    if not writes:
+        return "not sent"
+    if any(p.acked_at is not None and p.error is None for p in writes):
+        return "acknowledged"
+    failed = [p.error for p in writes if p.error is not None]
+    if not failed:
+        return "no delivery report"
+    code = re.search(r"code=(\w+)", failed[0])
+    return f"failed: {code.group(1) if code else failed[0][:40]}"
+
+
 def test_replay_commits_only_after_the_ack(lab, clock):
     topics = lab.topics()
-    # the first record (all in one partition: it is the first read) is at the cap, bound for
-    # the parking lot: a write like any other
     kinds = ("InvalidEvent", "DownstreamUnavailable", "PaymentDeclined", "InvalidEvent")
     dead = craft_dead_letters(lab, topics, [
-        (healthy(f"acc-{n}", 100 + n, partition=0), kind, 3 if n == 0 else None)
+        (healthy(f"acc-{n}", 100 + n, partition=0), kind, 1 if n == 1 else None)
         for n, kind in enumerate(kinds)])
-    group = lab.kafka.group_id("dlt-replayer")
-    broken = Producer(lab.producer_config(**{"bootstrap.servers": unreachable_bootstrap(),
-                                             "message.timeout.ms": 300, "log_level": 0}))
-    outcome = "returned"
-    try:
-        replay(lab, topics, group, clock, producer=broken, ack_timeout_seconds=1.0,
-               timeout_seconds=5.0)
-    except CheckFailure:
-        raise  # a stub: not written yet
-    except Exception as exc:  # a failed write may raise: that is fine
-        outcome = f"raised {type(exc).__name__}"
-    broken.purge()
-    committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
-                                  topics.partitions)
-    if not all(o < 0 for o in committed.values()):
-        parked_first = committed.get(dead[0].partition, -1) > dead[0].offset
+    sink = lab.kafka.topic(1, hint="unacknowledged")
+    for bound, max_replays, fail_at in FAIL_ONCE_JOBS:
+        group = lab.kafka.group_id("dlt-replayer")
+        router = FailOnce(lab.dlt_producer(), sink, fail_at)
+        sends = ProducerTap(router, clock)
+        try:
+            report = replay(lab, topics, group, clock, producer=sends,
+                            max_replays=max_replays, ack_timeout_seconds=2.0,
+                            timeout_seconds=10.0)
+            outcome = f"replay returned {report!r}"
+        except CheckFailure:
+            raise  # a stub: not written yet
+        except Exception as exc:  # a failed write may raise: that is fine
+            outcome = f"replay raised {type(exc).__name__}"
+        committed = committed_offsets(lab.kafka.consumer_config(), group,
+                                      topics.dead_letter, topics.partitions)
+        upto = committed.get(0, -1)
+        failed = dead[fail_at]
+        writes = {c.offset: _write_of(sends, c.item.value) for c in dead}
+        unacked = [c for c in dead if c.offset < upto and writes[c.offset] != "acknowledged"]
+        if not unacked:
+            continue
+        park = bound.startswith("park")
+        # the next send came after the failure was reported (went on), or before it
+        # was (did not wait for the delivery report)
+        first_after = router.after_failure[:1]
+        went_on, unwaited = first_after == [True], first_after == [False]
+        rows = [(f"p0@{c.offset}", "parking lot" if (c.replays or 0) >= max_replays
+                 else "source", writes[c.offset],
+                 "yes" if c.offset < upto else "no") for c in dead]
         raise CheckFailure(
-            "No record the replayer sent was acknowledged (the broker was unreachable), yet the "
-            "replayer committed DLT offsets: those records are now skipped by every later run "
-            "of this job. Commit a DLT offset only after the write it caused was acknowledged."
-            + (" The first record was at the cap, bound for the parking lot: its DLT offset "
-               "was committed though the parking lot never had it. A park is a write like a "
-               "re-publish: wait for its acknowledgement too." if parked_first else ""),
-            expected="nothing committed for the replay group",
-            actual=f"replay {outcome}; committed {offsets_text(committed)}", lesson=SEE)
-    replay(lab, topics, group, clock)
-    back = lab.read(topics.source, topics.partitions, fence=True)
-    parked = lab.read(topics.parking_lot, lab.partition_counts([topics.parking_lot])[
-        topics.parking_lot], fence=True)
-    if len(back) != len(dead) - 1 or [r.value for r in parked] != [dead[0].item.value]:
-        raise CheckFailure(
-            "With the broker back, the same job replays what the failed run could not, and "
-            "parks the record at the cap.",
-            expected=f"{len(dead) - 1} records in {topics.source}, 1 in the parking lot",
-            actual=f"{len(back)} and {len(parked)}", lesson=SEE)
+            f"A write of the replay failed once (a {bound} the broker never "
+            "acknowledged, while it acknowledged every other write), yet the job's committed DLT "
+            "offset covers the record: no later run of this job replays it. Commit a DLT "
+            "offset only after the write it caused was acknowledged, and after a failed "
+            "write stop the run (raise, or return) with nothing after it committed: a "
+            "committed offset covers every record below it, so committing the next "
+            "record's covers the failed one too."
+            + (" The failed write was a park: the parking lot never had the record. A "
+               "park is a write like a re-publish: wait for its acknowledgement too."
+               if park else ""),
+            expected=f"the group's committed offset of p0 at most {failed.offset} (the "
+                     "record whose write failed), or none",
+            actual=f"{outcome}; committed {offsets_text(committed)}: covers "
+                   + ", ".join(f"p0@{c.offset} ({writes[c.offset]})" for c in unacked),
+            evidence=table(rows, ("DLT record", "bound for", "its write",
+                                  "below the committed offset")),
+            fix="stop at the failed write (raise, or return the report) instead of going "
+                "on to the next record: its commit covers the failed one"
+                if went_on and failed in unacked else
+                "wait for each write's delivery report (flush(), or poll() until its "
+                "callback ran) and commit only when it reported no error"
+                if unwaited and failed in unacked else None,
+            lesson=SEE)
 
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):
@@ -492,10 +530,23 @@ def test_replay_commits_each_record_before_the_next_send(lab, clock):
             lesson=SEE)
 
 
+# One record per fetch into the replay's consumer (fetch.max.bytes: at least one record, and
+# no more than 1 KiB holds), and a pause of FETCH_GAP_MS before the next fetch once one is
+# queued (fetch.queue.backoff.ms): the two records waiting at the start arrive with over a
+# second of nothing in between (longer than a poll(1.0)), and the partition's end is not in
+# sight before what comes before it was worked through.
+FETCH_GAP_MS = 1100
+ONE_AT_A_TIME = {"queued.min.messages": 1, "queued.max.messages.kbytes": 1,
+                 "fetch.max.bytes": 1024, "message.max.bytes": 1000,
+                 "max.partition.fetch.bytes": 1024, "fetch.queue.backoff.ms": FETCH_GAP_MS}
+
+
 def test_replay_stops_at_the_end_it_found(lab, clock):
     topics = lab.topics()
+    # each record over 1 KiB (a business header of the check's): one record per fetch
     dead = craft_dead_letters(lab, topics, [
-        (healthy(f"acc-{n}", 300 + n, partition=0), "InvalidEvent", None) for n in range(5)])
+        (replace(item, headers=(*item.headers, ("x-note", b"." * 1100))), "InvalidEvent", None)
+        for item in (healthy(f"acc-{n}", 300 + n, partition=0) for n in range(2))])
     late: list = []
 
     def before(number):
@@ -504,10 +555,15 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
                 (healthy("acc-late", 999, partition=0), "InvalidEvent", None)]))
 
     hook = HookedProducer(lab.dlt_producer(), clock, before)
-    # One record at a time into the replay's consumer: it cannot see the partition's end
-    # before it has worked through what came before it.
-    report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=hook,
-                    config={"queued.min.messages": 1, "max.partition.fetch.bytes": 1024})
+    began = time.monotonic()
+    try:
+        report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=hook,
+                        config=ONE_AT_A_TIME)
+    except CheckFailure:
+        raise
+    except Exception as exc:
+        report = f"raised {type(exc).__name__}: {str(exc)[:120]}"
+    took = time.monotonic() - began
     sent = {p.value for p in hook.to(topics.source)}
     if late and late[0].item.value in sent:
         raise CheckFailure(
@@ -520,4 +576,25 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
                      f"p{late[0].partition}@{late[0].offset}",
             actual=f"p{late[0].partition}@{late[0].offset}, written after the first send, was "
                    f"re-published; report {report!r}",
+            lesson=SEE)
+    left = [c for c in dead if c.item.value not in sent]
+    if left:
+        returned = not isinstance(report, str)
+        raise CheckFailure(
+            f"Replay {'returned' if returned else 'ended'} after {took:.1f} s of real time "
+            f"(its timeout_seconds was 60) with {len(left)} of the {len(dead)} records that "
+            "were in the DLT when it started not replayed. This DLT's records reached the "
+            f"replay's consumer a fetch at a time, {FETCH_GAP_MS / 1000:.1f} s apart (the "
+            "check's consumer settings): an empty poll() says only that nothing has arrived "
+            "yet, not that the partition is done. Work through what was there at the start: "
+            "read the end offsets first and stop at them.",
+            expected=f"the {len(dead)} records of p0 (offsets {dead[0].offset} to "
+                     f"{dead[-1].offset}) replayed",
+            actual=f"not replayed: {', '.join(f'p0@{c.offset}' for c in left)}; "
+                   + (f"replay returned {report!r}" if returned else f"replay {report}"),
+            # returned on its own sooner than the next fetch could come: it took the lull
+            # for the end
+            fix="read the end offsets at the start and poll until every partition's position "
+                "reaches its end (or the deadline), instead of stopping at the first empty poll"
+                if returned and took < FETCH_GAP_MS / 1000 else None,
             lesson=SEE)
