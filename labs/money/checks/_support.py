@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from types import ModuleType
 from typing import Any
 
@@ -457,6 +457,10 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
             and order.bought_amount and buy == order.bought_amount and buy not in want else
             "round the estimate to the cent: quantize(Decimal('0.01'))"
             if isinstance(buy, Decimal) and buy not in estimates and buy == exact
+            and result.status != "COMPLETED" else
+            "round the estimate to the nearest cent (half-even or half-up), not down"
+            if isinstance(buy, Decimal) and buy not in estimates
+            and buy == exact.quantize(Decimal("0.01"), ROUND_DOWN)
             and result.status != "COMPLETED" else None,
         lesson=READ[read])
 

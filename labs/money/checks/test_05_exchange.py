@@ -518,7 +518,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
     fx = kit.client(TIMEOUT)
     quote = _quote(kit, fx)
     kit.provider.script(place="reject")
-    result = _exchange(kit, fx, quote, source, target, amount="123.45")
+    result = _exchange(kit, fx, quote, source, target, amount="123.51")
     if not (result.status == "FAILED" and balance_of(kit.engine, source) == 500 and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
@@ -538,7 +538,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
             "The refund is a new entry: the ledger keeps the debit and its reversal.",
             expected="the source's postings: the deposit, the exchange debit, the refund",
             actual=str(kinds), evidence=ledger_table(kit.engine, source), lesson=READ["schema"])
-    assert_result_amounts(kit, result, quote, "123.45", "The provider rejected 123.45 USD")
+    assert_result_amounts(kit, result, quote, "123.51", "The provider rejected 123.51 USD")
     assert_quote_stays_used(kit, fx, quote, source, target, f"exchange {result.exchange_id} "
                             "on it was rejected by the provider and refunded", READ["exchange"])
     assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
