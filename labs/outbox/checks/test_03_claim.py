@@ -516,10 +516,10 @@ def require_lease_from_the_update(engine: Engine, leased: list[str], started: An
     if not short:
         return
     with engine.connect() as conn:  # where each short lease starts, against A's transaction
-        starts = {r["id"]: conn.execute(text(
-            "SELECT extract(epoch FROM lease_until - interval '30 s' - CAST(:b AS timestamptz))"
-            "::float8 FROM outbox_event WHERE id = CAST(:id AS uuid)"),
-            {"b": began, "id": r["id"]}).scalar_one() for r in short} if began else {}
+        starts: dict[str, float | None] = dict(conn.execute(text(
+            "SELECT id::text, extract(epoch FROM lease_until - interval '30 s' - "
+            "CAST(:b AS timestamptz))::float8 FROM outbox_event WHERE id::text = ANY(:ids)"),
+            {"b": began, "ids": [str(r["id"]) for r in short]}).all()) if began else {}
     from_begin = bool(starts) and all(v is not None and abs(v) < 0.00001 for v in starts.values())
     raise CheckFailure(
         f"Relay A's claim transaction had begun (a first statement ran) and was held {HOLD} s "
