@@ -520,8 +520,17 @@ def test_offset_is_committed_after_the_database_commit(outbox, learner, kafka):
             actual=f"{len(watch.asynchronous)} of {len(watch.commits)} commit(s) asynchronous",
             evidence=f"commits seen: {watch.commits}", lesson=OFFSETS,
             fix="commit(message=record, asynchronous=False)")
-    consume_goes_on_past_partition_eof(outbox, consumer_module, kafka)
-    consume_stops_at_its_timeout_while_records_trickle(outbox, consumer_module, kafka)
+
+
+def test_consume_goes_on_past_the_end_of_a_partition(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consume_goes_on_past_partition_eof(outbox, learner.module("consumer"), kafka)
+
+
+def test_consume_stops_only_at_max_records_or_its_timeout(outbox, learner, kafka):
+    require_table(outbox, "processed_event", "idempotent-consumer")
+    consume_stops_at_its_timeout_while_records_trickle(outbox, learner.module("consumer"),
+                                                       kafka)
 
 
 class EofWatch:
