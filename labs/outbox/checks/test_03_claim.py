@@ -521,22 +521,30 @@ def require_lease_from_the_update(engine: Engine, leased: list[str], started: An
             "CAST(:b AS timestamptz))::float8 FROM outbox_event WHERE id::text = ANY(:ids)"),
             {"b": began, "ids": [str(r["id"]) for r in short]}).all()) if began else {}
     from_begin = bool(starts) and all(v is not None and abs(v) < 0.00001 for v in starts.values())
+    fix: str | None
+    if from_begin:
+        cause = ("30 s counted from the very moment its transaction began, not from the lease. "
+                 "now() (and CURRENT_TIMESTAMP) is the transaction's start, even inside a "
+                 "single UPDATE; a claim that picks first and leases after, runs anything "
+                 "before, or waits for a lock, loses that time from every lease")
+        fix = ("lease with clock_timestamp() + make_interval(secs => :lease_seconds), the time "
+               "of the statement, not now()")
+    elif starts:
+        offsets = ", ".join(f"{v * 1000:+.1f} ms" for v in starts.values() if v is not None)
+        cause = ("30 s counted from a time that is neither the UPDATE's nor the transaction's "
+                 f"start ({offsets} from the moment A's transaction began, the UPDATE ran "
+                 f"{HOLD:g} s after it): a time read before the statement, from this process's "
+                 "clock or an earlier query, not the database's clock when the UPDATE leased "
+                 "the rows; the lease loses however long the statement waits (a lock, a slow "
+                 "connection)")
+        fix = ("lease with clock_timestamp() + make_interval(secs => :lease_seconds), computed "
+               "in the UPDATE")
+    else:
+        cause = "30 s counted from before the UPDATE that leased them"
+        fix = None
     raise CheckFailure(
         f"Relay A's claim transaction had begun (a first statement ran) and was held {HOLD} s "
-        "before the UPDATE that leased its rows, and its leases ended up short: "
-        + ("30 s counted from the very moment its transaction began, not from the lease. "
-           "now() (and CURRENT_TIMESTAMP) is the transaction's start, even inside a single "
-           "UPDATE; a claim that picks first and leases after, runs anything before, or waits "
-           "for a lock, loses that time from every lease"
-           if from_begin else
-           "30 s counted from a time that is neither the UPDATE's nor the transaction's "
-           "start (" + ", ".join(f"{v * 1000:+.1f} ms" for v in starts.values() if v is not None)
-           + f" from the moment A's transaction began, the UPDATE ran {HOLD:g} s after it): a "
-           "time read before the statement, from this process's clock or an earlier query, "
-           "not the database's clock when the UPDATE leased the rows; the lease loses however "
-           "long the statement waits (a lock, a "
-           "slow connection)" if starts else
-           "30 s counted from before the UPDATE that leased them")
+        "before the UPDATE that leased its rows, and its leases ended up short: " + cause
         + ", and another relay takes the rows while they are still being sent.",
         expected=f"lease_until − the claim's start ≥ {30 + HOLD:g} s (30 s from the UPDATE, "
                  f"which ran {HOLD} s or more after the start)",
@@ -545,10 +553,7 @@ def require_lease_from_the_update(engine: Engine, leased: list[str], started: An
             for r in short[:6]),
         evidence=table(rows, ("id", "attempt_count", "lease_until", "after_start")),
         lesson=SEE,
-        fix="lease with clock_timestamp() + make_interval(secs => :lease_seconds), the time "
-            "of the statement, not now()" if from_begin else
-            "lease with clock_timestamp() + make_interval(secs => :lease_seconds), computed in "
-            "the UPDATE" if starts else None)
+        fix=fix)
 
 
 def test_expired_lease_is_reclaimed(outbox, learner):
