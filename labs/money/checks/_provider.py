@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -101,6 +102,9 @@ class _Script:
     delay: float = 2.0
     # the price a fill gets: bought_amount = sell_amount x fill_rate (None: the order's rate)
     fill_rate: Decimal | None = None
+    # idempotency keys whose orders the provider answers 503 for, GET and POST alike, whatever
+    # the modes above say: it fails for some exchanges and answers for the others
+    failing: frozenset[str] = frozenset()
     gate: threading.Event = field(default_factory=threading.Event)
 
 
@@ -152,9 +156,11 @@ class FxProvider:
 
     def script(self, *, place: str | None = None, status: str | None = None,
                rates: str | None = None, delay: float | None = None,
-               fill_rate: Decimal | None | bool = False) -> None:
+               fill_rate: Decimal | None | bool = False,
+               failing: Collection[str] | None = None) -> None:
         """Change how the provider behaves from the next request on. `fill_rate` (a Decimal)
-        makes fills happen at that price instead of the order's rate; None restores it."""
+        makes fills happen at that price instead of the order's rate; None restores it.
+        `failing`: the keys whose orders answer 503 (GET and POST); empty restores them."""
         with self._lock:
             stalling = False
             if place is not None:
@@ -177,6 +183,8 @@ class FxProvider:
             if fill_rate is not False:
                 assert fill_rate is None or isinstance(fill_rate, Decimal), fill_rate
                 self._script.fill_rate = fill_rate
+            if failing is not None:
+                self._script.failing = frozenset(failing)
 
     def release(self) -> None:
         """Let every stalled request go on (and later ones through at once)."""
@@ -285,6 +293,10 @@ class FxProvider:
             handler.answer(call, 400, {"error": "sell_amount and rate are decimal strings, "
                                                 "like \"100.00\", never JSON numbers"})
             return
+        if key in script.failing:
+            call.outcome = "FAILED"
+            handler.answer(call, 503, {"error": "temporarily unavailable"})
+            return
         if mode == "drop":
             call.outcome = "DROPPED"
             handler.drop()
@@ -327,6 +339,8 @@ class FxProvider:
     def status(self, handler: _Handler, key: str) -> None:
         call = self._record(Call(self._now(), "GET", f"/v1/orders/{key}", key, None))
         mode, delay, gate = self._script.status, self._script.delay, self._script.gate
+        if key in self._script.failing:
+            mode = "fail"
         if mode == "stall":
             self._stalled.release()
             gate.wait(30)

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_DOWN, ROUND_HALF_EVEN, ROUND_HALF_UP, ROUND_UP, Decimal
 from types import ModuleType
 from typing import Any
 
@@ -425,6 +425,7 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
     exact = amount * Decimal(quote.rate)
     estimates = {exact.quantize(Decimal("0.01"), rounding) for rounding in
                  (ROUND_HALF_EVEN, ROUND_HALF_UP)}
+    half = exact * 1000 % 10 == 5 and exact * 1000 % 1 == 0  # an exact half cent: 15.875
     order = kit.provider.orders.get(str(result.exchange_id))
     if result.status == "COMPLETED":
         want = [order.bought_amount] if order is not None and order.bought_amount else []
@@ -460,7 +461,16 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
             and result.status != "COMPLETED" else
             "round the estimate to the nearest cent (half-even or half-up), not down"
             if isinstance(buy, Decimal) and buy not in estimates
-            and buy == exact.quantize(Decimal("0.01"), ROUND_DOWN)
+            and buy == exact.quantize(Decimal("0.01"), ROUND_DOWN) and not half
+            and result.status != "COMPLETED" else
+            "round the estimate to the nearest cent (half-even or half-up), not up"
+            if isinstance(buy, Decimal) and buy not in estimates
+            and buy == exact.quantize(Decimal("0.01"), ROUND_UP) and not half
+            and result.status != "COMPLETED" else
+            f"an exact half cent ({fmt(exact)}) rounds up or to the even cent "
+            "(ROUND_HALF_UP or ROUND_HALF_EVEN), not down (ROUND_HALF_DOWN, ROUND_DOWN)"
+            if isinstance(buy, Decimal) and buy not in estimates
+            and buy == exact.quantize(Decimal("0.01"), ROUND_HALF_DOWN) and half
             and result.status != "COMPLETED" else None,
         lesson=READ[read])
 

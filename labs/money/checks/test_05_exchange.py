@@ -391,6 +391,9 @@ def test_provider_is_called_outside_any_transaction(kit: ExchangeKit) -> None:
     assert_ledger_agrees(kit.engine, "after the stalled exchange", read="exchange")
 
 
+TIMED_OUT = "41.37"  # the amount the timed-out exchange sells
+
+
 def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
@@ -398,7 +401,8 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
     kit.provider.script(place="fill-then-late", delay=LATE)
     started = time.monotonic()
     try:
-        result = kit.start(fx, quote, source, target, "100.00", "ex-1")
+        # 41.37 x 0.92 = 38.0604: the estimate it answers PENDING needs rounding, to 38.06
+        result = kit.start(fx, quote, source, target, TIMED_OUT, "ex-1")
     except CheckFailure:
         raise  # a stub: not written yet
     except Exception as exc:
@@ -425,15 +429,18 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
             fix="urllib.request.urlopen(request, timeout=self.timeout): without a timeout one "
                 "hung provider holds a thread for ever", lesson=READ["exchange"])
     source_now, target_now = balance_of(kit.engine, source), balance_of(kit.engine, target)
-    if not (result.status == "PENDING" and source_now == Decimal("400.00") and target_now == 0):
+    debited = Decimal("500.00") - Decimal(TIMED_OUT)
+    if not (result.status == "PENDING" and source_now == debited and target_now == 0):
         raise CheckFailure(
             "The provider converted the order but answered after the timeout: the outcome "
             "is unknown to the caller, so the exchange must stay PENDING.",
-            expected="status PENDING, source still debited (400.00 USD), target not credited",
+            expected=f"status PENDING, source still debited ({fmt(debited)} USD), target not "
+                     "credited",
             actual=f"status {result.status}; {_money(kit, source, target)}",
             evidence="the provider's side:\n" + kit.provider.history()
                      + f"\nit converted: {', '.join(converted) or 'nothing'}"
-                     + ("\nrefunding now pays the customer twice: the 100.00 USD back AND the "
+                     + (f"\nrefunding now pays the customer twice: the {TIMED_OUT} USD back AND "
+                        "the "
                      f"{fmt(converted[str(result.exchange_id)].bought_amount)} EUR the "
                      "provider bought: double money"
                      if result.status == "FAILED" and str(result.exchange_id) in converted
@@ -441,7 +448,7 @@ def test_timeout_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
             fix="a timeout means 'I don't know', never 'it failed': leave the exchange "
                 "PENDING and let reconcile() ask the provider",
             lesson=READ["reconcile"])
-    assert_result_amounts(kit, result, quote, "100.00", "The provider answered after the "
+    assert_result_amounts(kit, result, quote, TIMED_OUT, "The provider answered after the "
                           "timeout")
     assert_ledger_agrees(kit.engine, "after a timed-out exchange", read="exchange")
 
@@ -468,15 +475,21 @@ ERROR_BODY_FIX = ("an error status (here 422) arrives as urllib's HTTPError befo
                   "into ProviderError, not in the except HTTPError handler")
 
 
+# What each of them sells: estimates (x 0.92) above and below their nearest cent's half
+UNANSWERED_AMOUNTS = ("123.51", "41.37", "100.00", "64.29", "100.00", "100.00")
+# and a half cent: 12.50 GBP x 1.27 = 15.875 USD, after an odd cent (half-down gives 15.87)
+HALF_CENT = ("GBP", "USD", "12.50")
+
+
 def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
-    funds = Decimal(100 * len(UNANSWERED) + 100)
+    funds = sum((Decimal(a) for a in UNANSWERED_AMOUNTS), Decimal("100.00"))
     source, target = _accounts(kit, usd=str(funds))
     fx = kit.client(TIMEOUT)
-    for mode, key, meaning in UNANSWERED:
+    for (mode, key, meaning), amount in zip(UNANSWERED, UNANSWERED_AMOUNTS, strict=True):
         quote = _quote(kit, fx)
         kit.provider.script(place=mode, delay=1.0)
         try:
-            result = _exchange(kit, fx, quote, source, target, key=key)
+            result = _exchange(kit, fx, quote, source, target, amount=amount, key=key)
         except CheckFailure:
             raise  # a stub: not written yet
         except Exception as exc:
@@ -504,13 +517,31 @@ def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> 
                 fix="only FILLED (credit) and REJECTED (refund) are answers; a 5xx, a reset, a "
                     "timeout or an unreadable body leave the exchange PENDING",
                 lesson=READ["reconcile"])
+        assert_result_amounts(kit, result, quote, amount, f"The provider {meaning} "
+                              f"({amount} USD sold)")
     if not (balance_of(kit.engine, source) == Decimal("100.00") and
             balance_of(kit.engine, target) == 0):
         raise CheckFailure(
-            f"{len(UNANSWERED)} PENDING exchanges of 100.00 from {fmt(funds)}.",
+            f"{len(UNANSWERED)} PENDING exchanges of {', '.join(UNANSWERED_AMOUNTS)} from "
+            f"{fmt(funds)}.",
             expected="source 100.00 USD, target 0.00 EUR",
             actual=_money(kit, source, target), evidence=ledger_table(kit.engine, source),
             lesson=READ["exchange"])
+    sell, buy, amount = HALF_CENT
+    seller = call(kit.accounts.open_account, kit.engine, currency=sell)
+    call(kit.accounts.deposit, kit.engine, seller, Decimal("20.00"))
+    buyer = call(kit.accounts.open_account, kit.engine, currency=buy)
+    quote = kit.quote(fx, sell=sell, buy=buy)
+    kit.provider.script(place="fill-then-fail")
+    result = kit.start(fx, quote, seller, buyer, amount, "ex-500-gbp")
+    if result.status != "PENDING":
+        raise CheckFailure(
+            f"The provider converted {amount} {sell} into {buy}, then answered 500: the caller "
+            "cannot know whether it converted.", expected="status PENDING",
+            actual=f"status {result.status}", evidence=kit.provider.history(),
+            lesson=READ["reconcile"])
+    assert_result_amounts(kit, result, quote, amount, f"The provider converted {amount} {sell} "
+                          f"into {buy}, then answered 500")
 
 
 def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
@@ -539,9 +570,31 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
             expected="the source's postings: the deposit, the exchange debit, the refund",
             actual=str(kinds), evidence=ledger_table(kit.engine, source), lesson=READ["schema"])
     assert_result_amounts(kit, result, quote, "123.51", "The provider rejected 123.51 USD")
+    # two more it rejects: 41.37 x 0.92 = 38.0604 lies below its nearest cent's half, and
+    # 12.50 GBP x 1.27 = 15.875 is an exact half cent after an odd cent
+    below = _quote(kit, fx)
+    refused = _exchange(kit, fx, below, source, target, amount="41.37", key="ex-2")
+    _assert_rejected(kit, refused, "41.37 USD into EUR")
+    assert_result_amounts(kit, refused, below, "41.37", "The provider rejected 41.37 USD")
+    sell, buy, amount = HALF_CENT
+    seller = call(kit.accounts.open_account, kit.engine, currency=sell)
+    call(kit.accounts.deposit, kit.engine, seller, Decimal("20.00"))
+    buyer = call(kit.accounts.open_account, kit.engine, currency=buy)
+    half = kit.quote(fx, sell=sell, buy=buy)
+    refused = kit.start(fx, half, seller, buyer, amount, "ex-gbp")
+    _assert_rejected(kit, refused, f"{amount} {sell} into {buy}")
+    assert_result_amounts(kit, refused, half, amount, f"The provider rejected {amount} {sell}")
     assert_quote_stays_used(kit, fx, quote, source, target, f"exchange {result.exchange_id} "
                             "on it was rejected by the provider and refunded", READ["exchange"])
     assert_ledger_agrees(kit.engine, "after a rejected exchange", read="exchange")
+
+
+def _assert_rejected(kit: ExchangeKit, result: Any, what: str) -> None:
+    if result.status != "FAILED":
+        raise CheckFailure(
+            f"The provider refused an exchange of {what} (422 REJECTED).",
+            expected="status FAILED", actual=f"{result}", evidence=kit.provider.history(),
+            lesson=READ["exchange"])
 
 
 def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:

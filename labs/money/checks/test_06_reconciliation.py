@@ -342,13 +342,40 @@ def test_reconcile_keeps_pending_while_the_provider_cannot_answer(kit: ExchangeK
                 fix="an error from get_order is 'still unknown', exactly like the timeout of the "
                     "original call: skip the exchange this run, and it is asked about next time",
                 lesson=READ["reconcile"])
+    # two more, younger: the provider fails for the oldest and the newest only. Whichever end
+    # the run starts from, the one in the middle is reached only if it goes on past an error
     kit.provider.script(status="answer", place="fill")
-    _reconcile(kit, fx)
-    if _statuses(kit).get(filled) != "COMPLETED":
+    ids = [filled]
+    for n in range(2):
+        kit.clock.advance(1.5)
+        ids += _pending(kit, fx, source, target, "fill-then-fail", prefix=f"later-{n}")
+    kit.clock.advance(60)
+    kit.provider.script(failing=(ids[0], ids[2]))
+    _reconcile(kit, fx, unanswered="answered 503 for two of the three exchanges")
+    kit.provider.script(failing=())
+    got = [_statuses(kit).get(i) for i in ids]
+    if got != ["PENDING", "COMPLETED", "PENDING"]:
         raise CheckFailure(
-            "Once the provider answers again, the next run settles the exchange.",
-            expected="COMPLETED", actual=str(_statuses(kit).get(filled)),
-            evidence=kit.provider.history(), lesson=READ["reconcile"])
+            "The provider filled three PENDING exchanges, then answered 503 when asked about "
+            "the oldest and the newest, and FILLED about the one in the middle. reconcile() "
+            "must go on past a provider error and complete the one in the middle.",
+            expected="oldest PENDING, middle COMPLETED, newest PENDING (the two unanswered "
+                     "wait for the next run)",
+            actual=", ".join(f"{label} {status}" for label, status in
+                             zip(("oldest", "middle", "newest"), got, strict=True)),
+            evidence="the provider's log:\n" + kit.provider.history(24),
+            fix="an error from get_order leaves that one exchange PENDING: count it as still "
+                "pending and go on with the next (continue, not break); the run ends when "
+                "every exchange it took was asked"
+            if got == ["PENDING", "PENDING", "PENDING"] else None,
+            lesson=READ["reconcile"])
+    _reconcile(kit, fx)
+    got = [_statuses(kit).get(i) for i in ids]
+    if got != ["COMPLETED"] * 3:
+        raise CheckFailure(
+            "Once the provider answers again, the next run settles the exchanges.",
+            expected="all three COMPLETED", actual=str(got),
+            evidence=kit.provider.history(24), lesson=READ["reconcile"])
     _assert_consistent(kit, source, target, "after the provider came back")
 
 
