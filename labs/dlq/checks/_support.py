@@ -408,10 +408,47 @@ class HookedProducer(ProducerTap):
     def __init__(self, producer: Any, clock: Any, before: Callable[[int], None]) -> None:
         super().__init__(producer, clock)
         self._before_send = before
+        self.sending: bytes | None = None  # the value of the record produce() was given
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
+        # what is about to leave, for `before` to look at
+        self.sending = kwargs.get("value", args[1] if len(args) > 1 else None)
         self._before_send(len(self.produced))
         return super().produce(*args, **kwargs)
+
+
+class CommitCalls:
+    """Counts the commit() calls of every confluent_kafka.Consumer made while it is active,
+    and how many of them only queued the commit (asynchronous, confluent-kafka's default).
+    For code that builds its own consumer from a config (replay): the learner's module must
+    be imported inside the `with`, so that its `from confluent_kafka import Consumer` takes
+    the counting class."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.asynchronous = 0
+        self._original: Any = None
+
+    def __enter__(self) -> CommitCalls:
+        import confluent_kafka
+
+        original = self._original = confluent_kafka.Consumer
+        calls = self
+
+        class CountedConsumer(original):  # type: ignore[misc, valid-type]
+            def commit(self, *args: Any, **kwargs: Any) -> Any:
+                calls.calls += 1
+                if kwargs.get("asynchronous", True):
+                    calls.asynchronous += 1
+                return super().commit(*args, **kwargs)
+
+        confluent_kafka.Consumer = CountedConsumer  # type: ignore[misc]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import confluent_kafka
+
+        confluent_kafka.Consumer = self._original  # type: ignore[misc]
 
 
 class FailOnce:
@@ -419,12 +456,16 @@ class FailOnce:
     `sink` (a topic nobody reads) instead of where it was bound, and its delivery report
     reaches the caller as an error, the one a broker that never answers gives
     (_MSG_TIMED_OUT), at once rather than after message.timeout.ms. Every other produce()
-    goes where it was bound: a write that fails once, the next succeeding."""
+    goes where it was bound: a write that fails once, the next succeeding. With `fail_topic`,
+    the write that fails is the first one bound for that topic, whatever its number."""
 
     _NAMES = ("topic", "value", "key", "partition", "on_delivery", "timestamp", "headers")
 
-    def __init__(self, producer: Any, sink: str, fail_at: int) -> None:
+    def __init__(self, producer: Any, sink: str, fail_at: int = 0,
+                 fail_topic: str | None = None) -> None:
         self._producer, self._sink, self._fail_at = producer, sink, fail_at
+        self._fail_topic = fail_topic
+        self._failed: int | None = None  # the number of the produce() that failed
         self._count = 0
         self._reported = False
         # for each produce() after the failing one: had its delivery report been handed to
@@ -441,10 +482,14 @@ class FailOnce:
         from confluent_kafka import KafkaError
 
         number, self._count = self._count, self._count + 1
-        if number > self._fail_at:
+        if self._failed is not None:
             self.after_failure.append(self._reported)
-        if number != self._fail_at:
+        topic = args[0] if args else kwargs.get("topic")
+        if self._failed is not None or (
+                topic != self._fail_topic if self._fail_topic is not None
+                else number != self._fail_at):
             return self._producer.produce(*args, **kwargs)
+        self._failed = number
         given = {k: v for k, v in zip(self._NAMES, args, strict=False) if v is not None}
         given.update(kwargs)
         callback = given.pop("on_delivery", None) or given.pop("callback", None)

@@ -12,7 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from _support import READ, Crafted, FailOnce, HookedProducer, craft_dead_letters
+from _support import (
+    READ,
+    CommitCalls,
+    Crafted,
+    FailOnce,
+    HookedProducer,
+    craft_dead_letters,
+)
 from _tools import Item, healthy
 
 from dojo.checks import CheckFailure, call, table
@@ -400,29 +407,42 @@ def test_replay_timeout_is_real_time(lab, clock):
     real, on_clock = time.monotonic() - began, clock.monotonic() - clock_began
     sent = len(sends.to(topics.source))
     if sent < len(dead) and real < 4.7:
+        # A deadline read on the clock ends the run once the clock is past 4.7 s, or would
+        # be after the next paced send's wait: only then is the clock the likely cause.
+        on_the_clock = on_clock + 1 / 1.3 >= 4.7
         raise CheckFailure(
             f"Replay returned after {sent} of {len(dead)} records, {real:.1f} s into a run "
-            "whose timeout_seconds is 4.7: the rate limit's sleeps (1.3 records per second) "
-            f"had moved the clock {on_clock:.1f} s on, and the deadline was read on it. "
-            "timeout_seconds bounds a run in real time; the clock you are handed is for the "
-            "pacing, and the checks' clock skips every sleep.",
+            "whose timeout_seconds is 4.7."
+            + (" The rate limit's sleeps (1.3 records per second) had moved the clock "
+               f"{on_clock:.1f} s on, to the timeout or past it: the deadline was read on the "
+               "clock. timeout_seconds bounds a run in real time; the clock you are handed is "
+               "for the pacing, and the checks' clock skips every sleep." if on_the_clock else
+               f" Neither the real time nor the clock ({on_clock:.1f} s on, 1.3 records per "
+               "second) had reached the timeout, so no deadline ended it: the run stopped "
+               "short of the end offsets it read at the start (look at where it decides that "
+               "a partition is done)."),
             expected=f"all {len(dead)} re-published", actual=f"{sent}; report {report!r}",
-            fix="measure the deadline with time.monotonic(), not clock.monotonic()",
+            fix="measure the deadline with time.monotonic(), not clock.monotonic()"
+                if on_the_clock else None,
             lesson=SEE)
 
 
-# Two jobs over one DLT (all in partition 0, so read in order), each through a producer that
-# fails one write and acknowledges the next: (what the failed write is, max_replays, which
-# write fails). The first job's first write, a re-publish, fails; the second job (cap 1: the
-# second record, replayed once, is at it) re-publishes the first record and then fails to
-# park the second.
-FAIL_ONCE_JOBS = (("re-publish to the source", 3, 0), ("park in the parking lot", 1, 1))
+# Two jobs over one DLT (four records in partition 0, read in order, and two in each other
+# partition), each through a producer that fails one write and acknowledges the next: (what
+# the failed write is, max_replays, the topic whose first write fails). The first job's
+# first re-publish fails, whichever partition it comes from; the second job (cap 1: the
+# second record of p0, replayed once, is at it) fails to park that record.
+FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source"), ("park in the parking lot", 1,
+                                                            "parking_lot"))
+OTHER_PARTITIONS_EACH = 2
 
 
-def _write_of(sends: ProducerTap, value: bytes) -> str:
-    writes = [p for p in sends.produced if p.value == value]
+def _write_of(sends: ProducerTap, value: bytes, topic: str) -> str:
+    """What became of the write of `value` bound for `topic` (a write elsewhere is not it)."""
+    writes = [p for p in sends.produced if p.value == value and p.topic == topic]
     if not writes:
-        return "not sent"
+        elsewhere = [p.topic for p in sends.produced if p.value == value]
+        return f"not sent (sent to {elsewhere[0]})" if elsewhere else "not sent"
     if any(p.acked_at is not None and p.error is None for p in writes):
         return "acknowledged"
     failed = [p.error for p in writes if p.error is not None]
@@ -437,11 +457,14 @@ def test_replay_commits_only_after_the_ack(lab, clock):
     kinds = ("InvalidEvent", "DownstreamUnavailable", "PaymentDeclined", "InvalidEvent")
     dead = craft_dead_letters(lab, topics, [
         (healthy(f"acc-{n}", 100 + n, partition=0), kind, 1 if n == 1 else None)
-        for n, kind in enumerate(kinds)])
+        for n, kind in enumerate(kinds)] + [
+        (healthy(f"acc-{p}{n}", 200 + 10 * p + n, partition=p), "InvalidEvent", None)
+        for p in range(1, topics.partitions) for n in range(OTHER_PARTITIONS_EACH)])
+    by_value = {c.item.value: c for c in dead}
     sink = lab.kafka.topic(1, hint="unacknowledged")
-    for bound, max_replays, fail_at in FAIL_ONCE_JOBS:
+    for bound, max_replays, fail_topic in FAIL_ONCE_JOBS:
         group = lab.kafka.group_id("dlt-replayer")
-        router = FailOnce(lab.dlt_producer(), sink, fail_at)
+        router = FailOnce(lab.dlt_producer(), sink, fail_topic=getattr(topics, fail_topic))
         sends = ProducerTap(router, clock)
         try:
             report = replay(lab, topics, group, clock, producer=sends,
@@ -454,44 +477,106 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             outcome = f"replay raised {type(exc).__name__}"
         committed = committed_offsets(lab.kafka.consumer_config(), group,
                                       topics.dead_letter, topics.partitions)
-        upto = committed.get(0, -1)
-        failed = dead[fail_at]
-        writes = {c.offset: _write_of(sends, c.item.value) for c in dead}
-        unacked = [c for c in dead if c.offset < upto and writes[c.offset] != "acknowledged"]
-        if not unacked:
-            continue
+
+        def bound_for(c: Crafted, cap: int = max_replays) -> str:
+            return topics.parking_lot if (c.replays or 0) >= cap else topics.source
+
+        writes = {(c.partition, c.offset): _write_of(sends, c.item.value, bound_for(c))
+                  for c in dead}
+        below = {(c.partition, c.offset): c.offset < committed.get(c.partition, -1)
+                 for c in dead}
+        rows = [(f"p{c.partition}@{c.offset}", "parking lot" if bound_for(c) ==
+                 topics.parking_lot else "source", writes[(c.partition, c.offset)],
+                 "yes" if below[(c.partition, c.offset)] else "no") for c in dead]
+        columns = ("DLT record", "bound for", "its write", "below the committed offset")
+        at = next((n for n, p in enumerate(sends.produced) if p.error is not None), None)
+        if at is None:
+            continue  # no write failed: the records were not sent (another check says so)
+        failed_write = sends.produced[at]
+        failed = by_value.get(failed_write.value or b"")
+        unacked = [c for c in dead if below[(c.partition, c.offset)]
+                   and writes[(c.partition, c.offset)] != "acknowledged"]
         park = bound.startswith("park")
         # the next send came after the failure was reported (went on), or before it
         # was (did not wait for the delivery report)
         first_after = router.after_failure[:1]
         went_on, unwaited = first_after == [True], first_after == [False]
-        rows = [(f"p0@{c.offset}", "parking lot" if (c.replays or 0) >= max_replays
-                 else "source", writes[c.offset],
-                 "yes" if c.offset < upto else "no") for c in dead]
-        raise CheckFailure(
-            f"A write of the replay failed once (a {bound} the broker never "
-            "acknowledged, while it acknowledged every other write), yet the job's committed DLT "
-            "offset covers the record: no later run of this job replays it. Commit a DLT "
-            "offset only after the write it caused was acknowledged, and after a failed "
-            "write stop the run (raise, or return) with nothing after it committed: a "
-            "committed offset covers every record below it, so committing the next "
-            "record's covers the failed one too."
-            + (" The failed write was a park: the parking lot never had the record. A "
-               "park is a write like a re-publish: wait for its acknowledgement too."
-               if park else ""),
-            expected=f"the group's committed offset of p0 at most {failed.offset} (the "
-                     "record whose write failed), or none",
-            actual=f"{outcome}; committed {offsets_text(committed)}: covers "
-                   + ", ".join(f"p0@{c.offset} ({writes[c.offset]})" for c in unacked),
-            evidence=table(rows, ("DLT record", "bound for", "its write",
-                                  "below the committed offset")),
-            fix="stop at the failed write (raise, or return the report) instead of going "
-                "on to the next record: its commit covers the failed one"
-                if went_on and failed in unacked else
-                "wait for each write's delivery report (flush(), or poll() until its "
-                "callback ran) and commit only when it reported no error"
-                if unwaited and failed in unacked else None,
-            lesson=SEE)
+        retried = any(p.value == failed_write.value and p.topic == failed_write.topic
+                      and p.acked_at is not None and p.error is None
+                      for p in sends.produced[at + 1:])
+        later = [p for p in sends.produced[at + 1:]
+                 if not (p.value == failed_write.value and p.topic == failed_write.topic)]
+        parked_instead = [p for p in later if p.value == failed_write.value]
+        name = (f"p{failed.partition}@{failed.offset}" if failed is not None
+                else "the record")
+        if unacked:
+            raise CheckFailure(
+                f"A write of the replay failed once (a {bound} the broker never "
+                "acknowledged, while it acknowledged every other write), yet the job's "
+                "committed DLT offset covers the record: no later run of this job replays it. "
+                "Commit a DLT offset only after the write it caused was acknowledged, and "
+                "after a failed write stop the run (raise, or return) with nothing after it "
+                "committed: a committed offset covers every record below it, so committing "
+                "the next record's covers the failed one too."
+                + (" The failed write was a park: the parking lot never had the record. A "
+                   "park is a write like a re-publish: wait for its acknowledgement too."
+                   if park else "")
+                + (f" {name} went to {parked_instead[0].topic} instead: a record is parked "
+                   "only at the cap or without its origin, never because the broker refused "
+                   "its re-publish once." if parked_instead else ""),
+                expected=f"the group's committed offset of p{failed.partition if failed else 0}"
+                         f" at most {failed.offset if failed else '…'} (the record whose "
+                         "write failed), or none",
+                actual=f"{outcome}; committed {offsets_text(committed)}: covers "
+                       + ", ".join(f"p{c.partition}@{c.offset} "
+                                   f"({writes[(c.partition, c.offset)]})" for c in unacked),
+                evidence=table(rows, columns),
+                fix="when a re-publish fails, raise (or return the report) with the record "
+                    "uncommitted; do not park it: the next run replays it"
+                    if parked_instead and failed in unacked else
+                    "stop at the failed write (raise, or return the report) instead of going "
+                    "on to the next record: its commit covers the failed one"
+                    if went_on and failed in unacked else
+                    "wait for each write's delivery report (flush(), or poll() until its "
+                    "callback ran) and commit only when it reported no error"
+                    if unwaited and failed in unacked else None,
+                lesson=SEE)
+        if later and not retried:
+            others = {by_value[p.value].partition for p in later
+                      if p.value in by_value and p.value != failed_write.value}
+            only_elsewhere = failed is not None and bool(others) and \
+                failed.partition not in others and not parked_instead
+            raise CheckFailure(
+                f"A write of the replay failed once (a {bound} of {name} the broker never "
+                "acknowledged), and the run went on: it sent "
+                f"{len(later)} more record(s) after it"
+                + (f", {name} itself to {parked_instead[0].topic}" if parked_instead else "")
+                + (f", from partition(s) {', '.join(f'p{p}' for p in sorted(others))}"
+                   if others else "")
+                + ". A failed write stops the whole run: raise (or return the report) "
+                "before the next send, in any partition, with the failed record uncommitted "
+                "and nothing after it committed, so that the next run starts at it. A retry "
+                "of the same write may come first; only once it is acknowledged may the run "
+                "go on. A refused write usually means the broker or the topic is in trouble "
+                "for every record, and a key's records can sit in several DLT partitions: "
+                "going on elsewhere sends a key's later record ahead of the one that failed.",
+                expected=f"nothing sent after the failed write of {name} (but a retry of it)",
+                actual=f"{outcome}; sent after it: "
+                       + ", ".join(
+                           (f"p{by_value[p.value].partition}@{by_value[p.value].offset}"
+                            if p.value in by_value else "?") + f" to {p.topic}"
+                           for p in later[:6])
+                       + (" …" if len(later) > 6 else "")
+                       + f"; committed {offsets_text(committed)}",
+                evidence=table(rows, columns),
+                fix="when a re-publish fails, raise (or return the report) with the record "
+                    "uncommitted; do not park it: the next run replays it"
+                    if parked_instead else
+                    "stop the whole run at a failed write, not only the partition it came "
+                    "from: a refused write ends the run" if only_elsewhere else
+                    "wait for each write's delivery report (flush(), or poll() until its "
+                    "callback ran) before the next send" if unwaited else None,
+                lesson=SEE)
 
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):
@@ -507,7 +592,8 @@ def test_replay_commits_each_record_before_the_next_send(lab, clock):
                                                        topics.partitions)))
 
     hook = HookedProducer(lab.dlt_producer(), clock, before)
-    replay(lab, topics, group, clock, producer=hook)
+    with CommitCalls() as commits:  # the replay's consumer is built inside: count its commits
+        replay(lab, topics, group, clock, producer=hook)
     by_value = {c.item.value: c for c in dead}
     sent = [by_value.get(p.value or b"") for p in hook.produced]
     rows, late = [], []
@@ -528,6 +614,19 @@ def test_replay_commits_each_record_before_the_next_send(lab, clock):
             actual=f"{len(late)} of {len(seen)} sends found earlier records uncommitted",
             evidence=table(rows, ("at", "group's committed DLT offsets", "sent, not committed")),
             lesson=SEE)
+    if commits.asynchronous:
+        # On the local broker a queued commit lands within milliseconds, before the next
+        # send: the offsets read above cannot tell. The call itself does.
+        raise CheckFailure(
+            "The replay's consumer.commit() was called without asynchronous=False: it only "
+            "queued the commit and returned before the broker had the offset. The next send "
+            "then goes out with the previous record possibly uncommitted (a crash sends it "
+            "again), and a commit the broker refuses fails silently instead of in your code. "
+            "Commit synchronously, after the acknowledgement and before the next send.",
+            expected="every commit() synchronous (asynchronous=False)",
+            actual=f"{commits.asynchronous} of {commits.calls} commit() call(s) asynchronous",
+            fix="consumer.commit(message=msg, asynchronous=False)",
+            lesson=SEE)
 
 
 # One record per fetch into the replay's consumer (fetch.max.bytes: at least one record, and
@@ -541,18 +640,29 @@ ONE_AT_A_TIME = {"queued.min.messages": 1, "queued.max.messages.kbytes": 1,
                  "max.partition.fetch.bytes": 1024, "fetch.queue.backoff.ms": FETCH_GAP_MS}
 
 
+def _big(item: Item) -> Item:
+    """The item with a business header of the check's that makes it over 1 KiB: one record
+    per fetch under ONE_AT_A_TIME."""
+    return replace(item, headers=(*item.headers, ("x-note", b"." * 1100)))
+
+
 def test_replay_stops_at_the_end_it_found(lab, clock):
     topics = lab.topics()
-    # each record over 1 KiB (a business header of the check's): one record per fetch
+    # two records in p0, one in p1
     dead = craft_dead_letters(lab, topics, [
-        (replace(item, headers=(*item.headers, ("x-note", b"." * 1100))), "InvalidEvent", None)
-        for item in (healthy(f"acc-{n}", 300 + n, partition=0) for n in range(2))])
+        (_big(healthy(f"acc-{n}", 300 + n, partition=(0, 0, 1)[n])),
+         "InvalidEvent", None) for n in range(3)])
+    by_value = {c.item.value: c for c in dead}
     late: list = []
 
     def before(number):
-        if number == 0:  # the replay has begun: the consumer writes one more dead letter
+        if number == 0:  # the replay has begun: the consumer writes one more dead letter, to
+            # a partition whose first record the replay has not had yet (its end, read
+            # first, must not grow with it)
+            first = by_value.get(hook.sending or b"")
+            partition = 1 if first is None or first.partition == 0 else 0
             late.extend(craft_dead_letters(lab, topics, [
-                (healthy("acc-late", 999, partition=0), "InvalidEvent", None)]))
+                (healthy("acc-late", 999, partition=partition), "InvalidEvent", None)]))
 
     hook = HookedProducer(lab.dlt_producer(), clock, before)
     began = time.monotonic()
@@ -568,13 +678,16 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
     if late and late[0].item.value in sent:
         raise CheckFailure(
             "A dead letter written while the replay ran was replayed by it. Replay works "
-            "through what was in the DLT when it started: it reads the end offsets first and "
-            "stops there. Reading until the end of the partition instead chases a live "
-            "consumer that keeps dead-lettering (during an outage, for ever), and replays a "
-            "failure seconds old before anyone has looked at it.",
+            "through what was in the DLT when it started: it reads the end offsets of every "
+            "partition first, before it handles any record, and stops there. Reading until "
+            "the end of the partition instead (or reading a partition's end only once its "
+            "first record arrives) chases a live consumer that keeps dead-lettering (during "
+            "an outage, for ever), and replays a failure seconds old before anyone has looked "
+            "at it.",
             expected=f"the {len(dead)} records that were there at the start replayed, not "
                      f"p{late[0].partition}@{late[0].offset}",
-            actual=f"p{late[0].partition}@{late[0].offset}, written after the first send, was "
+            actual=f"p{late[0].partition}@{late[0].offset}, written after the first send to a "
+                   "partition whose first record had not reached the replay yet, was "
                    f"re-published; report {report!r}",
             lesson=SEE)
     left = [c for c in dead if c.item.value not in sent]
@@ -588,9 +701,9 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
             "check's consumer settings): an empty poll() says only that nothing has arrived "
             "yet, not that the partition is done. Work through what was there at the start: "
             "read the end offsets first and stop at them.",
-            expected=f"the {len(dead)} records of p0 (offsets {dead[0].offset} to "
-                     f"{dead[-1].offset}) replayed",
-            actual=f"not replayed: {', '.join(f'p0@{c.offset}' for c in left)}; "
+            expected=f"the {len(dead)} records (p0@{dead[0].offset}, p0@{dead[1].offset}, "
+                     f"p1@{dead[2].offset}) replayed",
+            actual=f"not replayed: {', '.join(f'p{c.partition}@{c.offset}' for c in left)}; "
                    + (f"replay returned {report!r}" if returned else f"replay {report}"),
             # returned on its own sooner than the next fetch could come: it took the lull
             # for the end
@@ -598,3 +711,137 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
                 "reaches its end (or the deadline), instead of stopping at the first empty poll"
                 if returned and took < FETCH_GAP_MS / 1000 else None,
             lesson=SEE)
+
+
+# The last record of p0 reaches the replay's consumer only after a pause longer than the
+# run: the replay handles the three before it, then nothing comes until its timeout_seconds
+# is up. A quiet spell is not the end, however long: a replay that ends after some idle time
+# ends before DEADLINE_S (any rule of up to about 4 s of quiet; a longer one never fires
+# before the deadline of this run, so here it is the deadline). How the pause is made: one
+# record per fetch (ONE_AT_A_TIME), and the client postpones its next fetch by
+# fetch.queue.backoff.ms once two records wait in its queue (queued.min.messages); the first
+# acknowledgement is slow (SLOW_FIRST_ACK_S, real time), so while the replay waits for it the
+# second and third records are fetched, and the fourth is held back for longer than the run.
+# Costs DEADLINE_S of real time; the pause ends when the replay closes its consumer.
+DEADLINE_S = 5.0
+HELD_BACK = {**ONE_AT_A_TIME, "queued.min.messages": 2, "fetch.queue.backoff.ms": 20_000}
+SLOW_FIRST_ACK_S = 0.5
+LATE_BY_S = 5.0  # a poll of a few seconds, then close(): still in time
+DEADLINE_RECORDS = 4
+
+
+class SlowFirstAck(ProducerTap):
+    """A producer tap whose first delivery report reaches the caller SLOW_FIRST_ACK_S of real
+    time late (the caller is blocked in flush() or poll() meanwhile); `sent_at` holds the real
+    time of every produce()."""
+
+    def __init__(self, producer: Any, clock: Any) -> None:
+        super().__init__(producer, clock)
+        self.sent_at: list[float] = []
+        self._slowed = False
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent_at.append(time.monotonic())
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+
+        def report(err: Any, msg: Any) -> None:
+            if not self._slowed:
+                self._slowed = True
+                time.sleep(SLOW_FIRST_ACK_S)
+            if callback is not None:
+                callback(err, msg)
+
+        return super().produce(*args, on_delivery=report, **kwargs)
+
+
+def _deadline_run(lab, clock) -> tuple[Any, ...]:
+    topics = lab.topics()
+    dead = craft_dead_letters(lab, topics, [
+        (_big(healthy(f"acc-{n}", 400 + n, partition=0)), "InvalidEvent", None)
+        for n in range(DEADLINE_RECORDS)])
+    group = lab.kafka.group_id("dlt-replayer")
+    sends = SlowFirstAck(lab.dlt_producer(), clock)
+    began = time.monotonic()
+    try:
+        report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
+                             timeout_seconds=DEADLINE_S)
+        raised = None
+    except CheckFailure:
+        raise
+    except Exception as exc:
+        report, raised = None, exc
+    ended = time.monotonic()
+    sent = [c for c in dead if c.item.value in {p.value for p in sends.to(topics.source)}]
+    committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
+                                  topics.partitions)
+    return dead, sent, sends.sent_at, report, raised, ended - began, ended, committed
+
+
+SCENE_TRIES = 2
+
+
+def test_replay_returns_at_its_deadline(lab, clock):
+    for attempt in range(SCENE_TRIES):
+        dead, sent, sent_at, report, raised, took, ended, committed = _deadline_run(lab, clock)
+        # Should the client fetch the last record early after all (its queue is a race
+        # between its fetcher and the replay's poll()), the scene did not happen: set it
+        # again, on new topics.
+        early = dead[-1] in sent and took < DEADLINE_S + LATE_BY_S
+        if not early or attempt == SCENE_TRIES - 1:
+            break
+    if early:
+        return  # the client never held the last record back: nothing to judge here
+    what = (f"raised {type(raised).__name__}: {str(raised)[:100]}" if raised is not None
+            else f"returned {report!r}")
+    facts = (f"replay {what} after {took:.1f} s of real time; re-published "
+             f"{', '.join(f'p0@{c.offset}' for c in sent) or 'nothing'}; the group's committed "
+             f"DLT offsets {offsets_text(committed)}")
+    *before, last = dead
+    done = ', '.join(f'p0@{c.offset}' for c in before)
+    if raised is not None:
+        raise CheckFailure(
+            f"The replay raised when its timeout_seconds ({DEADLINE_S:.0f} s) was up. Running "
+            "out of time is not a failure: return the report of what was done so far, and "
+            "leave what is left uncommitted for the next run. Raise only when a write failed.",
+            expected=f"a ReplayReport returned after about {DEADLINE_S:.0f} s, {done} "
+                     f"replayed, p0@{last.offset} left uncommitted",
+            actual=facts,
+            fix="return the ReplayReport when the deadline passes instead of raising"
+                if took >= DEADLINE_S - 0.05 else None,
+            lesson=SEE)
+    if last not in sent and took < DEADLINE_S - 0.05:
+        waited = ended - sent_at[-1] if sent_at else took
+        raise CheckFailure(
+            f"Replay returned {took:.1f} s into a run whose timeout_seconds was "
+            f"{DEADLINE_S:.0f}, with p0@{last.offset}, in the DLT when it started, not "
+            "replayed. In this DLT the record reached the replay's consumer only after a "
+            "pause longer than the run (the check's consumer settings): no stretch of empty "
+            "polls, however long, says a partition is done. Only its position reaching the "
+            "end offset read at the start does; until then keep polling, and when "
+            "timeout_seconds is up return the report.",
+            expected=f"replay returning at its deadline, {DEADLINE_S:.0f} s in (a little more "
+                     f"is fine), with {done} replayed",
+            actual=facts + (f"; it returned {waited:.1f} s after its last send"
+                            if sent_at else ""),
+            fix="drop the rule that ends the run after a spell without records: poll until "
+                "every partition reaches its end offset or timeout_seconds is up"
+                if sent_at and waited >= 0.5 else None,
+            lesson=SEE)
+    wrong = []
+    if took > DEADLINE_S + LATE_BY_S:
+        wrong.append(f"it returned {took - DEADLINE_S:.1f} s after its deadline")
+    if any(c not in sent for c in before):
+        wrong.append(f"{done}, there from the start, not all re-published")
+    if committed.get(0, -1) > last.offset:
+        wrong.append(f"the group committed p0 past p0@{last.offset}, which it never replayed")
+    if report is None or getattr(report, "replayed", None) != len(sent):
+        wrong.append(f"the report does not count the {len(sent)} record(s) it re-published")
+    if wrong:
+        raise CheckFailure(
+            "When timeout_seconds is up, the replay returns the report of what it did so "
+            "far: the records it re-published committed, what is left uncommitted for the "
+            "next run, and within about the deadline (real time: time.monotonic()).",
+            expected=f"returned after about {DEADLINE_S:.0f} s, {done} replayed "
+                     f"and committed, p0@{last.offset} not committed; "
+                     f"ReplayReport(replayed={len(before)}, …)",
+            actual="; ".join(wrong) + f" ({facts})", lesson=SEE)
