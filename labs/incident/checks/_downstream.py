@@ -22,6 +22,7 @@ import math
 import random
 import select
 import socket
+import statistics
 import threading
 import time
 from collections import deque
@@ -43,8 +44,12 @@ DOWNSTREAM = "where-to-look-first#step-6-its-dependencies"
 DEPENDENCIES = ("card-provider", "tax-rates", "shipping-quotes")   # the order POST calls them
 FAILING_TIMEOUT_MS = 250   # the failing dependency's timeout: it never answers some calls
 OTHER_TIMEOUT_MS = 2000    # the others': the slow one's tail stays well within it
-SLOW_TAIL_S = 0.5          # one call in SLOW_EVERY of the slow dependency takes this long
-SLOW_EVERY = 8
+SLOW_TAIL_S = 0.7          # one call in SLOW_EVERY of the slow dependency takes this long
+SLOW_EVERY = 25            # (under 5 %: step_at_the_95th_rank() adds the rest of its tail)
+RANK_MS = (300.0, 320.0)   # the broken run's slow dependency: its nearest-rank p95 (above the
+TAIL_MS = (720.0, 880.0)   # failing one's timeouts), the calls above it, and every call below
+LOW_MS = 150.0             # it at most this (a step on both sides of the 95th rank)
+RANK_PAD_AT_S = 20         # the calls that set its number of calls go at this second of minute 0
 FLAKY_EVERY = 4            # from the onset the fast dependency answers one call in 4 with 503
 SPUTTER_EVERY = 3          # the healthy run's fast dependency, in its last minute: a 503 in 3
 LAST_HEALTHY_PER_MINUTE = 12   # requests in that minute: the stray timeout stays under a fifth
@@ -137,7 +142,9 @@ class Dependency:
     every FLAKY_EVERY calls the first answered 503, at once: errors, no timeout, too few to
     open its breaker); "sputter" (the same, one call in SPUTTER_EVERY); "down" (every call
     answered 503, at once); "three" (the second, fifth and eighth call never answered, the
-    rest answered: with `restart` at each minute, 3 of 11 calls, 2 of 6)."""
+    rest answered: with `restart` at each minute, 3 of 11 calls, 2 of 6); "errors" (the first
+    call never answered, the second answered 503, the rest answered: with 7 or 8 calls, one
+    timeout is under a fifth while the errors are above it)."""
 
     def __init__(self, name: str, phase: str) -> None:
         self.name = name
@@ -214,6 +221,8 @@ class Dependency:
             return ("ok", "error", "hang", "hang")[k % 4]
         if phase == "stray":
             return "hang" if k == 0 else "ok"
+        if phase == "errors":
+            return ("hang", "error")[k] if k < 2 else "ok"
         if phase == "three":
             return "hang" if k in (1, 4, 7) else "ok"
         if phase == "fifth":
@@ -414,15 +423,15 @@ class DownstreamShop:
         self.clock.now = self.end
 
     def drive(self, broken: bool) -> None:
-        """Play the window: a burst of timeouts that recovers, then (broken) the dependency
-        degrading (the onset: exactly a fifth of its calls time out, 2 of 10, on the README's
-        threshold; its breaker still closed), then failing
-        until its breaker is open and refuses every call of the last minute, while from the
-        onset on the fast dependency answers a call in FLAKY_EVERY with 503 (the requests it
-        fails are neither the failing dependency's nor the service's own); or (healthy) a
-        quiet end with a single stray timeout in the last minute, in which the fast dependency
-        answers a call in SPUTTER_EVERY with 503 (errors above a fifth of its calls, none timed
-        out: not failing)."""
+        """Play the window: a burst of timeouts that recovers, then (broken) a minute in which one
+        of its calls times out (under a fifth) and one is answered 503 (errors above a fifth: not
+        bad, the minute before the onset), then the dependency degrading (the onset: exactly a fifth
+        of its calls time out, 2 of 10, on the README's threshold; its breaker still closed), then
+        failing until its breaker is open and refuses every call of the last minute, while from the
+        onset on the fast dependency answers a call in FLAKY_EVERY with 503 (the requests it fails
+        are neither the failing dependency's nor the service's own); or (healthy) a quiet end with a
+        single stray timeout in the last minute, in which the fast dependency answers a call in
+        SPUTTER_EVERY with 503 (errors above a fifth of its calls, none timed out: not failing)."""
         failing = self.deps[self.plan.failing]
         last = HEALTHY_MINUTES - 1
         for m in range(MAX_MINUTES):
@@ -432,6 +441,8 @@ class DownstreamShop:
                 self.deps[self.plan.fast].set_phase("sputter")
             if m == self.plan.burst:
                 failing.set_phase("burst")      # half its calls time out, its breaker holds
+            elif broken and m == self.plan.onset - 1:
+                failing.set_phase("errors")     # a timeout (under a fifth) and a 503: not bad
             elif broken and m == self.plan.onset:
                 failing.set_phase("fifth")      # exactly a fifth time out: bad (>= 0.2)
             elif broken and m > self.plan.onset:
@@ -498,6 +509,44 @@ class DownstreamShop:
         return (self.breakers[self.plan.failing].state == "open" and row["calls"] == 0
                 and row["short_circuited"] > 0)
 
+    def step_at_the_95th_rank(self) -> None:
+        """Make the slow dependency's durations over the window step on both sides of the
+        nearest rank, as stage 1 does for an endpoint's baseline (_history), so that no other
+        reading of "p95" comes within the check's 15 % + 1 ms of it. First its number of calls
+        is made 20 k + 15 (calls answered at once, in minute 0, before any trouble): 0.95 n is
+        then a quarter past a rank, and an interpolated percentile weighs a neighbour of the
+        nearest rank by at least a fifth (statistics.quantiles: the next rank by 0.2;
+        numpy.percentile: the rank before by 0.7). Then the ceil(0.95 n)-th smallest is set to
+        RANK_MS, the n - ceil(0.95 n) above it to TAIL_MS (with its live slow answers, which
+        take SLOW_TAIL_S), and every call below it took at most LOW_MS (play() checks it)."""
+        name = self.plan.slow
+        rng = random.Random(f"{self.plan.seed}/outbound-rank")
+        count = int((self.end - self.plan.start) / timedelta(minutes=1))
+        with self.metrics.lock:
+            n = sum(row["calls"] for (m, dep), row in self.metrics.outbound.items()
+                    if dep == name and m < count)
+            tail = sum(d > LOW_MS for (m, dep), row in self.metrics.outbound.items()
+                       if dep == name and m < count for d in row["durations_ms"])
+        total = n + (15 - n) % 20
+        while total - math.ceil(0.95 * total) < tail:
+            total += 20
+        self.deps[name].set_phase("ok")
+        self.clock.now = self.plan.start + timedelta(seconds=RANK_PAD_AT_S)
+        for _ in range(total - n):
+            try:
+                self._call(name)
+            except DependencyError:
+                pass                            # play() finds the window not as planned
+        self.clock.now = self.end
+        with self.metrics.lock:
+            fast = [(row, i) for (m, dep), row in sorted(self.metrics.outbound.items())
+                    if dep == name and m < count
+                    for i, d in enumerate(row["durations_ms"]) if d <= LOW_MS]
+            above = total - math.ceil(0.95 * total) - tail
+            for number, (row, i) in enumerate(rng.sample(fast, above + 1)):
+                row["durations_ms"][i] = round(rng.uniform(*(RANK_MS if number == 0
+                                                             else TAIL_MS)), 1)
+
     def sources(self) -> Sources:
         return Sources(self.api.url + "/metrics", "", [], self.end)
 
@@ -506,6 +555,19 @@ class DownstreamShop:
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0.0
+
+
+def interpolated_p95s(values: list[float]) -> dict[str, float]:
+    """The readings of "p95" between two ranks a learner may take for the nearest rank."""
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        return {}
+    rank = math.ceil(0.95 * len(ordered))
+    return {"statistics.quantiles": statistics.quantiles(ordered, n=20)[18],
+            "statistics.quantiles (inclusive)": statistics.quantiles(ordered, n=20,
+                                                                     method="inclusive")[18],
+            "the rank before": ordered[rank - 2],
+            "the next rank": ordered[min(rank, len(ordered) - 1)]}
 
 
 def bad(row: dict[str, Any]) -> bool:
@@ -669,6 +731,8 @@ def play(seed: int, broken: bool) -> DownstreamRun:
     shop = DownstreamShop(plan)
     try:
         shop.drive(broken)
+        if broken:
+            shop.step_at_the_95th_rank()
         served = shop.served()
         want = expected(served)
     except BaseException:
@@ -678,8 +742,12 @@ def play(seed: int, broken: bool) -> DownstreamRun:
     onset = iso(plan.start + timedelta(minutes=plan.onset))
     onset_row = next((r for r in served["outbound"]
                       if r["dependency"] == plan.failing and r["minute"] == onset), None)
+    before = pre_onset_row(served, plan)
     if broken and (onset_row is None or onset_row["calls"] != ONSET_CALLS
                    or onset_row["timeouts"] * 5 != onset_row["calls"]
+                   or before is None or not 0 < before["timeouts"] * 5 < before["calls"]
+                   or before["errors"] * 5 < before["calls"]
+                   or not _stepped(served, plan.slow)
                    or want is None or want.dependency != plan.failing
                    or want.since != plan.start + timedelta(minutes=plan.onset)
                    or want.other_errors == 0
@@ -695,6 +763,23 @@ def play(seed: int, broken: bool) -> DownstreamRun:
         raise NotAsPlanned(f"run {seed}: the healthy shop's metrics show a failing "
                            f"dependency (the machine may be too loaded):\n{run.evidence()}")
     return run
+
+
+def pre_onset_row(served: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+    """The failing dependency's outbound row of the minute before the onset."""
+    at = iso(plan.start + timedelta(minutes=plan.onset - 1))
+    return next((r for r in served["outbound"]
+                 if r["dependency"] == plan.failing and r["minute"] == at), None)
+
+
+def _stepped(served: dict[str, Any], name: str) -> bool:
+    """Whether every interpolated reading of the dependency's p95 misses the nearest rank by
+    more than the check's tolerance (15 % + 1 ms), on both sides."""
+    durations = [d for r in served["outbound"] if r["dependency"] == name
+                 for d in r["durations_ms"]]
+    want = p95(durations)
+    return all(abs(v - want) > 0.15 * want + 1.0 + 5.0
+               for v in interpolated_p95s(durations).values())
 
 
 def play_quiet(seed: int) -> DownstreamRun:

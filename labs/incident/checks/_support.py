@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,44 @@ POOLS = "where-to-look-first#step-5-the-services-own-health"
 PROVE = "where-to-look-first#step-7-prove-it-fix-it-learn-from-it"
 MITIGATE = "where-to-look-first#step-3-stop-the-bleeding"
 ORDER = "where-to-look-first#the-order-and-why-it-is-an-order"
+
+
+# the machine's time zone while a check's learner code writes an onset as HH:MM: UTC+05:45 (a
+# POSIX TZ string, no tz database needed), where no minute reads as it does in UTC
+LOCAL_TZ, LOCAL_OFFSET = "<+0545>-05:45", timedelta(hours=5, minutes=45)
+
+
+@contextmanager
+def machine_time_zone(tz: str = LOCAL_TZ) -> Iterator[None]:
+    """Run the block with the process's local time zone set to `tz` (TZ and time.tzset)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def local_hm(at: datetime) -> str:
+    """`at` as HH:MM in the machine_time_zone() (what astimezone() without a zone gives)."""
+    return at.astimezone(timezone(LOCAL_OFFSET)).strftime("%H:%M")
+
+
+def local_minute_fix(minute: str, local: str, listed: Any) -> str | None:
+    """The fix when the evidence names the onset `minute` (UTC) only in the local time zone."""
+    if not isinstance(listed, list) or any(isinstance(e, str) and minute in e for e in listed):
+        return None
+    if not any(isinstance(e, str) and local in e for e in listed):
+        return None
+    return (f"The evidence names {local}: the onset {minute} UTC in the machine's local time "
+            "zone (UTC+05:45 here). A datetime turned local (astimezone() without a zone, "
+            "time.localtime) is not UTC: write the onset minute from its UTC value, or from "
+            "the metrics' own minute.")
 
 
 def run_seed() -> int:

@@ -19,6 +19,7 @@ from _history import (
 )
 from _support import (
     IMPACT,
+    LOCAL_TZ,
     PROVE,
     baseline_durations,
     expected_impact,
@@ -26,6 +27,9 @@ from _support import (
     first_error_minute,
     hm,
     iso_minute,
+    local_hm,
+    local_minute_fix,
+    machine_time_zone,
     observability,
     run_kind,
 )
@@ -278,7 +282,8 @@ def test_the_error_rate_counts_every_request_since_the_onset(learner, window):
 def test_the_finding_carries_its_evidence(learner, window, seed):
     scenario, recorded, sources = window(run_kind(seed))
     want = expected_impact(scenario, recorded)
-    found = _impact(learner, sources)
+    with machine_time_zone(LOCAL_TZ):      # an onset written in local time is not UTC
+        found = _impact(learner, sources)
     evidence = field_of(found, "evidence") if found is not None else None
     minute = want.since.strftime("%H:%M")
     if (isinstance(evidence, list) and evidence and all(isinstance(e, str) for e in evidence)
@@ -286,10 +291,12 @@ def test_the_finding_carries_its_evidence(learner, window, seed):
         return
     raise CheckFailure(
         "impact() returned a finding without the evidence that supports it.",
-        expected="evidence: a non-empty list of str, one naming the first bad minute as HH:MM",
+        expected="evidence: a non-empty list of str, one naming the first bad minute as HH:MM "
+                 "(UTC; the machine's time zone is UTC+05:45)",
         actual=f"evidence {evidence!r}"[:200],
         evidence=scenario.describe(),
         lesson=PROVE,
+        fix=local_minute_fix(minute, local_hm(want.since), evidence),
     )
 
 

@@ -10,7 +10,10 @@ few requests all along, and from the onset on the fast dependency answers some c
 run has the same slow dependency, the same burst and one stray timeout in its last minute. A
 quiet window ends with a minute in which the first dependency called answers the few orders
 with 503 at once, so the others are sent no call (and refuse none). The broken run's onset
-minute has exactly a fifth of the failing dependency's calls timed out (2 of 10). A window in
+minute has exactly a fifth of the failing dependency's calls timed out (2 of 10); the minute
+before it one call timed out (under a fifth) and one was answered 503 (errors above a fifth: not
+bad). The slow dependency's durations step on both sides of the 95th rank (its calls number
+20 k + 15), so an interpolated percentile misses the nearest rank. A window in
 which three dependencies fail makes every rival rule (the most timeouts over the window or in
 the last minutes, the earliest or latest onset, the most errors since the onset, the highest
 rate, the longest p95, the open breaker, ...) name another than the README's.
@@ -31,9 +34,12 @@ from _downstream import (
     DownstreamRun,
     Expected,
     SeveralRun,
+    interpolated_p95s,
+    p95,
     play,
     play_quiet,
     play_several,
+    pre_onset_row,
     replayed,
     rules_naming,
     silent_in_last_minute,
@@ -134,6 +140,14 @@ def test_the_failing_dependency_is_named(learner, runs):
     elif got == plan.slow:
         fix = ("That is the slowest dependency, but its calls end within its timeout and none "
                "failed. Name the one whose calls time out or whose breaker refuses them.")
+    elif (got == want.dependency and since == want.since - timedelta(minutes=1)
+          and (before := pre_onset_row(run.served, plan)) is not None
+          and before["timeouts"] * 5 < before["calls"] <= before["errors"] * 5):
+        fix = (f"The minute {since:%H:%M} had {before['timeouts']} timeout(s) in "
+               f"{before['calls']} calls, under a fifth, and {before['errors']} errors: its 503 "
+               "answers are errors, not timeouts. A minute is bad when timeouts / calls >= 0.2 "
+               "(or its breaker refused calls), whatever its error rate: the incident began "
+               "the minute after.")
     elif (got == want.dependency and since == want.since + timedelta(minutes=1)
           and _onset_row(run)["timeouts"] * 5 == _onset_row(run)["calls"]):
         row = _onset_row(run)
@@ -263,6 +277,10 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
              if _close(have.get("p95_ms"), want.mean_ms[dep], 0.05 * want.mean_ms[dep] + 0.5)]
     inbound = [dep for dep, expect, have in wrong if want.inbound_rate[dep] != expect[
         "error_rate"] and _close(have.get("error_rate"), want.inbound_rate[dep], RATE_TOLERANCE)]
+    between = [dep for dep, _e, have in wrong
+               if _between(have.get("p95_ms"), [d for r in run.served["outbound"]
+                                                if r["dependency"] == dep
+                                                for d in r["durations_ms"]])]
     last = {r["dependency"]: r for r in run.served["outbound"]}     # each one's last minute
     guessed = [dep for dep, expect, have in wrong if have.get("breaker") != expect["breaker"]
                and have.get("breaker") == (
@@ -272,6 +290,15 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
                "refused none, and it is open now. Its state now is in the metrics' "
                "dependencies list (breaker, breaker_since); a minute's refused calls say what "
                "it did then.")
+    elif between:
+        dep = between[0]
+        ordered = sorted(d for r in run.served["outbound"] if r["dependency"] == dep
+                         for d in r["durations_ms"])
+        rank = math.ceil(0.95 * len(ordered))
+        fix = (f"The p95 of {dep} lies between two ranks: an interpolated percentile "
+               f"(statistics.quantiles, numpy.percentile). The README's p95 is the "
+               f"nearest rank: ceil(0.95 x {len(ordered)}) = {rank} (1-based) of its sorted "
+               f"durations, sorted(d)[{rank - 1}] = {ordered[rank - 1]} ms.")
     elif means:
         fix = ("That p95 is the mean of the calls' durations: a few slow calls hide in an "
                "average. p95 is the ceil(0.95 × n)-th smallest duration.")
@@ -290,6 +317,17 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
         lesson=DOWNSTREAM,
         fix=fix,
     )
+
+
+def _between(got: Any, durations: list[float]) -> bool:
+    """Whether `got` is a percentile interpolated between two ranks of `durations`
+    (statistics.quantiles, either method; numpy.percentile's linear is the inclusive one)."""
+    if not isinstance(got, int | float) or isinstance(got, bool) or not durations:
+        return False
+    ordered = sorted(durations)
+    return got != p95(ordered) and any(
+        abs(got - value) <= 0.5 for name, value in interpolated_p95s(ordered).items()
+        if name.startswith("statistics"))
 
 
 def test_errors_it_caused_are_told_from_the_services_own(learner, runs):

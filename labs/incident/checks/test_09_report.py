@@ -10,15 +10,13 @@ report is judged by its fields (README, stage 9) against the scenario the check 
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,19 @@ from typing import Any
 import pytest
 from _history import root_of
 from _live import SKU, SPARED_USER
-from _support import MITIGATE, ORDER, PROVE, ConnectionRecorder, field_of, hm
+from _support import (
+    LOCAL_OFFSET,
+    LOCAL_TZ,
+    MITIGATE,
+    ORDER,
+    PROVE,
+    ConnectionRecorder,
+    field_of,
+    hm,
+    local_hm,
+    local_minute_fix,
+    machine_time_zone,
+)
 from sqlalchemy import text
 
 from dojo.checks import CheckFailure, call, table
@@ -476,7 +486,8 @@ def test_the_report_carries_its_evidence(learner, report_run):
 
 def _carries_its_evidence(learner: Any, run: Run) -> None:
     scenario = run.scenario
-    report = _triage(learner, run)
+    with machine_time_zone(LOCAL_TZ):      # an onset written in local time is not UTC
+        report = _triage(learner, run)
     listed = field_of(report, "evidence")
     _service, exception, _message = root_of(scenario.kind)
     needed = {"the onset minute": scenario.since.strftime("%H:%M"),
@@ -489,12 +500,16 @@ def _carries_its_evidence(learner: Any, run: Run) -> None:
         missing = list(needed)
     if not missing:
         return
+    fix = (local_minute_fix(needed["the onset minute"], local_hm(scenario.since), listed)
+           if "the onset minute" in missing else None)
     raise CheckFailure(
         "triage() returned a report without the evidence that supports it.",
-        expected="evidence: a non-empty list of str naming " + ", ".join(needed),
+        expected="evidence: a non-empty list of str naming " + ", ".join(needed)
+        + " (the onset as HH:MM UTC; the machine's time zone is UTC+05:45)",
         actual="nothing names " + ", ".join(missing) + f"; evidence {listed!r}"[:200],
         evidence=run.evidence(),
         lesson=PROVE,
+        fix=fix,
     )
 
 
@@ -504,30 +519,9 @@ def test_the_report_reads_as_an_incident_note(learner, report_run):
         _reads_as_an_incident_note(learner, report_run(kind))
 
 
-# the machine's time zone while triage() runs and its note is written: UTC+05:45 (a POSIX TZ
-# string, no tz database needed), where no minute reads as it does in UTC
-LOCAL_TZ, LOCAL_OFFSET = "<+0545>-05:45", timedelta(hours=5, minutes=45)
-
-
-@contextmanager
-def _machine_time_zone(tz: str) -> Iterator[None]:
-    """Run the block with the process's local time zone set to `tz` (TZ and time.tzset)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = tz
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
-
-
 def _reads_as_an_incident_note(learner: Any, run: Run) -> None:
     scenario = run.scenario
-    with _machine_time_zone(LOCAL_TZ):
+    with machine_time_zone(LOCAL_TZ):      # triage() runs and its note is written there
         report = _triage(learner, run)
         note = str(report)
     _action, target = run.want()
