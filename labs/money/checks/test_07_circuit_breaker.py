@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from _support import READ, ClientKit, ExchangeKit, balance_of
+from _support import READ, ClientKit, ExchangeKit, assert_result_amounts, balance_of
 
 from dojo.checks import CheckFailure, InstantClock, call, first_line, fmt, rows
 
@@ -71,6 +71,11 @@ def _opened_by_failures(kit: ClientKit, b: Any, fx: Any) -> None:
             "breaker.", expected="the 11th call raises CircuitOpen",
             actual=f"{outcome}: {first_line(value) if outcome != 'ok' else value}; state "
                    f"{_state(b)}; outcomes {[r[0] for r in results]}", lesson=READ["breaker"])
+
+
+# What the exchanges refused by the breaker sell: a FAILED exchange answers the quote's
+# estimate, rounded to the cent (53.87 x 0.92 = 49.5604: 49.56, up 49.57; 37.19 x 0.92 = 34.2148)
+OPEN_SOLD, HALF_OPEN_SOLD = "53.87", "37.19"
 
 
 def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> None:
@@ -177,7 +182,7 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
     try:
         result: Any = call(kit.exchange.exchange, kit.engine, fx, kit.clock,
                            idempotency_key="open", quote_id=quote.id, from_account_id=source,
-                           to_account_id=target, sell_amount=Decimal("50.00"))
+                           to_account_id=target, sell_amount=Decimal(OPEN_SOLD))
     except CheckFailure:
         raise  # a stub: not written yet
     except Exception as exc:
@@ -196,6 +201,9 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
                    f"{took:.2f} s; source {fmt(whole)}; exchange statuses {statuses}",
             fix="CircuitOpen means the order certainly did not execute: refund at once (FAILED), "
                 "unlike a timeout", lesson=READ["breaker"])
+    if not isinstance(result, Exception):
+        assert_result_amounts(kit, result, quote, OPEN_SOLD, "An exchange of "
+                              f"{OPEN_SOLD} USD while the breaker was open", read="breaker")
     # HALF_OPEN with its one probe taken (a get_rate the provider holds): the breaker's state
     # is not OPEN, yet place_order raises CircuitOpen, after the debit if the code asked first
     b = _breaker(kit, **{**config, "half_open_calls": 1})
@@ -214,7 +222,7 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
             result = call(kit.exchange.exchange, kit.engine, fx, kit.clock,
                           idempotency_key="half-open", quote_id=quote.id,
                           from_account_id=source, to_account_id=target,
-                          sell_amount=Decimal("37.19"))
+                          sell_amount=Decimal(HALF_OPEN_SOLD))
         except CheckFailure:
             raise  # a stub: not written yet
         except Exception as exc:
@@ -243,6 +251,10 @@ def test_breaker_opens_on_the_failure_rate_and_fails_fast(kit: ExchangeKit) -> N
                 "once and mark the exchange FAILED"
             if isinstance(result, kit.breaker.CircuitOpen) and sent == 0 else None,
             lesson=READ["breaker"])
+    if probing and not isinstance(result, Exception):
+        assert_result_amounts(kit, result, quote, HALF_OPEN_SOLD, "An exchange of "
+                              f"{HALF_OPEN_SOLD} USD while the breaker was half-open with its "
+                              "probe taken", read="breaker")
 
 
 def _swallow(fn: Any, *args: Any) -> None:
