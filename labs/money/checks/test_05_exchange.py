@@ -597,18 +597,24 @@ def _assert_rejected(kit: ExchangeKit, result: Any, what: str) -> None:
             lesson=READ["exchange"])
 
 
+# what the exchange whose credit COMMIT is refused sells: answered PENDING, its estimate needs
+# rounding (64.29 x 0.92 = 59.1468: 59.15, truncated 59.14)
+SETTLE_SOLD = "64.29"
+
+
 def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
     source, target = _accounts(kit)
     fx = kit.client(TIMEOUT)
     quote = _quote(kit, fx)
     kit.provider.script(place="fill", fill_rate=FILL_RATE)
     with failing_commits(kit.engine, target):
-        answer = _refusal_or_result(kit, fx, quote, source, target, "100.00", "settle-fails")
+        answer = _refusal_or_result(kit, fx, quote, source, target, SETTLE_SOLD, "settle-fails")
     error = answer if isinstance(answer, BaseException) else None
     if error is None:
-        kit.remember(answer, Decimal("100.00"))
+        kit.remember(answer, Decimal(SETTLE_SOLD))
     [row] = _exchange_rows(kit) or [{"id": "?", "status": "none recorded"}]
     anomalies, evidence = exchange_anomalies(kit, source, target, Decimal("500.00"))
+    left = Decimal("500.00") - Decimal(SETTLE_SOLD)
     told = getattr(answer, "status", None)
     if error is None and told != row["status"]:
         anomalies.append(f"exchange() returned status {told}, its row says {row['status']}")
@@ -618,7 +624,7 @@ def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
             "transaction that credits the target: the exchange must stay PENDING for "
             "reconcile, not be refunded, and exchange() must not answer it settled.",
             expected="exchange PENDING (exchange() may raise; what it returns says the "
-                     "status its row holds), source 400.00 USD, nothing refunded: the "
+                     f"status its row holds), source {fmt(left)} USD, nothing refunded: the "
                      "provider converted, so the money is owed in EUR",
             actual=f"status {row['status']}; {_money(kit, source, target)}; exchange() "
                    + (f"raised {first_line(error)}" if error else "returned")
@@ -633,7 +639,8 @@ def test_a_failed_settlement_is_not_a_refund(kit: ExchangeKit) -> None:
                 and len(anomalies) == 1 else None,
             lesson=(READ["exchange"], READ["reconcile"]))
     if error is None:
-        assert_result_amounts(kit, answer, quote, "100.00", f"The provider filled 100.00 USD "
+        assert_result_amounts(kit, answer, quote, SETTLE_SOLD, f"The provider filled "
+                              f"{SETTLE_SOLD} USD "
                               f"at {FILL_RATE} (the quote said {quote.rate}), then the COMMIT "
                               "of the credit was refused")
     assert_ledger_agrees(kit.engine, "after a failed settlement", read="exchange")
