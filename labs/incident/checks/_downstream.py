@@ -50,6 +50,10 @@ RANK_MS = (300.0, 320.0)   # the broken run's slow dependency: its nearest-rank 
 TAIL_MS = (720.0, 880.0)   # failing one's timeouts), the calls above it, and every call below
 LOW_MS = 150.0             # it at most this (a step on both sides of the 95th rank)
 RANK_PAD_AT_S = 20         # the calls that set its number of calls go at this second of minute 0
+WHOLE_RANK_MS = (45.0, 50.0)    # the broken run's fast dependency: its calls number 20 k (0.95 n
+WHOLE_NEXT_MS = (110.0, 130.0)  # whole), its nearest-rank p95, the n / 20 calls above it (the
+WHOLE_LOW_MS = 30.0             # next rank, a 0-based int(0.95 n), over twice the p95), and every
+WHOLE_PAD_AT_S = 40             # call below it; its calls that set n go at this second of minute 0
 FLAKY_EVERY = 4            # from the onset the fast dependency answers one call in 4 with 503
 SPUTTER_EVERY = 3          # the healthy run's fast dependency, in its last minute: a 503 in 3
 LAST_HEALTHY_PER_MINUTE = 12   # requests in that minute: the stray timeout stays under a fifth
@@ -547,6 +551,48 @@ class DownstreamShop:
                 row["durations_ms"][i] = round(rng.uniform(*(RANK_MS if number == 0
                                                              else TAIL_MS)), 1)
 
+    def step_past_the_whole_rank(self) -> None:
+        """Make the fast dependency's durations over the window step between the nearest rank
+        and the next one with 0.95 n whole, as stage 1 does for a baseline
+        (test_the_p95_when_0_95_n_is_a_whole_rank): a 0-based int(0.95 n) or round(0.95 n) is
+        ceil(0.95 n) - 1 unless 0.95 n is whole, and the slow dependency's 20 k + 15 calls never
+        make it whole. First its number of calls is made a multiple of 20 (calls answered at
+        once, in minute 0, before any trouble: through a breaker of their own, as the window's,
+        open now, was closed then). Then the ceil(0.95 n)-th smallest is set to WHOLE_RANK_MS,
+        the n / 20 above it to WHOLE_NEXT_MS, and every call below it took at most WHOLE_LOW_MS
+        (play() checks it)."""
+        name = self.plan.fast
+        rng = random.Random(f"{self.plan.seed}/outbound-whole-rank")
+        count = int((self.end - self.plan.start) / timedelta(minutes=1))
+        with self.metrics.lock:
+            n = sum(row["calls"] for (m, dep), row in self.metrics.outbound.items()
+                    if dep == name and m < count)
+        total = n + (-n) % 20
+        dep, breaker = self.deps[name], self.breakers[name]
+        phase = dep.phase
+        dep.set_phase("ok")
+        self.clock.now = self.plan.start + timedelta(seconds=WHOLE_PAD_AT_S)
+        self.breakers[name] = Breaker(self.clock)
+        try:
+            for _ in range(total - n):
+                try:
+                    self._call(name)
+                except DependencyError:
+                    pass                        # play() finds the window not as planned
+        finally:
+            self.breakers[name] = breaker
+            dep.set_phase(phase)
+            self.clock.now = self.end
+        with self.metrics.lock:
+            fast = [(row, i) for (m, d), row in sorted(self.metrics.outbound.items())
+                    if d == name and m < count
+                    for i, ms in enumerate(row["durations_ms"]) if ms <= WHOLE_LOW_MS]
+            if len(fast) <= total // 20:
+                return                          # play() finds the window not as planned
+            for number, (row, i) in enumerate(rng.sample(fast, total // 20 + 1)):
+                row["durations_ms"][i] = round(rng.uniform(*(WHOLE_RANK_MS if number == 0
+                                                             else WHOLE_NEXT_MS)), 1)
+
     def sources(self) -> Sources:
         return Sources(self.api.url + "/metrics", "", [], self.end)
 
@@ -733,6 +779,7 @@ def play(seed: int, broken: bool) -> DownstreamRun:
         shop.drive(broken)
         if broken:
             shop.step_at_the_95th_rank()
+            shop.step_past_the_whole_rank()
         served = shop.served()
         want = expected(served)
     except BaseException:
@@ -748,6 +795,7 @@ def play(seed: int, broken: bool) -> DownstreamRun:
                    or before is None or not 0 < before["timeouts"] * 5 < before["calls"]
                    or before["errors"] * 5 < before["calls"]
                    or not _stepped(served, plan.slow)
+                   or not _stepped_past_whole_rank(served, plan.fast)
                    or want is None or want.dependency != plan.failing
                    or want.since != plan.start + timedelta(minutes=plan.onset)
                    or want.other_errors == 0
@@ -780,6 +828,24 @@ def _stepped(served: dict[str, Any], name: str) -> bool:
     want = p95(durations)
     return all(abs(v - want) > 0.15 * want + 1.0 + 5.0
                for v in interpolated_p95s(durations).values())
+
+
+def floor_rank(values: list[float]) -> float | None:
+    """sorted(d)[int(0.95 n)]: the nearest rank when 0.95 n is not whole, the next one when it
+    is (None: no durations)."""
+    ordered = sorted(values)
+    return ordered[min(int(0.95 * len(ordered)), len(ordered) - 1)] if ordered else None
+
+
+def _stepped_past_whole_rank(served: dict[str, Any], name: str) -> bool:
+    """Whether the dependency's calls number a multiple of 20 and the rank after the nearest
+    (a 0-based int(0.95 n)) misses it by more than the check's tolerance (15 % + 1 ms)."""
+    durations = [d for r in served["outbound"] if r["dependency"] == name
+                 for d in r["durations_ms"]]
+    if not durations or len(durations) % 20:
+        return False
+    want, after = p95(durations), floor_rank(durations)
+    return after is not None and after - want > 0.15 * want + 1.0 + 5.0
 
 
 def play_quiet(seed: int) -> DownstreamRun:

@@ -13,7 +13,9 @@ with 503 at once, so the others are sent no call (and refuse none). The broken r
 minute has exactly a fifth of the failing dependency's calls timed out (2 of 10); the minute
 before it one call timed out (under a fifth) and one was answered 503 (errors above a fifth: not
 bad). The slow dependency's durations step on both sides of the 95th rank (its calls number
-20 k + 15), so an interpolated percentile misses the nearest rank. A window in
+20 k + 15), so an interpolated percentile misses the nearest rank; the fast dependency's calls
+number 20 k (0.95 n whole) and its durations step between the nearest rank and the next, so a
+0-based int(0.95 n) misses it too. A window in
 which three dependencies fail makes every rival rule (the most timeouts over the window or in
 the last minutes, the earliest or latest onset, the most errors since the onset, the highest
 rate, the longest p95, the open breaker, ...) name another than the README's.
@@ -34,6 +36,7 @@ from _downstream import (
     DownstreamRun,
     Expected,
     SeveralRun,
+    floor_rank,
     interpolated_p95s,
     p95,
     play,
@@ -287,6 +290,10 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
                                                 if r["dependency"] == dep
                                                 for d in r["durations_ms"]])]
     last = {r["dependency"]: r for r in run.served["outbound"]}     # each one's last minute
+    floor = [dep for dep, expect, have in wrong
+             if _floor_rank_read(have.get("p95_ms"), expect["p95_ms"],
+                                 [d for r in run.served["outbound"] if r["dependency"] == dep
+                                  for d in r["durations_ms"]])]
     guessed = [dep for dep, expect, have in wrong if have.get("breaker") != expect["breaker"]
                and have.get("breaker") == (
                    "open" if last[dep]["short_circuited"] > 0 else "closed")]
@@ -295,6 +302,17 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
                "refused none, and it is open now. Its state now is in the metrics' "
                "dependencies list (breaker, breaker_since); a minute's refused calls say what "
                "it did then.")
+    elif floor:
+        dep = floor[0]
+        ordered = sorted(d for r in run.served["outbound"] if r["dependency"] == dep
+                         for d in r["durations_ms"])
+        rank = math.ceil(0.95 * len(ordered))
+        fix = ("When 0.95 n is a whole number, the nearest rank is that rank itself: "
+               "sorted(d)[ceil(0.95 n) - 1]. A 0-based int(0.95 n) or round(0.95 n) is that "
+               "index only when 0.95 n is not whole; otherwise it takes the next rank. "
+               f"{dep} made {len(ordered)} calls: 0.95 x {len(ordered)} = {rank}, so its p95 is "
+               f"sorted(d)[{rank - 1}] = {ordered[rank - 1]} ms, not sorted(d)[{rank}] = "
+               f"{ordered[rank]} ms.")
     elif between:
         dep = between[0]
         ordered = sorted(d for r in run.served["outbound"] if r["dependency"] == dep
@@ -322,6 +340,14 @@ def test_outbound_calls_are_measured_per_dependency(learner, runs):
         lesson=DOWNSTREAM,
         fix=fix,
     )
+
+
+def _floor_rank_read(got: Any, want: float, durations: list[float]) -> bool:
+    """Whether `got` is sorted(durations)[int(0.95 n)], the rank after the nearest one when
+    0.95 n is whole (then it is not the README's p95)."""
+    after = floor_rank(durations)
+    return (isinstance(got, int | float) and not isinstance(got, bool) and after is not None
+            and after != want and abs(got - after) <= 0.5)
 
 
 def _between(got: Any, durations: list[float]) -> bool:
