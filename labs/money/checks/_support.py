@@ -419,13 +419,16 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
                           what: str, *, retry: bool = False, read: str = "exchange") -> None:
     """The README's contract for ExchangeResult's amounts: sell_amount is what was sold;
     buy_amount, in the buy currency, is the provider's bought_amount once COMPLETED and the
-    quote's estimate (sell_amount x rate, rounded to the cent, a half cent either way)
-    while PENDING or once FAILED. `retry`: `result` answered a retry with the key."""
+    quote's estimate (sell_amount x the provider's rate the quote stored, rounded to the cent,
+    a half cent either way) while PENDING or once FAILED. `retry`: `result` answered a retry
+    with the key."""
+    from _provider import RATES  # here: a check's child process imports this module alone
+
     amount = Decimal(sold)
-    exact = amount * Decimal(quote.rate)
-    estimates = {exact.quantize(Decimal("0.01"), rounding) for rounding in
-                 (ROUND_HALF_EVEN, ROUND_HALF_UP)}
-    half = exact * 1000 % 10 == 5 and exact * 1000 % 1 == 0  # an exact half cent: 15.875
+    # the rate the provider quoted (the learner's quote may have lost digits storing it)
+    rate = RATES.get((quote.sell_currency, quote.buy_currency), Decimal(quote.rate))
+    exact = amount * rate
+    estimates = {exact.quantize(CENT, rounding) for rounding in (ROUND_HALF_EVEN, ROUND_HALF_UP)}
     order = kit.provider.orders.get(str(result.exchange_id))
     if result.status == "COMPLETED":
         want = [order.bought_amount] if order is not None and order.bought_amount else []
@@ -434,7 +437,7 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
     else:
         want = sorted(estimates)
         said = (f"{' or '.join(fmt(e) for e in want)} {quote.buy_currency}: the quote's "
-                f"estimate, {fmt(amount)} x {quote.rate} rounded to the cent")
+                f"estimate, {fmt(amount)} x {rate} rounded to the cent")
     sell, buy = getattr(result, "sell_amount", None), getattr(result, "buy_amount", None)
     if (isinstance(sell, Decimal) and sell == amount and isinstance(buy, Decimal)
             and buy in want):
@@ -446,33 +449,56 @@ def assert_result_amounts(kit: ExchangeKit, result: Any, quote: Any, sold: str,
         evidence="ExchangeResult.buy_amount is in the quote's buy currency: once COMPLETED what "
                  "the provider bought (what the target was credited), before that the quote's "
                  "estimate",
-        fix=("a retry returns the exchange as it stands: store the bought_amount in the "
-             "exchange's row when you settle it, and answer a retry from that row, not the "
-             "estimate stored when it was placed" if retry else
-             "once the provider FILLED, answer its bought_amount (read the row you settled), "
-             "not the quote's estimate") if result.status == "COMPLETED" and buy in estimates
-            and buy not in want else
-            "until the exchange is COMPLETED (the target credited), answer it as its row "
-            "stands, with the quote's estimate: not the bought_amount of a FILLED answer you "
-            "did not book" if result.status != "COMPLETED" and order is not None
-            and order.bought_amount and buy == order.bought_amount and buy not in want else
-            "round the estimate to the cent: quantize(Decimal('0.01'))"
-            if isinstance(buy, Decimal) and buy not in estimates and buy == exact
-            and result.status != "COMPLETED" else
-            "round the estimate to the nearest cent (half-even or half-up), not down"
-            if isinstance(buy, Decimal) and buy not in estimates
-            and buy == exact.quantize(Decimal("0.01"), ROUND_DOWN) and not half
-            and result.status != "COMPLETED" else
-            "round the estimate to the nearest cent (half-even or half-up), not up"
-            if isinstance(buy, Decimal) and buy not in estimates
-            and buy == exact.quantize(Decimal("0.01"), ROUND_UP) and not half
-            and result.status != "COMPLETED" else
-            f"an exact half cent ({fmt(exact)}) rounds up or to the even cent "
-            "(ROUND_HALF_UP or ROUND_HALF_EVEN), not down (ROUND_HALF_DOWN, ROUND_DOWN)"
-            if isinstance(buy, Decimal) and buy not in estimates
-            and buy == exact.quantize(Decimal("0.01"), ROUND_HALF_DOWN) and half
-            and result.status != "COMPLETED" else None,
+        fix=_amounts_fix(result.status, buy, want, estimates, order, amount, rate, exact,
+                         retry),
         lesson=READ[read])
+
+
+CENT = Decimal("0.01")
+
+
+def _amounts_fix(status: str, buy: Any, want: list[Decimal], estimates: set[Decimal],
+                 order: Any, amount: Decimal, rate: Decimal, exact: Decimal,
+                 retry: bool) -> str | None:
+    """The fix line for assert_result_amounts, only when the amount it got identifies the
+    mistake."""
+    if not isinstance(buy, Decimal) or buy in want:
+        return None
+    if status == "COMPLETED":
+        if buy not in estimates:
+            return None
+        if retry:
+            return ("a retry returns the exchange as it stands: store the bought_amount in the "
+                    "exchange's row when you settle it, and answer a retry from that row, not "
+                    "the estimate stored when it was placed")
+        return ("once the provider FILLED, answer its bought_amount (read the row you settled), "
+                "not the quote's estimate")
+    short = rate.quantize(CENT)
+    if short != rate and buy in {(amount * short).quantize(CENT, rounding)
+                                 for rounding in (ROUND_HALF_EVEN, ROUND_HALF_UP)}:
+        return (f"the estimate used the rate cut to two decimals ({fmt(short)} for {rate}): "
+                "store and use the provider's rate as it came (numeric with more decimals, "
+                "such as numeric(20,8))")
+    if order is not None and order.bought_amount and buy == order.bought_amount:
+        return ("until the exchange is COMPLETED (the target credited), answer it as its row "
+                "stands, with the quote's estimate: not the bought_amount of a FILLED answer you "
+                "did not book")
+    if buy == exact:
+        return "round the estimate to the cent: quantize(Decimal('0.01'))"
+    half = exact * 1000 % 10 == 5 and exact * 1000 % 1 == 0  # an exact half cent: 5.435
+    plain = format(exact.normalize(), "f")
+    if not half and buy == exact.quantize(CENT, ROUND_DOWN):
+        return "round the estimate to the nearest cent (half-even or half-up), not down"
+    if not half and buy == exact.quantize(CENT, ROUND_UP):
+        return "round the estimate to the nearest cent (half-even or half-up), not up"
+    if half and buy == exact.quantize(CENT, ROUND_HALF_DOWN):
+        floated = Decimal(repr(round(float(amount) * float(rate), 2))) == buy
+        return (f"an exact half cent ({plain}) rounds up or to the even cent "
+                "(ROUND_HALF_UP or ROUND_HALF_EVEN), not down (ROUND_HALF_DOWN, ROUND_DOWN)"
+                + (f"; and compute it in Decimal: in binary floating point {plain} is a "
+                   f"hair under the half, so round(float, 2) gives {fmt(buy)} too"
+                   if floated else ""))
+    return None
 
 
 class failing_commits:  # noqa: N801 - used as a context manager, like contextlib's

@@ -477,8 +477,9 @@ ERROR_BODY_FIX = ("an error status (here 422) arrives as urllib's HTTPError befo
 
 # What each of them sells: estimates (x 0.92) above and below their nearest cent's half
 UNANSWERED_AMOUNTS = ("123.51", "41.37", "100.00", "64.29", "100.00", "100.00")
-# and a half cent: 12.50 GBP x 1.27 = 15.875 USD, after an odd cent (half-down gives 15.87)
-HALF_CENT = ("GBP", "USD", "12.50")
+# and a half cent: 5.00 EUR x 1.087 = 5.435 USD, after an odd cent: half-down gives 5.43, and
+# so does a float's round() (5.435 is a hair under it in binary); a rate cut to 1.09, 5.45
+HALF_CENT = ("EUR", "USD", "5.00")
 
 
 def test_server_error_or_reset_leaves_the_exchange_pending(kit: ExchangeKit) -> None:
@@ -571,7 +572,7 @@ def test_rejected_exchange_is_refunded(kit: ExchangeKit) -> None:
             actual=str(kinds), evidence=ledger_table(kit.engine, source), lesson=READ["schema"])
     assert_result_amounts(kit, result, quote, "123.51", "The provider rejected 123.51 USD")
     # two more it rejects: 41.37 x 0.92 = 38.0604 lies below its nearest cent's half, and
-    # 12.50 GBP x 1.27 = 15.875 is an exact half cent after an odd cent
+    # 5.00 EUR x 1.087 = 5.435 is an exact half cent after an odd cent (HALF_CENT)
     below = _quote(kit, fx)
     refused = _exchange(kit, fx, below, source, target, amount="41.37", key="ex-2")
     _assert_rejected(kit, refused, "41.37 USD into EUR")
