@@ -427,6 +427,8 @@ class CommitCalls:
     def __init__(self) -> None:
         self.calls = 0
         self.asynchronous = 0
+        # (partition, offset) of every commit() given a message or offsets, in call order
+        self.offsets: list[tuple[int, int]] = []
         self._original: Any = None
 
     def __enter__(self) -> CommitCalls:
@@ -440,6 +442,11 @@ class CommitCalls:
                 calls.calls += 1
                 if kwargs.get("asynchronous", True):
                     calls.asynchronous += 1
+                message, offsets = kwargs.get("message"), kwargs.get("offsets")
+                if message is not None:
+                    calls.offsets.append((message.partition(), message.offset() + 1))
+                for tp in offsets or ():
+                    calls.offsets.append((tp.partition, tp.offset))
                 return super().commit(*args, **kwargs)
 
         confluent_kafka.Consumer = CountedConsumer  # type: ignore[misc]

@@ -462,122 +462,155 @@ def test_replay_commits_only_after_the_ack(lab, clock):
         for p in range(1, topics.partitions) for n in range(OTHER_PARTITIONS_EACH)])
     by_value = {c.item.value: c for c in dead}
     sink = lab.kafka.topic(1, hint="unacknowledged")
-    for bound, max_replays, fail_topic in FAIL_ONCE_JOBS:
-        group = lab.kafka.group_id("dlt-replayer")
-        router = FailOnce(lab.dlt_producer(), sink, fail_topic=getattr(topics, fail_topic))
-        sends = ProducerTap(router, clock)
-        try:
-            report = replay(lab, topics, group, clock, producer=sends,
-                            max_replays=max_replays, ack_timeout_seconds=2.0,
-                            timeout_seconds=10.0)
-            outcome = f"replay returned {report!r}"
-        except CheckFailure:
-            raise  # a stub: not written yet
-        except Exception as exc:  # a failed write may raise: that is fine
-            outcome = f"replay raised {type(exc).__name__}"
-        committed = committed_offsets(lab.kafka.consumer_config(), group,
-                                      topics.dead_letter, topics.partitions)
+    with CommitCalls() as commits:  # the replay's consumer is built inside it
+        for bound, max_replays, fail_topic in FAIL_ONCE_JOBS:
+            group = lab.kafka.group_id("dlt-replayer")
+            router = FailOnce(lab.dlt_producer(), sink, fail_topic=getattr(topics, fail_topic))
+            sends = ProducerTap(router, clock)
+            first_commit = len(commits.offsets)  # this job's commits come after
+            try:
+                report = replay(lab, topics, group, clock, producer=sends,
+                                max_replays=max_replays, ack_timeout_seconds=2.0,
+                                timeout_seconds=10.0)
+                outcome = f"replay returned {report!r}"
+            except CheckFailure:
+                raise  # a stub: not written yet
+            except Exception as exc:  # a failed write may raise: that is fine
+                outcome = f"replay raised {type(exc).__name__}"
+            committed = committed_offsets(lab.kafka.consumer_config(), group,
+                                          topics.dead_letter, topics.partitions)
 
-        def bound_for(c: Crafted, cap: int = max_replays) -> str:
-            return topics.parking_lot if (c.replays or 0) >= cap else topics.source
+            def bound_for(c: Crafted, cap: int = max_replays) -> str:
+                return topics.parking_lot if (c.replays or 0) >= cap else topics.source
 
-        writes = {(c.partition, c.offset): _write_of(sends, c.item.value, bound_for(c))
-                  for c in dead}
-        below = {(c.partition, c.offset): c.offset < committed.get(c.partition, -1)
-                 for c in dead}
-        rows = [(f"p{c.partition}@{c.offset}", "parking lot" if bound_for(c) ==
-                 topics.parking_lot else "source", writes[(c.partition, c.offset)],
-                 "yes" if below[(c.partition, c.offset)] else "no") for c in dead]
-        columns = ("DLT record", "bound for", "its write", "below the committed offset")
-        at = next((n for n, p in enumerate(sends.produced) if p.error is not None), None)
-        if at is None:
-            continue  # no write failed: the records were not sent (another check says so)
-        failed_write = sends.produced[at]
-        failed = by_value.get(failed_write.value or b"")
-        unacked = [c for c in dead if below[(c.partition, c.offset)]
-                   and writes[(c.partition, c.offset)] != "acknowledged"]
-        park = bound.startswith("park")
-        # the next send came after the failure was reported (went on), or before it
-        # was (did not wait for the delivery report)
-        first_after = router.after_failure[:1]
-        went_on, unwaited = first_after == [True], first_after == [False]
-        retried = any(p.value == failed_write.value and p.topic == failed_write.topic
-                      and p.acked_at is not None and p.error is None
-                      for p in sends.produced[at + 1:])
-        later = [p for p in sends.produced[at + 1:]
-                 if not (p.value == failed_write.value and p.topic == failed_write.topic)]
-        parked_instead = [p for p in later if p.value == failed_write.value]
-        name = (f"p{failed.partition}@{failed.offset}" if failed is not None
-                else "the record")
-        if unacked:
-            raise CheckFailure(
-                f"A write of the replay failed once (a {bound} the broker never "
-                "acknowledged, while it acknowledged every other write), yet the job's "
-                "committed DLT offset covers the record: no later run of this job replays it. "
-                "Commit a DLT offset only after the write it caused was acknowledged, and "
-                "after a failed write stop the run (raise, or return) with nothing after it "
-                "committed: a committed offset covers every record below it, so committing "
-                "the next record's covers the failed one too."
-                + (" The failed write was a park: the parking lot never had the record. A "
-                   "park is a write like a re-publish: wait for its acknowledgement too."
-                   if park else "")
-                + (f" {name} went to {parked_instead[0].topic} instead: a record is parked "
-                   "only at the cap or without its origin, never because the broker refused "
-                   "its re-publish once." if parked_instead else ""),
-                expected=f"the group's committed offset of p{failed.partition if failed else 0}"
-                         f" at most {failed.offset if failed else '…'} (the record whose "
-                         "write failed), or none",
-                actual=f"{outcome}; committed {offsets_text(committed)}: covers "
-                       + ", ".join(f"p{c.partition}@{c.offset} "
-                                   f"({writes[(c.partition, c.offset)]})" for c in unacked),
-                evidence=table(rows, columns),
-                fix="when a re-publish fails, raise (or return the report) with the record "
-                    "uncommitted; do not park it: the next run replays it"
-                    if parked_instead and failed in unacked else
-                    "stop at the failed write (raise, or return the report) instead of going "
-                    "on to the next record: its commit covers the failed one"
-                    if went_on and failed in unacked else
-                    "wait for each write's delivery report (flush(), or poll() until its "
-                    "callback ran) and commit only when it reported no error"
-                    if unwaited and failed in unacked else None,
-                lesson=SEE)
-        if later and not retried:
-            others = {by_value[p.value].partition for p in later
-                      if p.value in by_value and p.value != failed_write.value}
-            only_elsewhere = failed is not None and bool(others) and \
-                failed.partition not in others and not parked_instead
-            raise CheckFailure(
-                f"A write of the replay failed once (a {bound} of {name} the broker never "
-                "acknowledged), and the run went on: it sent "
-                f"{len(later)} more record(s) after it"
-                + (f", {name} itself to {parked_instead[0].topic}" if parked_instead else "")
-                + (f", from partition(s) {', '.join(f'p{p}' for p in sorted(others))}"
-                   if others else "")
-                + ". A failed write stops the whole run: raise (or return the report) "
-                "before the next send, in any partition, with the failed record uncommitted "
-                "and nothing after it committed, so that the next run starts at it. A retry "
-                "of the same write may come first; only once it is acknowledged may the run "
-                "go on. A refused write usually means the broker or the topic is in trouble "
-                "for every record, and a key's records can sit in several DLT partitions: "
-                "going on elsewhere sends a key's later record ahead of the one that failed.",
-                expected=f"nothing sent after the failed write of {name} (but a retry of it)",
-                actual=f"{outcome}; sent after it: "
-                       + ", ".join(
-                           (f"p{by_value[p.value].partition}@{by_value[p.value].offset}"
-                            if p.value in by_value else "?") + f" to {p.topic}"
-                           for p in later[:6])
-                       + (" …" if len(later) > 6 else "")
-                       + f"; committed {offsets_text(committed)}",
-                evidence=table(rows, columns),
-                fix="when a re-publish fails, raise (or return the report) with the record "
-                    "uncommitted; do not park it: the next run replays it"
-                    if parked_instead else
-                    "stop the whole run at a failed write, not only the partition it came "
-                    "from: a refused write ends the run" if only_elsewhere else
-                    "wait for each write's delivery report (flush(), or poll() until its "
-                    "callback ran) before the next send" if unwaited else None,
-                lesson=SEE)
+            writes = {(c.partition, c.offset): _write_of(sends, c.item.value, bound_for(c))
+                      for c in dead}
+            below = {(c.partition, c.offset): c.offset < committed.get(c.partition, -1)
+                     for c in dead}
+            rows = [(f"p{c.partition}@{c.offset}", "parking lot" if bound_for(c) ==
+                     topics.parking_lot else "source", writes[(c.partition, c.offset)],
+                     "yes" if below[(c.partition, c.offset)] else "no") for c in dead]
+            columns = ("DLT record", "bound for", "its write", "below the committed offset")
+            at = next((n for n, p in enumerate(sends.produced) if p.error is not None), None)
+            if at is None:
+                continue  # no write failed: the records were not sent (another check says so)
+            failed_write = sends.produced[at]
+            failed = by_value.get(failed_write.value or b"")
+            unacked = [c for c in dead if below[(c.partition, c.offset)]
+                       and writes[(c.partition, c.offset)] != "acknowledged"]
+            park = bound.startswith("park")
+            # the next send came after the failure was reported (went on), or before it
+            # was (did not wait for the delivery report)
+            first_after = router.after_failure[:1]
+            went_on, unwaited = first_after == [True], first_after == [False]
 
+            def again(p: Any, failed_write: Any = failed_write) -> bool:  # a retry of it
+                return p.value == failed_write.value and p.topic == failed_write.topic
+
+            # Only what was sent between the failure and the first acknowledged retry of it
+            # matters: once a retry is acknowledged the run goes on as if nothing had failed.
+            retry_at = next((n for n in range(at + 1, len(sends.produced))
+                             if again(sends.produced[n]) and sends.produced[n].acked_at is not None
+                             and sends.produced[n].error is None), None)
+            later = [p for p in sends.produced[at + 1:retry_at] if not again(p)]
+            parked_instead = [p for p in later if p.value == failed_write.value]
+            name = (f"p{failed.partition}@{failed.offset}" if failed is not None
+                    else "the record")
+            if unacked:
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} the broker never "
+                    "acknowledged, while it acknowledged every other write), yet the job's "
+                    "committed DLT offset covers the record: no later run of this job replays it. "
+                    "Commit a DLT offset only after the write it caused was acknowledged, and "
+                    "after a failed write stop the run (raise, or return) with nothing after it "
+                    "committed: a committed offset covers every record below it, so committing "
+                    "the next record's covers the failed one too."
+                    + (" The failed write was a park: the parking lot never had the record. A "
+                       "park is a write like a re-publish: wait for its acknowledgement too."
+                       if park else "")
+                    + (f" {name} went to {parked_instead[0].topic} instead: a record is parked "
+                       "only at the cap or without its origin, never because the broker refused "
+                       "its re-publish once." if parked_instead else ""),
+                    expected=f"the group's committed offset of p{failed.partition if failed else 0}"
+                             f" at most {failed.offset if failed else '…'} (the record whose "
+                             "write failed), or none",
+                    actual=f"{outcome}; committed {offsets_text(committed)}: covers "
+                           + ", ".join(f"p{c.partition}@{c.offset} "
+                                       f"({writes[(c.partition, c.offset)]})" for c in unacked),
+                    evidence=table(rows, columns),
+                    fix="when a re-publish fails, raise (or return the report) with the record "
+                        "uncommitted; do not park it: the next run replays it"
+                        if parked_instead and failed in unacked else
+                        "stop at the failed write (raise, or return the report) instead of going "
+                        "on to the next record: its commit covers the failed one"
+                        if went_on and failed in unacked else
+                        "wait for each write's delivery report (flush(), or poll() until its "
+                        "callback ran) and commit only when it reported no error"
+                        if unwaited and failed in unacked else None,
+                    lesson=SEE)
+            backwards = [(partition, high, offset) for n, (partition, offset)
+                         in enumerate(commits.offsets[first_commit:])
+                         for high in [max((o for p, o in commits.offsets[first_commit:][:n]
+                                           if p == partition), default=-1)] if offset < high]
+            if later:
+                others = {by_value[p.value].partition for p in later
+                          if p.value in by_value and p.value != failed_write.value}
+                only_elsewhere = failed is not None and bool(others) and \
+                    failed.partition not in others and not parked_instead
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} of {name} the broker never "
+                    "acknowledged), and the run went on: it sent "
+                    f"{len(later)} more record(s) after it"
+                    + (f", before it retried {name} (that retry was acknowledged, after them)"
+                       if retry_at is not None else "")
+                    + (f", {name} itself to {parked_instead[0].topic}" if parked_instead else "")
+                    + (f", from partition(s) {', '.join(f'p{p}' for p in sorted(others))}"
+                       if others else "")
+                    + ". A failed write stops the whole run: raise (or return the report) "
+                    "before the next send, in any partition, with the failed record uncommitted "
+                    "and nothing after it committed, so that the next run starts at it. A retry "
+                    "of the same write may come first; only once it is acknowledged may the run "
+                    "go on. A refused write usually means the broker or the topic is in trouble "
+                    "for every record, and a key's records can sit in several DLT partitions: "
+                    "going on elsewhere sends a key's later record ahead of the one that failed.",
+                    expected=f"nothing sent after the failed write of {name} until a retry of it "
+                             "was acknowledged",
+                    actual=f"{outcome}; sent after it: "
+                           + ", ".join(
+                               (f"p{by_value[p.value].partition}@{by_value[p.value].offset}"
+                                if p.value in by_value else "?") + f" to {p.topic}"
+                               for p in later[:6])
+                           + (" …" if len(later) > 6 else "")
+                           + f"; committed {offsets_text(committed)}",
+                    evidence=table(rows, columns),
+                    fix="when a re-publish fails, raise (or return the report) with the record "
+                        "uncommitted; do not park it: the next run replays it"
+                        if parked_instead else
+                        "retry a failed write in place, before any other send, or stop the run "
+                        "there: a retry after other records comes too late"
+                        if retry_at is not None else
+                        "stop the whole run at a failed write, not only the partition it came "
+                        "from: a refused write ends the run" if only_elsewhere else
+                        "wait for each write's delivery report (flush(), or poll() until its "
+                        "callback ran) before the next send" if unwaited else None,
+                    lesson=SEE)
+
+            if backwards:
+                partition, high, low = backwards[0]
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} of {name}), and the job's "
+                    f"committed offset of p{partition} then went back: it committed {high}, "
+                    f"later {low}. A committed offset covers every record below it; moved back, "
+                    "it hands the records in between to the next run again, which sends them "
+                    "twice. Stop at the failed write (after a retry in place, if you retry), and "
+                    "commit each offset in order, after its record's write was acknowledged.",
+                    expected=f"the group's committed offset of p{partition} never lower than "
+                             "before",
+                    actual=f"{outcome}; commits of p{partition}, in order: "
+                           + ", ".join(str(o) for q, o in commits.offsets[first_commit:]
+                                       if q == partition)
+                           + f"; committed {offsets_text(committed)}",
+                    evidence=table(rows, columns), lesson=SEE)
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):
     topics = lab.topics()
