@@ -23,6 +23,7 @@ from _support import (
 from _tools import Item, healthy
 
 from dojo.checks import CheckFailure, call, table
+from dojo.checks.clock import InstantClock
 from dojo.checks.observers import (
     ProducerTap,
     committed_offsets,
@@ -327,15 +328,31 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
             lesson=SEE)
 
 
+class StillClock(InstantClock):
+    """The checks' clock without the real time: its monotonic() moves only when slept or
+    advanced. Spacing made by waiting in real time (time.sleep, a busy loop) then does not
+    show on it, while clock.sleep() spaces the sends as before, however slow the machine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._origin = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self._origin + self.skipped
+
+
 class FirstAckLate(ProducerTap):
     """A producer tap whose first acknowledgement takes `seconds` on the clock (a broker
-    that stalls once, then answers at once)."""
+    that stalls once, then answers at once); `real_at` holds the real time of every
+    produce()."""
 
     def __init__(self, producer: Any, clock: Any, seconds: float) -> None:
         super().__init__(producer, clock)
         self._late, self._stalled = seconds, False
+        self.real_at: list[float] = []
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
+        self.real_at.append(time.monotonic())
         callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
 
         def report(err: Any, msg: Any) -> None:
@@ -351,10 +368,14 @@ class FirstAckLate(ProducerTap):
 FIRST_ACK_SECONDS = 2.0
 
 
-def test_replay_is_rate_limited(lab, clock):
+def test_replay_is_rate_limited(lab):
     topics = lab.topics()
     dead = mixed(lab, topics, replays=(None,) * 6)
     rate = 7.3
+    # The sends are timed on a clock that moves only when slept (or advanced): the spacing
+    # must come from clock.sleep(), not from time that passed (the checks' usual clock
+    # follows real time too, so a replay that waits in real time would look paced on it).
+    clock = StillClock()
     # The first acknowledgement takes 2 s on the clock: a schedule kept from the start would
     # then send the next records in a burst to catch up.
     sends = FirstAckLate(lab.dlt_producer(), clock, FIRST_ACK_SECONDS)
@@ -370,6 +391,9 @@ def test_replay_is_rate_limited(lab, clock):
     # next gap by as much (the reference's own sends showed 6 ms). SLACK absorbs that; a
     # burst (gaps near zero) or a faster rate (the total below) is still far outside it.
     close = [(n, g) for n, g in enumerate(gaps, start=2) if g < interval - SLACK]
+    # the sends were spaced, but in real time rather than on the clock
+    real = [b - a for a, b in zip(sends.real_at, sends.real_at[1:], strict=False)]
+    in_real_time = bool(close) and all(real[n - 2] >= interval - SLACK for n, _ in close)
     floor = (len(dead) - 1) * interval - 0.01
     evidence = table([(n, f"t+{t - times[0]:.3f}s", f"{g:.3f} s" if g is not None else "",
                        "TOO SOON" if g is not None and g < interval - SLACK else "")
@@ -387,11 +411,20 @@ def test_replay_is_rate_limited(lab, clock):
                "sends after it came in a burst, making up for the stall (as a schedule that "
                "keeps its start, next += interval, or a token bucket that filled meanwhile "
                "does): pace each send from the previous one."
-               if close and close[0][0] > 2 else ""),
+               if close and close[0][0] > 2 and not in_real_time else "")
+            + (" The sends were spaced in real time (a wait that clock.sleep() did not "
+               "make): the clock, which only moves when slept here, did not see it."
+               if in_real_time else ""),
             expected=f"{len(dead)} records at {rate} per second: sends at least "
-                     f"{interval:.3f} s apart",
-            actual=f"{len(close)} of {len(gaps)} gaps shorter" if close else
-                   f"{len(times)} sends in {took:.2f} s", evidence=evidence, lesson=SEE)
+                     f"{interval:.3f} s apart on the clock",
+            actual=f"{len(close)} of {len(gaps)} gaps shorter on the clock"
+                   + (" (" + ", ".join(f"{real[n - 2]:.3f} s" for n, _ in close)
+                      + " of real time)" if in_real_time else "") if close else
+                   f"{len(times)} sends in {took:.2f} s", evidence=evidence,
+            fix="wait with clock.sleep() between sends, not time.sleep() (or any wait in real "
+                "time): the clock you are handed is the one the rate is measured on"
+                if in_real_time else None,
+            lesson=SEE)
 
 
 def test_replay_timeout_is_real_time(lab, clock):
