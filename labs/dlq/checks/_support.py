@@ -427,6 +427,8 @@ class CommitCalls:
     def __init__(self) -> None:
         self.calls = 0
         self.asynchronous = 0
+        # (partition, offset) of every commit() given a message or offsets, in call order
+        self.offsets: list[tuple[int, int]] = []
         self._original: Any = None
 
     def __enter__(self) -> CommitCalls:
@@ -440,6 +442,11 @@ class CommitCalls:
                 calls.calls += 1
                 if kwargs.get("asynchronous", True):
                     calls.asynchronous += 1
+                message, offsets = kwargs.get("message"), kwargs.get("offsets")
+                if message is not None:
+                    calls.offsets.append((message.partition(), message.offset() + 1))
+                for tp in offsets or ():
+                    calls.offsets.append((tp.partition, tp.offset))
                 return super().commit(*args, **kwargs)
 
         confluent_kafka.Consumer = CountedConsumer  # type: ignore[misc]
@@ -457,14 +464,17 @@ class FailOnce:
     reaches the caller as an error, the one a broker that never answers gives
     (_MSG_TIMED_OUT), at once rather than after message.timeout.ms. Every other produce()
     goes where it was bound: a write that fails once, the next succeeding. With `fail_topic`,
-    the write that fails is the first one bound for that topic, whatever its number."""
+    the write that fails is the first one bound for that topic, whatever its number. With
+    `silent`, its delivery report never reaches the caller at all (a broker that never
+    answers, within any ack timeout the caller keeps)."""
 
     _NAMES = ("topic", "value", "key", "partition", "on_delivery", "timestamp", "headers")
 
     def __init__(self, producer: Any, sink: str, fail_at: int = 0,
-                 fail_topic: str | None = None) -> None:
+                 fail_topic: str | None = None, silent: bool = False) -> None:
         self._producer, self._sink, self._fail_at = producer, sink, fail_at
         self._fail_topic = fail_topic
+        self.silent = silent
         self._failed: int | None = None  # the number of the produce() that failed
         self._count = 0
         self._reported = False
@@ -477,6 +487,11 @@ class FailOnce:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+    @property
+    def failed(self) -> int | None:
+        """The number of the produce() that failed (counted from 0), or None."""
+        return self._failed
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
         from confluent_kafka import KafkaError
@@ -497,6 +512,8 @@ class FailOnce:
         given["topic"] = self._sink
 
         def report(_err: Any, msg: Any) -> None:
+            if self.silent:
+                return  # the report never comes
             if callback is not None:
                 callback(KafkaError(KafkaError._MSG_TIMED_OUT,
                                     "the check's broker did not acknowledge this write"), msg)
