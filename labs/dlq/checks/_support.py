@@ -440,9 +440,12 @@ class CommitCalls:
         class CountedConsumer(original):  # type: ignore[misc, valid-type]
             def commit(self, *args: Any, **kwargs: Any) -> Any:
                 calls.calls += 1
-                if kwargs.get("asynchronous", True):
+                # commit(message=None, offsets=None, asynchronous=True), positional or not
+                names = ("message", "offsets", "asynchronous")
+                given = {**dict(zip(names, args, strict=False)), **kwargs}
+                if given.get("asynchronous", True):
                     calls.asynchronous += 1
-                message, offsets = kwargs.get("message"), kwargs.get("offsets")
+                message, offsets = given.get("message"), given.get("offsets")
                 if message is not None:
                     calls.offsets.append((message.partition(), message.offset() + 1))
                 for tp in offsets or ():
