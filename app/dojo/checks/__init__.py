@@ -27,7 +27,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dojo.checks.clock import InstantClock
+    from dojo.checks.clock import InstantClock, machine_time_zone
     from dojo.checks.database import apply_schema, require_tables, rows, scalar, sqlstate
     from dojo.checks.failure import CheckFailure, FailureReport
     from dojo.checks.learner import NotWritten, Running, call, in_thread, raised
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # Imported on first use: `dojo.checks.failure` (which the results protocol, the CLI and the
 # TUI import) must not pull SQLAlchemy in with the database helpers.
 _HOME = {
-    "InstantClock": "clock",
+    "InstantClock": "clock", "machine_time_zone": "clock",
     "apply_schema": "database", "require_tables": "database", "rows": "database",
     "scalar": "database", "sqlstate": "database",
     "CheckFailure": "failure", "FailureReport": "failure",
@@ -67,6 +67,7 @@ __all__ = [
     "fmt",
     "in_thread",
     "indent",
+    "machine_time_zone",
     "raised",
     "require_tables",
     "rows",

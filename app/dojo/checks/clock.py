@@ -15,8 +15,11 @@ check still sees the time the code itself spent.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 YIELD_SECONDS = 0.0005  # a real sleep lets other threads run; so does an instant one
@@ -64,3 +67,21 @@ class InstantClock:
     def skipped(self) -> float:
         """Seconds added so far by sleeps and advances."""
         return self._skipped
+
+
+@contextmanager
+def machine_time_zone(tz: str) -> Iterator[None]:
+    """Run the block with this process's local time zone set to `tz` (a POSIX TZ string such
+    as "<+0545>-05:45"): code that turns a time into "local" time (datetime.astimezone()
+    without a zone, time.localtime) gets that zone, far from UTC, not the machine's."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        time.tzset()

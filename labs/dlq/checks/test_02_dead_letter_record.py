@@ -4,7 +4,6 @@ encodings a Java tool reads; the DLT is named explicitly and has the source's pa
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from _tools import (
     with_label,
 )
 
-from dojo.checks import CheckFailure, call, raised, table
+from dojo.checks import CheckFailure, call, machine_time_zone, raised, table
 from dojo.checks.observers import ProducerTap, headers_table, java_int, show_bytes
 
 pytestmark = pytest.mark.stage("dead-letter-record")
@@ -74,17 +73,8 @@ HOST_OFFSET_SECONDS = 5.5 * 3600
 
 @pytest.fixture(autouse=True)
 def _host_far_from_utc() -> Iterator[None]:
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = HOST_TZ
-    time.tzset()
-    try:
+    with machine_time_zone(HOST_TZ):
         yield
-    finally:
-        if old is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = old
-        time.tzset()
 
 
 def dead_letter_some(lab, engine, clock, *, transient=False):

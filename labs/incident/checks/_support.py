@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from _history import BASELINE_MINUTES, KINDS, Recorded, Scenario, p95
+
+from dojo.checks import machine_time_zone as any_time_zone
 
 IMPACT = "where-to-look-first#step-1-impact-and-scope"
 CHANGE = "where-to-look-first#step-2-what-changed"
@@ -35,20 +37,9 @@ ORDER = "where-to-look-first#the-order-and-why-it-is-an-order"
 LOCAL_TZ, LOCAL_OFFSET = "<+0545>-05:45", timedelta(hours=5, minutes=45)
 
 
-@contextmanager
-def machine_time_zone(tz: str = LOCAL_TZ) -> Iterator[None]:
+def machine_time_zone(tz: str = LOCAL_TZ) -> AbstractContextManager[None]:
     """Run the block with the process's local time zone set to `tz` (TZ and time.tzset)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = tz
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
+    return any_time_zone(tz)
 
 
 def local_hm(at: datetime) -> str:
