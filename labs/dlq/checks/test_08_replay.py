@@ -343,12 +343,13 @@ class StillClock(InstantClock):
 
 class FirstAckLate(ProducerTap):
     """A producer tap whose first acknowledgement takes `seconds` on the clock (a broker
-    that stalls once, then answers at once); `real_at` holds the real time of every
-    produce()."""
+    that stalls once, then answers at once), or, with `real`, reaches the caller `seconds` of
+    real time late (the caller is blocked in flush() or poll() meanwhile); `real_at` holds
+    the real time of every produce()."""
 
-    def __init__(self, producer: Any, clock: Any, seconds: float) -> None:
+    def __init__(self, producer: Any, clock: Any, seconds: float, real: bool = False) -> None:
         super().__init__(producer, clock)
-        self._late, self._stalled = seconds, False
+        self._late, self._real, self._stalled = seconds, real, False
         self.real_at: list[float] = []
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
@@ -358,7 +359,10 @@ class FirstAckLate(ProducerTap):
         def report(err: Any, msg: Any) -> None:
             if not self._stalled:
                 self._stalled = True
-                self._clock.advance(self._late)
+                if self._real:
+                    time.sleep(self._late)
+                else:
+                    self._clock.advance(self._late)
             if callback is not None:
                 callback(err, msg)
 
@@ -812,30 +816,6 @@ LATE_BY_S = 5.0  # a poll of a few seconds, then close(): still in time
 DEADLINE_RECORDS = 4
 
 
-class SlowFirstAck(ProducerTap):
-    """A producer tap whose first delivery report reaches the caller SLOW_FIRST_ACK_S of real
-    time late (the caller is blocked in flush() or poll() meanwhile); `sent_at` holds the real
-    time of every produce()."""
-
-    def __init__(self, producer: Any, clock: Any) -> None:
-        super().__init__(producer, clock)
-        self.sent_at: list[float] = []
-        self._slowed = False
-
-    def produce(self, *args: Any, **kwargs: Any) -> Any:
-        self.sent_at.append(time.monotonic())
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-
-        def report(err: Any, msg: Any) -> None:
-            if not self._slowed:
-                self._slowed = True
-                time.sleep(SLOW_FIRST_ACK_S)
-            if callback is not None:
-                callback(err, msg)
-
-        return super().produce(*args, on_delivery=report, **kwargs)
-
-
 class OneRecordPerConsume:
     """While active, every confluent_kafka.Consumer made hands out at most one record per
     consume() call, whatever num_messages asks (a batch may always come back short: that
@@ -871,7 +851,7 @@ def _deadline_run(lab, clock) -> tuple[Any, ...]:
         (_big(healthy(f"acc-{n}", 400 + n, partition=0)), "InvalidEvent", None)
         for n in range(DEADLINE_RECORDS)])
     group = lab.kafka.group_id("dlt-replayer")
-    sends = SlowFirstAck(lab.dlt_producer(), clock)
+    sends = FirstAckLate(lab.dlt_producer(), clock, SLOW_FIRST_ACK_S, real=True)
     began = time.monotonic()
     try:
         report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
@@ -885,7 +865,7 @@ def _deadline_run(lab, clock) -> tuple[Any, ...]:
     sent = [c for c in dead if c.item.value in {p.value for p in sends.to(topics.source)}]
     committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
                                   topics.partitions)
-    return dead, sent, sends.sent_at, report, raised, ended - began, ended, committed
+    return dead, sent, sends.real_at, report, raised, ended - began, ended, committed
 
 
 SCENE_TRIES = 3

@@ -525,12 +525,10 @@ class DownstreamShop:
         take SLOW_TAIL_S), and every call below it took at most LOW_MS (play() checks it)."""
         name = self.plan.slow
         rng = random.Random(f"{self.plan.seed}/outbound-rank")
-        count = int((self.end - self.plan.start) / timedelta(minutes=1))
         with self.metrics.lock:
-            n = sum(row["calls"] for (m, dep), row in self.metrics.outbound.items()
-                    if dep == name and m < count)
-            tail = sum(d > LOW_MS for (m, dep), row in self.metrics.outbound.items()
-                       if dep == name and m < count for d in row["durations_ms"])
+            n = sum(row["calls"] for row in self._window_rows(name))
+            tail = sum(d > LOW_MS for row in self._window_rows(name)
+                       for d in row["durations_ms"])
         total = n + (15 - n) % 20
         while total - math.ceil(0.95 * total) < tail:
             total += 20
@@ -543,8 +541,7 @@ class DownstreamShop:
                 pass                            # play() finds the window not as planned
         self.clock.now = self.end
         with self.metrics.lock:
-            fast = [(row, i) for (m, dep), row in sorted(self.metrics.outbound.items())
-                    if dep == name and m < count
+            fast = [(row, i) for row in self._window_rows(name)
                     for i, d in enumerate(row["durations_ms"]) if d <= LOW_MS]
             above = total - math.ceil(0.95 * total) - tail
             for number, (row, i) in enumerate(rng.sample(fast, above + 1)):
@@ -563,10 +560,8 @@ class DownstreamShop:
         (play() checks it)."""
         name = self.plan.fast
         rng = random.Random(f"{self.plan.seed}/outbound-whole-rank")
-        count = int((self.end - self.plan.start) / timedelta(minutes=1))
         with self.metrics.lock:
-            n = sum(row["calls"] for (m, dep), row in self.metrics.outbound.items()
-                    if dep == name and m < count)
+            n = sum(row["calls"] for row in self._window_rows(name))
         total = n + (-n) % 20
         dep, breaker = self.deps[name], self.breakers[name]
         phase = dep.phase
@@ -584,14 +579,19 @@ class DownstreamShop:
             dep.set_phase(phase)
             self.clock.now = self.end
         with self.metrics.lock:
-            fast = [(row, i) for (m, d), row in sorted(self.metrics.outbound.items())
-                    if d == name and m < count
+            fast = [(row, i) for row in self._window_rows(name)
                     for i, ms in enumerate(row["durations_ms"]) if ms <= WHOLE_LOW_MS]
             if len(fast) <= total // 20:
                 return                          # play() finds the window not as planned
             for number, (row, i) in enumerate(rng.sample(fast, total // 20 + 1)):
                 row["durations_ms"][i] = round(rng.uniform(*(WHOLE_RANK_MS if number == 0
                                                              else WHOLE_NEXT_MS)), 1)
+
+    def _window_rows(self, name: str) -> list[dict[str, Any]]:
+        """`name`'s outbound rows of the window's minutes, in minute order (metrics.lock held)."""
+        minutes = int((self.end - self.plan.start) / timedelta(minutes=1))
+        return [row for (m, dep), row in sorted(self.metrics.outbound.items())
+                if dep == name and m < minutes]
 
     def sources(self) -> Sources:
         return Sources(self.api.url + "/metrics", "", [], self.end)
