@@ -171,3 +171,49 @@ def test_a_failed_call_is_recorded_on_its_client_span(shop):
             evidence=table(rows, ("handler", "the call", "problem"), width=70) + "\n\n"
             + spans_table(shop.spans.of_kind(SpanKind.CLIENT), limit=8),
             lesson=SEE)
+
+
+def test_an_unsampled_callers_call_carries_flags_00(shop):
+    # The caller did not sample the trace: the CLIENT span is not recording (not exported),
+    # but the call still carries the trace on, with the span's own flags, 00.
+    rows, wrong = [], 0
+    for handler in ("handle_order", "handle_order_async"):
+        trace, caller = trace_id_hex(), span_id_hex()
+        sent = traceparent(trace, caller, "00")
+        before = len(shop.inventory.calls)
+        if handler == "handle_order":
+            shop.server.post(order_body(), {"traceparent": sent})
+        else:
+            shop.post_async(order_body(), {"traceparent": sent})
+        calls = shop.inventory.calls[before:]
+        header = calls[-1].headers.get("traceparent") if calls else None
+        parsed = parse_traceparent(header)
+        exported = [s for s in shop.spans.of_trace(trace) if s.name != INVENTORY_SPAN]
+        if parsed is None or parsed[0] != trace:
+            problem = "the call does not carry the request's trace id"
+        elif parsed[2] != "00":
+            problem = (f"flags {parsed[2]}: the caller did not sample this trace (00), so "
+                       "neither does your span")
+        elif parsed[1] == caller:
+            problem = "the caller's own traceparent, forwarded unchanged"
+        elif exported:
+            problem = f"{len(exported)} span(s) of the unsampled trace exported"
+        else:
+            problem = ""
+        wrong += bool(problem)
+        rows.append({"handler": handler, "traceparent sent": sent,
+                     "inventory got": header or "(none)", "problem": problem or "ok"})
+    if wrong:
+        raise CheckFailure(
+            "A trace the caller did not sample (flags 00) still goes on to the inventory: the "
+            "call carries its trace id, your CLIENT span's id and that span's flags, 00. "
+            "Flags that turn into 01 on the way make the inventory record a trace nobody "
+            "upstream kept.",
+            expected="traceparent 00-<the request's trace id>-<your span>-00; no span of the "
+                     "trace exported",
+            actual=f"{wrong} of {len(rows)} calls wrong",
+            evidence=table(rows, ("handler", "traceparent sent", "inventory got", "problem"),
+                           width=60),
+            lesson=SEE,
+            fix="extract with TraceContextTextMapPropagator (it keeps the flags) and inject "
+                "from the CLIENT span")
