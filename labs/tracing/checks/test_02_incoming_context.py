@@ -173,8 +173,9 @@ def test_a_malformed_traceparent_starts_a_new_trace(shop):
 
 
 def test_an_unsampled_callers_trace_id_is_still_logged(shop):
-    trace_id = trace_id_hex()
-    answer = shop.server.post(order_body(), {"traceparent": traceparent(trace_id, flags="00")})
+    trace_id, caller = trace_id_hex(), span_id_hex()
+    answer = shop.server.post(order_body(),
+                              {"traceparent": traceparent(trace_id, caller, "00")})
     require_created(answer, "from a caller that did not sample the trace")
     lines = shop.logs.lines(API_SERVICE)
     ours = [line for line in lines if line.get("trace_id") == trace_id]
@@ -187,3 +188,16 @@ def test_an_unsampled_callers_trace_id_is_still_logged(shop):
             expected="≥ 2 lines with the caller's trace id",
             actual=f"{len(ours)} line(s) with it; {len(exported)} span(s) exported",
             evidence=lines_table(lines), lesson=SEE)
+    if exported:
+        raise CheckFailure(
+            "The caller did not sample this trace (flags 00): with the SDK's parent-based "
+            "sampler its spans are valid but not recording, and none is exported. Spans of "
+            "it were exported, so the request's span was sampled: the caller's flags were "
+            "lost when the traceparent was read (a parser that sets the sampled flag itself, "
+            "or that drops the flags, turns every caller's 00 into 01).",
+            expected="no span of the caller's trace exported; its flags 00 kept",
+            actual=f"{len(exported)} span(s) of it exported",
+            evidence=f"traceparent sent: {traceparent(trace_id, caller, '00')}\n"
+            + spans_table(exported), lesson=SEE,
+            fix="let TraceContextTextMapPropagator().extract read the header: it keeps the "
+                "caller's flags")

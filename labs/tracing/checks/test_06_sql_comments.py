@@ -139,9 +139,12 @@ class Statements:
     """Every statement sent through `engine` while open, with the span current when it ran
     (read by a listener of the check's, after the learner's has run)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, unsampled: frozenset[str] = frozenset()) -> None:
         self.engine = engine
         self.ran: list[dict[str, Any]] = []
+        # traces a caller sent with flags 00: their statements' flags must be 00, whatever
+        # span was current (a parser that sets the sampled flag makes it a sampled span)
+        self.unsampled = unsampled
 
     def _after(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         context = otel_trace.get_current_span().get_span_context()
@@ -169,8 +172,9 @@ class Statements:
                 ok = found is None
                 want = "no comment"
             else:
-                ok = parsed is not None and parsed == current
-                want = f"00-{current[0]}-{current[1]}-{current[2]}"
+                flags = "00" if current[0] in self.unsampled else current[2]
+                ok = parsed is not None and parsed == (current[0], current[1], flags)
+                want = f"00-{current[0]}-{current[1]}-{flags}"
             wrong += not ok
             rows.append({"statement": " ".join(item["statement"].split()), "expected": want,
                          "found": found if found is not None else "(none)",
@@ -181,10 +185,13 @@ class Statements:
 def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
     traced(shop)
     engine = shop.deps.engine
-    with Statements(engine) as statements:
+    unsampled_trace = trace_id_hex()  # a caller that did not sample its trace (flags 00)
+    with Statements(engine, frozenset({unsampled_trace})) as statements:
         shop.server.post(order_body(), {"traceparent": traceparent()})
+        shop.server.post(order_body(), {"traceparent": traceparent(unsampled_trace,
+                                                                   flags="00")})
         produce_orders(shop, [[("traceparent", traceparent().encode())]])
-        shop.consume(1)
+        shop.consume(2)  # the two orders the API published: the second one unsampled
         with shop.spans.tracer.start_as_current_span("a report the check runs"):
             with engine.connect() as conn:
                 conn.execute(text("SELECT count(*) FROM orders WHERE total_cents > :n"),
@@ -197,12 +204,15 @@ def test_every_statement_in_a_span_carries_it_and_none_outside(shop):
         with engine.connect() as conn:
             conn.execute(text("SELECT 1 AS outside_any_span"))
     rows, wrong = statements.compared()
-    if wrong or len(rows) < 5:
+    in_unsampled = [item for item in statements.ran
+                    if item["current"] and item["current"][0] == unsampled_trace]
+    if wrong or len(rows) < 7 or len(in_unsampled) < 2:
         raise CheckFailure(
             "Every statement must carry the traceparent of the span current when it runs (the "
             "API's, the consumer's, any other), and a statement run outside any span must go "
             "unchanged: no comment with made-up or stale ids, and the flags are the span's (00 "
-            "when the trace is not sampled).",
+            "when the trace is not sampled: a request whose caller sent flags 00, and the "
+            "record it published, stay 00 in every comment).",
             expected="each statement's comment names its current span and its flags; none outside "
                      "a span",
             actual=f"{wrong} of {len(rows)} statements wrong",

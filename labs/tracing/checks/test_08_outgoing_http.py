@@ -3,6 +3,7 @@ traceparent, so the inventory's own span is that client span's child."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -19,9 +20,9 @@ from _support import (
     trace_id_hex,
     traceparent,
 )
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
-from dojo.checks import CheckFailure
+from dojo.checks import CheckFailure, table
 
 pytestmark = pytest.mark.stage("outgoing-http")
 SEE = READ["outgoing-http"]
@@ -114,3 +115,105 @@ def test_on_asyncio_the_inventory_call_carries_traceparent_from_a_client_span(sh
     header = traceparent(trace, caller)
     shop.post_async(order_body(), {"traceparent": header})
     verify_call(shop, trace, caller, header, on_asyncio=True)
+
+
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens: the connection is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_a_failed_call_is_recorded_on_its_client_span(shop):
+    # The call fails two ways (the inventory answers 503; nothing listens at inventory_url),
+    # from both handlers: each time the CLIENT span, not only the SERVER span, shows it.
+    rows, wrong = [], 0
+    for handler in ("handle_order", "handle_order_async"):
+        for failure in ("503 Service Unavailable", "connection refused"):
+            body, trace = order_body(), trace_id_hex()
+            url = shop.deps.inventory_url
+            if failure.startswith("503"):
+                shop.inventory.failures[body["sku"]] = (503, "warehouse 7 is offline")
+            else:
+                shop.deps.inventory_url = closed_port_url()
+            try:
+                headers = {"traceparent": traceparent(trace)}
+                answer = (shop.server.post(body, headers) if handler == "handle_order"
+                          else shop.post_async(body, headers))
+            finally:
+                shop.deps.inventory_url = url
+            clients = [s for s in shop.spans.of_kind(SpanKind.CLIENT, trace)
+                       if s.name == "reserve stock"]
+            events = [e for s in clients for e in s.events if e.name == "exception"]
+            if answer.status != 502:
+                problem = f"answered {answer.status}, not 502"
+            elif not clients:
+                problem = "no 'reserve stock' CLIENT span in the request's trace"
+            elif clients[-1].status.status_code != StatusCode.ERROR or not events:
+                problem = (f"'reserve stock': status {clients[-1].status.status_code.name}, "
+                           f"{len(events)} exception event(s)")
+            else:
+                problem = ""
+            wrong += bool(problem)
+            rows.append({"handler": handler, "the call": failure,
+                         "problem": problem or "ok"})
+    if wrong:
+        raise CheckFailure(
+            "A failed call to the inventory must be recorded on its CLIENT span ('reserve "
+            "stock'): status ERROR and the exception as an event. The SERVER span says the "
+            "request failed; the CLIENT span says it was this call, and how long it took to "
+            "fail. Starting the span with record_exception=False or "
+            "set_status_on_exception=False (or catching the error inside it) hides that.",
+            expected="each failed call: 502, a 'reserve stock' CLIENT span with status ERROR "
+                     "and an 'exception' event",
+            actual=f"{wrong} of {len(rows)} failed calls not recorded on their CLIENT span",
+            evidence=table(rows, ("handler", "the call", "problem"), width=70) + "\n\n"
+            + spans_table(shop.spans.of_kind(SpanKind.CLIENT), limit=8),
+            lesson=SEE)
+
+
+def test_an_unsampled_callers_call_carries_flags_00(shop):
+    # The caller did not sample the trace: the CLIENT span is not recording (not exported),
+    # but the call still carries the trace on, with the span's own flags, 00.
+    rows, wrong = [], 0
+    for handler in ("handle_order", "handle_order_async"):
+        trace, caller = trace_id_hex(), span_id_hex()
+        sent = traceparent(trace, caller, "00")
+        before = len(shop.inventory.calls)
+        if handler == "handle_order":
+            shop.server.post(order_body(), {"traceparent": sent})
+        else:
+            shop.post_async(order_body(), {"traceparent": sent})
+        calls = shop.inventory.calls[before:]
+        header = calls[-1].headers.get("traceparent") if calls else None
+        parsed = parse_traceparent(header)
+        exported = [s for s in shop.spans.of_trace(trace) if s.name != INVENTORY_SPAN]
+        if parsed is None or parsed[0] != trace:
+            problem = "the call does not carry the request's trace id"
+        elif parsed[2] != "00":
+            problem = (f"flags {parsed[2]}: the caller did not sample this trace (00), so "
+                       "neither does your span")
+        elif parsed[1] == caller:
+            problem = "the caller's own traceparent, forwarded unchanged"
+        elif exported:
+            problem = f"{len(exported)} span(s) of the unsampled trace exported"
+        else:
+            problem = ""
+        wrong += bool(problem)
+        rows.append({"handler": handler, "traceparent sent": sent,
+                     "inventory got": header or "(none)", "problem": problem or "ok"})
+    if wrong:
+        raise CheckFailure(
+            "A trace the caller did not sample (flags 00) still goes on to the inventory: the "
+            "call carries its trace id, your CLIENT span's id and that span's flags, 00. "
+            "Flags that turn into 01 on the way make the inventory record a trace nobody "
+            "upstream kept.",
+            expected="traceparent 00-<the request's trace id>-<your span>-00; no span of the "
+                     "trace exported",
+            actual=f"{wrong} of {len(rows)} calls wrong",
+            evidence=table(rows, ("handler", "traceparent sent", "inventory got", "problem"),
+                           width=60),
+            lesson=SEE,
+            fix="extract with TraceContextTextMapPropagator (it keeps the flags) and inject "
+                "from the CLIENT span")
