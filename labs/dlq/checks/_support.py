@@ -468,19 +468,29 @@ class FailOnce:
     (_MSG_TIMED_OUT), at once rather than after message.timeout.ms. Every other produce()
     goes where it was bound: a write that fails once, the next succeeding. With `fail_topic`,
     the write that fails is the first one bound for that topic, whatever its number. With
-    `silent`, its delivery report never reaches the caller at all (a broker that never
-    answers, within any ack timeout the caller keeps)."""
+    `every_time`, every later write of that same record (its value, to that topic) fails the
+    same way: a retry of it never succeeds. With `silent`, its delivery report does not come
+    for `hang_seconds` of real time (a broker that never answers): meanwhile the write counts
+    in len(), and flush() and poll() block as a real client's do while it waits for it, for
+    the whole timeout they are given (for ever when none, which here ends at `hang_seconds`,
+    when the report comes at last as _MSG_TIMED_OUT, as after message.timeout.ms)."""
 
     _NAMES = ("topic", "value", "key", "partition", "on_delivery", "timestamp", "headers")
 
     def __init__(self, producer: Any, sink: str, fail_at: int = 0,
-                 fail_topic: str | None = None, silent: bool = False) -> None:
+                 fail_topic: str | None = None, silent: bool = False,
+                 every_time: bool = False, hang_seconds: float = 30.0) -> None:
         self._producer, self._sink, self._fail_at = producer, sink, fail_at
         self._fail_topic = fail_topic
-        self.silent = silent
+        self.silent, self.every_time, self._hang = silent, every_time, hang_seconds
         self._failed: int | None = None  # the number of the produce() that failed
+        self._failing: tuple[Any, bytes | None] | None = None  # (topic, value) that fails
         self._count = 0
         self._reported = False
+        # the silent write whose report has not come yet: (when it comes, real time; callback)
+        self._silent: tuple[float, Any] | None = None
+        # flush() called with no timeout (or a negative one) while the silent write waited
+        self.unbounded_flush = False
         # for each produce() after the failing one: had its delivery report been handed to
         # the caller by then (the caller went on after the failure), or not (it did not wait)
         self.after_failure: list[bool] = []
@@ -489,7 +499,7 @@ class FailOnce:
         return getattr(self._producer, name)
 
     def __len__(self) -> int:
-        return len(self._producer)
+        return len(self._producer) + (1 if self._silent is not None else 0)
 
     @property
     def failed(self) -> int | None:
@@ -502,27 +512,74 @@ class FailOnce:
         number, self._count = self._count, self._count + 1
         if self._failed is not None:
             self.after_failure.append(self._reported)
-        topic = args[0] if args else kwargs.get("topic")
-        if self._failed is not None or (
-                topic != self._fail_topic if self._fail_topic is not None
-                else number != self._fail_at):
-            return self._producer.produce(*args, **kwargs)
-        self._failed = number
         given = {k: v for k, v in zip(self._NAMES, args, strict=False) if v is not None}
         given.update(kwargs)
+        topic = given.get("topic")
+        if self._failed is None:
+            fails = topic == self._fail_topic if self._fail_topic is not None \
+                else number == self._fail_at
+        else:
+            fails = self.every_time and (topic, given.get("value")) == self._failing
+        if not fails:
+            return self._producer.produce(*args, **kwargs)
+        if self._failed is None:
+            self._failed, self._failing = number, (topic, given.get("value"))
         callback = given.pop("on_delivery", None) or given.pop("callback", None)
         given.pop("partition", None)
         given["topic"] = self._sink
+        error = KafkaError(KafkaError._MSG_TIMED_OUT,
+                           "the check's broker did not acknowledge this write")
 
         def report(_err: Any, msg: Any) -> None:
             if self.silent:
-                return  # the report never comes
+                # the report comes only when the broker's own timeout is up (_deliver_late)
+                self._silent = (time.monotonic() + self._hang,
+                                lambda: callback(error, msg) if callback is not None else None)
+                return
             if callback is not None:
-                callback(KafkaError(KafkaError._MSG_TIMED_OUT,
-                                    "the check's broker did not acknowledge this write"), msg)
+                callback(error, msg)
             self._reported = True
 
         return self._producer.produce(on_delivery=report, **given)
+
+    def _deliver_late(self) -> int:
+        """Hand over the silent write's report once its time has come."""
+        if self._silent is None or time.monotonic() < self._silent[0]:
+            return 0
+        (_, deliver), self._silent = self._silent, None
+        deliver()
+        self._reported = True
+        return 1
+
+    def _wait(self, timeout: float | None) -> None:
+        """Block as a client waiting for the silent write: `timeout` seconds (None or
+        negative: until its report comes)."""
+        if self._silent is None:
+            return
+        until = self._silent[0] if timeout is None or timeout < 0 or timeout >= 1e8 else \
+            min(self._silent[0], time.monotonic() + timeout)
+        time.sleep(max(0.0, until - time.monotonic()))
+
+    def poll(self, timeout: float | None = None) -> int:
+        served = self._producer.poll(0 if self._silent is not None else timeout)
+        if self._silent is not None and not served:
+            self._wait(timeout)
+        return served + self._deliver_late()
+
+    def flush(self, timeout: float | None = None) -> int:
+        # no timeout, or a negative one, is for ever (a ProducerTap hands on for ever as 1e9)
+        forever = timeout is None or timeout < 0 or timeout >= 1e8
+        began = time.monotonic()
+        if forever:
+            self._producer.flush()
+        else:
+            self._producer.flush(timeout)
+        if self._silent is not None:
+            self.unbounded_flush = self.unbounded_flush or forever
+            self._wait(None if forever or timeout is None
+                       else timeout - (time.monotonic() - began))
+        self._deliver_late()
+        return len(self)
 
 
 class CommitAudit:
