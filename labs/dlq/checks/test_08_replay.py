@@ -262,11 +262,20 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
         # two key-less records of one partition, the first outside the window: no key has no
         # order to keep, so the skipped one holds nothing back
         (None, "DownstreamUnavailable", start_ms - 600_000, "no key, 10 min before the window"),
-        (None, "DownstreamUnavailable", start_ms + 1_250, "no key, inside the window")]
+        (None, "DownstreamUnavailable", start_ms + 1_250, "no key, inside the window"),
+        # outside the filters, though at the cap (x-replay-count 3) or without an original
+        # topic: the filters decide first, so these are skipped, never parked
+        ("acc-9", "PaymentDeclined", start_ms + 1_000, "inside the window, at the cap"),
+        ("acc-10", "DownstreamUnavailable", start_ms - 600_000,
+         "10 min before the window, no original topic")]
     wanted_types = {"DownstreamUnavailable", "OperationalError"}
-    dead = craft_dead_letters(lab, topics, [(_item(k, 101 + n), e, None)
-                                            for n, (k, e, _, _) in enumerate(specs)],
-                              timestamps=[t for _, _, t, _ in specs])
+    capped, orphaned = len(specs) - 2, len(specs) - 1  # their places in specs
+    dead = craft_dead_letters(lab, topics, [(_item(k, 101 + n), e, 3 if n == capped else None)
+                                            for n, (k, e, _, _) in enumerate(specs[:-1])],
+                              timestamps=[t for _, _, t, _ in specs[:-1]])
+    dead += craft_dead_letters(lab, topics, [(_item(specs[-1][0], 101 + orphaned),
+                                              specs[-1][1], None)],
+                               timestamps=[specs[-1][2]], origin=False)
     # An empty collection of types wants none of them (None is the one that means all): a
     # job whose type list came out empty must replay nothing. Every commit() of the jobs is
     # recorded (the replay module, imported inside the `with`, keeps the counting consumer
@@ -274,7 +283,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     commits = CommitCalls()
     with commits:
         report = replay(lab, topics, lab.kafka.group_id("dlt-replayer-none"), clock,
-                        exception_types=[])
+                        exception_types=[], max_replays=3)
     first_job = list(commits.offsets)
     sent = lab.read(topics.source, topics.partitions, fence=True)
     if sent:
@@ -290,7 +299,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     group = lab.kafka.group_id("dlt-replayer")
     with commits:
         report = replay(lab, topics, group, clock, exception_types=wanted_types,
-                        failed_after=since, failed_before=until)
+                        failed_after=since, failed_before=until, max_replays=3)
     second_job = commits.offsets[len(first_job):]
     back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
@@ -334,6 +343,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                      f"failed_before={until!r}\n" + table(
                          rows, ("key", "exception", "dead-lettered", "replay?", "replayed")),
             lesson=SEE)
+    _nothing_parked(lab, topics, dead, specs, report)
     _no_commit_goes_back(lab, topics, group, report, (first_job, second_job))
     # The same job again: the first run's committed offsets say how far it got, skipped
     # records included, so the second finds nothing to send.
@@ -356,6 +366,34 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                    f"committed after the two runs {offsets_text(committed)}; first report "
                    f"{report!r}, second {again!r}",
             lesson=SEE)
+
+
+def _nothing_parked(lab, topics, dead: list[Crafted], specs: list[Any], report: Any) -> None:
+    """README: the filters decide first; a record outside them is skipped, even at the cap or
+    without an original topic: no job of the filter check parks anything."""
+    parked = lab.read(topics.parking_lot,
+                      max(topics.partitions, lab.partition_counts([topics.parking_lot])[
+                          topics.parking_lot]), fence=True)
+    if not parked:
+        return
+    what = {c.item.value: when for c, (_, _, _, when) in zip(dead, specs, strict=True)}
+    names = {c.item.value: (c.item.key or b"(none)").decode() for c in dead}
+    raise CheckFailure(
+        "A record outside the filters went to the parking lot. The decision takes its rules in "
+        "order, the first that applies decides: outside the filters (exception type, time "
+        "window), skip it; then at the cap or without an original topic, park it; else "
+        "re-publish it. A job filtered to one cause must leave every other record alone, "
+        "also one at the cap or without its origin: parking it takes it out of the DLT's "
+        "jobs for other causes, and a person is asked to decide on a record nobody meant to "
+        "replay.",
+        expected="nothing in the parking lot (both jobs skip the records at the cap or "
+                 "without an original topic: their filters leave them out)",
+        actual=f"{len(parked)} record(s) parked: "
+               + ", ".join(f"{names.get(r.value, '?')} ({what.get(r.value, 'not the check’s')})"
+                           for r in parked[:4])
+               + f"; report of the filtered job {report!r}",
+        fix="apply the filters first (skip), then the cap and the missing origin (park)",
+        lesson=SEE)
 
 
 def _no_commit_goes_back(lab, topics, group, report,
