@@ -491,18 +491,40 @@ FIRST_ACK_SECONDS = 2.0
 # fifth is: pacing read on clock.now() then sleeps an hour before the fourth send (a stall)
 # and sends the sixth at once (a burst); clock.monotonic() does not move with either.
 WALL_STEPS = {2: -3600.0, 4: +3600.0}
-# README: a send waits no longer than the interval after the previous one, the time an
-# acknowledgement took aside; the run on the clock is at most this much longer than that.
+# README: a send waits at most one interval after the previous send's acknowledgement. On
+# the still clock only the first acknowledgement takes time (FIRST_ACK_SECONDS), so send n
+# comes at most that ack's clock time + 1 / rate after send n - 1 (LATE_GAP_SLACK for a
+# sleep cut in slices), and the whole run at most STALL_SLACK_S longer than the sum.
 STALL_SLACK_S = 1.0
+LATE_GAP_SLACK = 0.05
+# The acknowledgement of send REAL_LATE_ACK (0-based; not the first, which is late on the
+# clock) reaches the replay REAL_LATE_ACK_S of real time late and at once on the clock: a
+# replay that measures the time since the previous send in real time (time.monotonic())
+# but sleeps with clock.sleep() skips the sleep before the next send, which then leaves at
+# once on the clock.
+REAL_LATE_ACK = 1
+REAL_LATE_ACK_S = 0.45
 
 
 class WallStepsAtSends(FirstAckLate):
-    """FirstAckLate that steps the clock's wall time by WALL_STEPS[n] as send n leaves."""
+    """FirstAckLate that steps the clock's wall time by WALL_STEPS[n] as send n leaves, and
+    hands the report of send REAL_LATE_ACK to the caller REAL_LATE_ACK_S of real time late
+    (the caller is blocked in flush() or poll() meanwhile; the clock does not move)."""
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
-        step = WALL_STEPS.get(len(self.produced))
+        number = len(self.produced)
+        step = WALL_STEPS.get(number)
         if step is not None:
             self._clock.wall_offset += step
+        if number == REAL_LATE_ACK:
+            callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+
+            def late(err: Any, msg: Any) -> None:
+                time.sleep(REAL_LATE_ACK_S)
+                if callback is not None:
+                    callback(err, msg)
+
+            kwargs["on_delivery"] = late
         return super().produce(*args, **kwargs)
 
 
@@ -530,10 +552,21 @@ def test_replay_is_rate_limited(lab):
     # next gap by as much (the reference's own sends showed 6 ms). SLACK absorbs that; a
     # burst (gaps near zero) or a faster rate (the total below) is still far outside it.
     close = [(n, g) for n, g in enumerate(gaps, start=2) if g < interval - SLACK]
-    # the sends were spaced, but in real time rather than on the clock
+    # the send after the acknowledgement that came late in real time only
+    after_real_ack = REAL_LATE_ACK + 2
+    # the sends were spaced, but in real time rather than on the clock (the gap after the
+    # late acknowledgement is spaced in real time by the check itself: it does not tell)
     real = [b - a for a, b in zip(sends.real_at, sends.real_at[1:], strict=False)]
-    in_real_time = bool(close) and all(real[n - 2] >= interval - SLACK for n, _ in close)
+    elsewhere = [(n, g) for n, g in close if n != after_real_ack]
+    in_real_time = bool(elsewhere) and \
+        all(real[n - 2] >= interval - SLACK for n, _ in elsewhere)
+    # measured in real time, slept on the clock: only the gap after the late ack is short
+    measured_real = bool(close) and not elsewhere
     floor = (len(dead) - 1) * interval - 0.01
+    # what each send may wait on the clock after the previous send: its acknowledgement's
+    # clock time (only the first takes any) + one interval
+    allowed = [interval + (FIRST_ACK_SECONDS if n == 2 else 0.0) + LATE_GAP_SLACK
+               for n in range(2, len(times) + 1)]
     ceiling = (len(dead) - 1) * interval + FIRST_ACK_SECONDS + STALL_SLACK_S
     # gaps (numbered by the later send, from 2) right after a wall step: send n+1 is the
     # first paced after the step at send n (0-based), so its gap is gaps[n]
@@ -545,8 +578,10 @@ def test_replay_is_rate_limited(lab):
     if not any(step < 0 for _, step, _ in on_wall) and \
             any(g < interval - SLACK for n, g in enumerate(gaps, start=2) if n not in after_step):
         on_wall = []
+    slow = [(n, g) for n, g in enumerate(gaps, start=2) if g > allowed[n - 2]]
     evidence = table([(n, f"t+{t - times[0]:.3f}s", f"{g:.3f} s" if g is not None else "",
-                       "TOO SOON" if g is not None and g < interval - SLACK else "")
+                       "TOO SOON" if g is not None and g < interval - SLACK else
+                       "TOO LATE" if g is not None and g > allowed[n - 2] else "")
                       for n, (t, g) in enumerate(zip(times, [None, *gaps], strict=True),
                                                  start=1)],
                      ("send", "at (clock)", "after the previous", ""))
@@ -565,14 +600,18 @@ def test_replay_is_rate_limited(lab):
             evidence=evidence,
             fix="pace on clock.monotonic() (next_send, now), not clock.now()",
             lesson=SEE)
-    if took > ceiling:
+    if took > ceiling or slow:
         raise CheckFailure(
             f"Replay took {took:.1f} s on the clock for {len(dead)} sends at {rate} per second "
-            f"(the first acknowledgement took {FIRST_ACK_SECONDS:.0f} s): it waited longer "
-            "than the rate needs. A send waits at most 1 / rate_per_second after the previous "
-            "one (the time its acknowledgement took counts in it), no more.",
-            expected=f"at most {ceiling:.1f} s on the clock",
-            actual=f"{took:.1f} s", evidence=evidence, lesson=SEE)
+            f"(the first acknowledgement took {FIRST_ACK_SECONDS:.0f} s on the clock, the "
+            "others none): it waited longer than the rate needs. A send waits at most "
+            "1 / rate_per_second after the previous send's acknowledgement, no more.",
+            expected=f"each send at most {interval:.3f} s after the previous one's "
+                     f"acknowledgement; at most {ceiling:.1f} s on the clock in all",
+            actual=f"{took:.1f} s"
+                   + (": " + ", ".join(f"send {n} {g:.3f} s after send {n - 1}"
+                                       for n, g in slow[:3]) if slow else ""),
+            evidence=evidence, lesson=SEE)
     if close or len(times) < len(dead) or took < floor:
         raise CheckFailure(
             "Replay is a write to production: at most rate_per_second records per second, so a "
@@ -584,7 +623,15 @@ def test_replay_is_rate_limited(lab):
                "sends after it came in a burst, making up for the stall (as a schedule that "
                "keeps its start, next += interval, or a token bucket that filled meanwhile "
                "does): pace each send from the previous one."
-               if close and close[0][0] > 2 and not in_real_time else "")
+               if close and close[0][0] > 2 and not in_real_time and not measured_real
+               else "")
+            + (f" The acknowledgement of send {after_real_ack - 1} reached the replay "
+               f"{REAL_LATE_ACK_S:.2f} s late in real time and at once on the clock; send "
+               f"{after_real_ack} then left at once on the clock: the replay measured the "
+               "time since the previous send in real time (time.monotonic()) and slept only "
+               "the rest, with clock.sleep(). Measure on the clock you sleep on: "
+               "clock.monotonic()."
+               if measured_real else "")
             + (" The sends were spaced in real time (a wait that clock.sleep() did not "
                "make): the clock, which only moves when slept here, did not see it."
                if in_real_time else ""),
@@ -596,7 +643,10 @@ def test_replay_is_rate_limited(lab):
                    f"{len(times)} sends in {took:.2f} s", evidence=evidence,
             fix="wait with clock.sleep() between sends, not time.sleep() (or any wait in real "
                 "time): the clock you are handed is the one the rate is measured on"
-                if in_real_time else None,
+                if in_real_time else
+                "read the time since the previous send with clock.monotonic(), the clock "
+                "clock.sleep() moves, not time.monotonic()"
+                if measured_real else None,
             lesson=SEE)
 
 
