@@ -683,29 +683,38 @@ def test_replay_timeout_is_real_time(lab, clock):
             lesson=SEE)
 
 
-# Four jobs over one DLT (four records in partition 0, read in order, and two in each other
+# Five jobs over one DLT (four records in partition 0, read in order, and two in each other
 # partition), each through a producer that fails a write: (what the failed write is,
 # max_replays, the topic whose first write fails, whether its delivery report never comes
-# rather than reporting an error, whether every retry of it fails too). The first job's first
-# re-publish fails once, whichever partition it comes from (a retry of it is acknowledged);
-# the second job (cap 1: the second record of p0, replayed once, is at it) fails to park that
-# record, once; the third job's first re-publish gets no delivery report within the run
-# (ACK_TIMEOUT_S is the ack_timeout_seconds handed to replay): flush() and poll() wait their
-# whole timeout for it, as a real client's do, and one without a timeout waits until
-# SILENT_HANG_S, when the broker's own timeout reports it failed; the fourth job's first
+# rather than reporting an error, whether every retry of it fails too, the ack_timeout_seconds
+# handed to replay). The first job's first re-publish fails once, whichever partition it comes
+# from (a retry of it is acknowledged); the second job (cap 1: the second record of p0,
+# replayed once, is at it) fails to park that record, once; the third job's first re-publish
+# gets no delivery report within the run: flush() and poll() wait their whole timeout for it,
+# as a real client's do, and one without a timeout waits until the job's hang_seconds (see
+# _hang_seconds), when the broker's own timeout reports it failed; the fourth job's first
 # re-publish fails, and so does every retry of it (a replay that retries and then gives up on
-# the record, skipping it, must stop there instead).
-FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source", False, False),
-                  ("park in the parking lot", 1, "parking_lot", False, False),
-                  ("silent re-publish to the source", 3, "source", True, False),
-                  ("re-publish to the source", 3, "source", False, True))
-ACK_TIMEOUT_S = 2.0
+# the record, skipping it, must stop there instead); the fifth job's park gets no delivery
+# report either: every wait for an acknowledgement is bounded, a park's too. The silent jobs
+# cost their ack_timeout_seconds of real time, so theirs is short.
+FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source", False, False, 2.0),
+                  ("park in the parking lot", 1, "parking_lot", False, False, 2.0),
+                  ("silent re-publish to the source", 3, "source", True, False, 1.0),
+                  ("re-publish to the source", 3, "source", False, True, 2.0),
+                  ("silent park in the parking lot", 1, "parking_lot", True, False, 1.0))
 JOB_TIMEOUT_S = 10.0
 # README: a run returns within a second of its timeout_seconds, plus the ack_timeout_seconds
 # of a write in flight then; SLACK_LATE_S for a loaded machine (and close())
 RETURN_WITHIN_S = 1.0
 SLACK_LATE_S = 1.25
-SILENT_HANG_S = JOB_TIMEOUT_S + ACK_TIMEOUT_S + RETURN_WITHIN_S + SLACK_LATE_S + 2.0
+
+
+def _hang_seconds(ack_timeout: float) -> float:
+    """When a silent write's report comes at last (the broker's own timeout): later than any
+    replay that bounds its waits can still be running."""
+    return JOB_TIMEOUT_S + ack_timeout + RETURN_WITHIN_S + SLACK_LATE_S + 2.0
+
+
 OTHER_PARTITIONS_EACH = 2
 
 
@@ -735,16 +744,17 @@ def test_replay_commits_only_after_the_ack(lab, clock):
     by_value = {c.item.value: c for c in dead}
     sink = lab.kafka.topic(1, hint="unacknowledged")
     with CommitCalls() as commits:  # the replay's consumer is built inside it
-        for bound, max_replays, fail_topic, silent, every_time in FAIL_ONCE_JOBS:
+        for bound, max_replays, fail_topic, silent, every_time, ack in FAIL_ONCE_JOBS:
             group = lab.kafka.group_id("dlt-replayer")
+            hang = _hang_seconds(ack)
             router = FailOnce(lab.dlt_producer(), sink, fail_topic=getattr(topics, fail_topic),
-                              silent=silent, every_time=every_time, hang_seconds=SILENT_HANG_S)
+                              silent=silent, every_time=every_time, hang_seconds=hang)
             sends = ProducerTap(router, clock)
             first_commit = len(commits.offsets)  # this job's commits come after
             began = time.monotonic()
             try:
                 report = replay(lab, topics, group, clock, producer=sends,
-                                max_replays=max_replays, ack_timeout_seconds=ACK_TIMEOUT_S,
+                                max_replays=max_replays, ack_timeout_seconds=ack,
                                 timeout_seconds=JOB_TIMEOUT_S)
                 outcome = f"replay returned {report!r}"
             except CheckFailure:
@@ -773,7 +783,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             failed = by_value.get(failed_write.value or b"")
             unacked = [c for c in dead if below[(c.partition, c.offset)]
                        and writes[(c.partition, c.offset)] != "acknowledged"]
-            park = bound.startswith("park")
+            park = "park" in bound
             # the next send came after the failure was reported (went on), or before it
             # was (did not wait for the delivery report)
             first_after = router.after_failure[:1]
@@ -816,7 +826,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                        "the retries fail too, the run ends there, the record uncommitted, and "
                        "the next run starts at it." if every_time and retries else "")
                     + (f" No delivery report came for it at all, within the ack_timeout_seconds "
-                       f"of this run ({ACK_TIMEOUT_S:.0f} s) or after: a write without its "
+                       f"of this run ({ack:.0f} s) or after: a write without its "
                        "report in time failed too." if silent else ""),
                     expected=f"the group's committed offset of p{failed.partition if failed else 0}"
                              f" at most {failed.offset if failed else '…'} (the record whose "
@@ -892,14 +902,14 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                         "poll() until its callback ran) before the next send"
                         if unwaited else None,
                     lesson=SEE)
-            allowed = JOB_TIMEOUT_S + ACK_TIMEOUT_S + RETURN_WITHIN_S
+            allowed = JOB_TIMEOUT_S + ack + RETURN_WITHIN_S
             if took > allowed + SLACK_LATE_S:
                 raise CheckFailure(
                     f"A write of the replay {failed_how} (a {bound} of {name}"
                     + (", whose delivery report did not come" if silent else "")
                     + f"), and the replay took {took:.1f} s of real time to return or raise, "
                     f"though its timeout_seconds was {JOB_TIMEOUT_S:.0f} and its "
-                    f"ack_timeout_seconds {ACK_TIMEOUT_S:.0f}. Every wait of a run is bounded: "
+                    f"ack_timeout_seconds {ack:.0f}. Every wait of a run is bounded: "
                     "a write whose report has not come within ack_timeout_seconds has failed "
                     "(give flush() that timeout, or poll() until it is up), and a run returns "
                     "within about a second of timeout_seconds, or of the end of a write in "
@@ -907,7 +917,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                     + (" flush() was called without a timeout while the write waited for its "
                        "report: it waits as long as the broker does (message.timeout.ms, five "
                        "minutes by default; a broker that never answers holds the replay that "
-                       f"long; here the report came as failed only after {SILENT_HANG_S:.0f} s)."
+                       f"long; here the report came as failed only after {hang:.0f} s)."
                        if router.unbounded_flush else ""),
                     expected=f"the replay ended within {allowed:.0f} s (timeout_seconds + "
                              "ack_timeout_seconds + 1 s)",
