@@ -943,6 +943,37 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                                        if q == partition)
                            + f"; committed {offsets_text(committed)}",
                     evidence=table(rows, columns), lesson=SEE)
+            # Once a retry of the failed write is acknowledged, the run goes on as if nothing
+            # had failed (README): only a write that stays failed, or timeout_seconds, ends it
+            # early. A run that stopped before its deadline must then have handled every record.
+            untouched = [c for c in dead if writes[(c.partition, c.offset)] != "acknowledged"
+                         or not below[(c.partition, c.offset)]]
+            if retry_at is not None and not every_time and untouched \
+                    and took < JOB_TIMEOUT_S - 0.5:
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} of {name}), it was retried in "
+                    "place and the retry was acknowledged, and then the run ended "
+                    f"({took:.1f} s into a timeout_seconds of {JOB_TIMEOUT_S:.0f}) with "
+                    f"{len(untouched)} of the {len(dead)} records in the DLT not replayed and "
+                    "committed. Once a retry is acknowledged, the run goes on as if nothing had "
+                    "failed: only a write that stays failed (its retries failed too) or "
+                    "timeout_seconds ends a run early. A run that stops at a write it did "
+                    "retry successfully leaves the rest of the DLT for a next run nobody may "
+                    "start, while its report says all went well.",
+                    expected=f"all {len(dead)} records replayed (or parked at the cap) and "
+                             "committed in that run",
+                    actual=f"{outcome}; not done: "
+                           + ", ".join(f"p{c.partition}@{c.offset} "
+                                       f"({writes[(c.partition, c.offset)]})"
+                                       for c in untouched[:6])
+                           + (" …" if len(untouched) > 6 else "")
+                           + f"; committed {offsets_text(committed)}",
+                    evidence=table(rows, columns),
+                    fix="after an acknowledged retry, carry on with the next record as after any "
+                        "acknowledged write; stop (raise, or return) only when the retries fail "
+                        "too",
+                    lesson=SEE)
+
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):
     topics = lab.topics()
