@@ -1110,18 +1110,25 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
 
 
 # The last record of p0 reaches the replay's consumer only after a pause longer than the
-# run: the replay handles the three before it, then nothing comes until its timeout_seconds
-# is up. A quiet spell is not the end, however long: a replay that ends after some idle time
-# ends before DEADLINE_S (any rule of up to about 4 s of quiet; a longer one never fires
-# before the deadline of this run, so here it is the deadline). How the pause is made: one
-# record per fetch (ONE_AT_A_TIME), and the client postpones its next fetch by
-# fetch.queue.backoff.ms once two records wait in its queue (queued.min.messages); the first
-# acknowledgement is slow (SLOW_FIRST_ACK_S, real time), so while the replay waits for it the
-# second and third records are fetched, and the fourth is held back for longer than the run.
+# run, and the third only GATE_OPENS_S into it: the replay handles the first two, waits,
+# handles the third late in the run, then nothing comes until its timeout_seconds is up.
+# A quiet spell is not the end, however long: a replay that ends after some idle time ends
+# before DEADLINE_S (any rule of up to about 3.5 s of quiet, between the second record and
+# the third; a longer one never fires before the deadline of this run, so here it is the
+# deadline). And the run's last wait for records begins GATE_OPENS_S in: a poll() (or
+# consume()) of more than about 2.5 s then overruns the deadline by more than LATE_BY_S,
+# wherever the replay's reads happen to fall. How the pauses are made: one record per fetch
+# (ONE_AT_A_TIME), and the client postpones its next fetch by fetch.queue.backoff.ms once
+# two records wait in its queue (queued.min.messages); the first acknowledgement is slow
+# (SLOW_FIRST_ACK_S, real time), so while the replay waits for it the second and third
+# records are fetched, and the fourth is held back for longer than the run. The check's
+# consumer (OneRecordPerConsume) hands the replay's group the third only at GATE_OPENS_S.
 # Costs DEADLINE_S of real time; the pause ends when the replay closes its consumer.
 DEADLINE_S = 5.0
 HELD_BACK = {**ONE_AT_A_TIME, "queued.min.messages": 2, "fetch.queue.backoff.ms": 20_000}
 SLOW_FIRST_ACK_S = 0.5
+GATE_AFTER = 2  # records handed out before the gate
+GATE_OPENS_S = 4.2  # real seconds after the check calls replay()
 # README: the run returns within a second of its deadline (no write is in flight then here:
 # every acknowledgement but the first comes at once); SLACK_LATE_S for close() and a loaded
 # machine. A poll of a second, then close(), is in time; one of several seconds is not.
@@ -1134,20 +1141,64 @@ class OneRecordPerConsume:
     consume() call, whatever num_messages asks (a batch may always come back short: that
     is what a consume() that times out returns). A replay that reads in batches then takes
     its records from the client's queue one at a time, as a poll() loop does, and the
-    queue fills behind the slow first acknowledgement as HELD_BACK needs. The learner's
-    replay module must be imported inside the `with` (each check imports it afresh)."""
+    queue fills behind the slow first acknowledgement as HELD_BACK needs. With `gate`
+    (group id, n, real time), a consumer of that group hands out its first n records, then
+    nothing until that time (a poll() or consume() meanwhile waits its timeout, or until
+    then, and comes back empty if it ends first), as if the next had not arrived yet. The
+    learner's replay module must be imported inside the `with` (each check imports it
+    afresh)."""
 
     def __init__(self) -> None:
         self._original: Any = None
+        self.gate: tuple[str, int, float] | None = None
 
     def __enter__(self) -> OneRecordPerConsume:
         import confluent_kafka
 
         original = self._original = confluent_kafka.Consumer
+        outer = self
+        empty = object()  # the call comes back empty: the gate was still shut when it ended
 
         class OneAtATime(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                config = args[0] if args and isinstance(args[0], dict) else kwargs
+                self._dojo_group = config.get("group.id")
+                self._dojo_handed = 0
+
+            def _dojo_gate(self, timeout: Any) -> Any:
+                """The timeout left for the client's call once the gate is open, or `empty`."""
+                gate = outer.gate
+                if gate is None or self._dojo_group != gate[0] or self._dojo_handed < gate[1]:
+                    return timeout
+                shut = gate[2] - time.monotonic()
+                if shut <= 0:
+                    return timeout
+                forever = timeout is None or timeout < 0
+                if not forever and timeout < shut:
+                    time.sleep(max(0.0, timeout))
+                    return empty
+                time.sleep(shut)
+                return timeout if forever else max(0.0, timeout - shut)
+
+            def poll(self, *args: Any, **kwargs: Any) -> Any:
+                timeout = args[0] if args else kwargs.get("timeout")
+                left = self._dojo_gate(timeout)
+                if left is empty:
+                    return None
+                msg = super().poll() if left is None else super().poll(left)
+                if msg is not None and msg.error() is None:
+                    self._dojo_handed += 1
+                return msg
+
             def consume(self, num_messages: int = 1, *args: Any, **kwargs: Any) -> Any:
-                return super().consume(1, *args, **kwargs)
+                timeout = args[0] if args else kwargs.get("timeout", -1)
+                left = self._dojo_gate(timeout)
+                if left is empty:
+                    return []
+                batch = super().consume(1, left if left is not None else -1)
+                self._dojo_handed += sum(1 for m in batch if m.error() is None)
+                return batch
 
         confluent_kafka.Consumer = OneAtATime  # type: ignore[misc]
         return self
@@ -1158,7 +1209,7 @@ class OneRecordPerConsume:
         confluent_kafka.Consumer = self._original  # type: ignore[misc]
 
 
-def _deadline_run(lab, clock) -> tuple[Any, ...]:
+def _deadline_run(lab, clock, consumers: OneRecordPerConsume) -> tuple[Any, ...]:
     topics = lab.topics()
     dead = craft_dead_letters(lab, topics, [
         (_big(healthy(f"acc-{n}", 400 + n, partition=0)), "InvalidEvent", None)
@@ -1166,6 +1217,7 @@ def _deadline_run(lab, clock) -> tuple[Any, ...]:
     group = lab.kafka.group_id("dlt-replayer")
     sends = FirstAckLate(lab.dlt_producer(), clock, SLOW_FIRST_ACK_S, real=True)
     began = time.monotonic()
+    consumers.gate = (group, GATE_AFTER, began + GATE_OPENS_S)
     try:
         report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
                              timeout_seconds=DEADLINE_S)
@@ -1185,10 +1237,11 @@ SCENE_TRIES = 3
 
 
 def test_replay_returns_at_its_deadline(lab, clock):
-    with OneRecordPerConsume():  # a batch reader (consume()) takes its records one at a time
+    # a batch reader (consume()) takes its records one at a time; the third comes late
+    with OneRecordPerConsume() as consumers:
         for attempt in range(SCENE_TRIES):
             dead, sent, sent_at, report, raised, took, ended, committed = _deadline_run(
-                lab, clock)
+                lab, clock, consumers)
             # Should the client fetch the last record early after all (its queue is a race
             # between its fetcher and the replay's reads, and a replay that drains the
             # queue from another thread, or reads it some other way, keeps it short), the
@@ -1245,9 +1298,11 @@ def test_replay_returns_at_its_deadline(lab, clock):
         waited = ended - sent_at[-1] if sent_at else took
         raise CheckFailure(
             f"Replay returned {took:.1f} s into a run whose timeout_seconds was "
-            f"{DEADLINE_S:.0f}, with p0@{last.offset}, in the DLT when it started, not "
-            "replayed. In this DLT the record reached the replay's consumer only after a "
-            "pause longer than the run (the check's consumer settings): no stretch of empty "
+            f"{DEADLINE_S:.0f}, with "
+            f"{', '.join(f'p0@{c.offset}' for c in dead if c not in sent)}, in the DLT when it "
+            "started, not replayed. In this DLT the third record reached the replay's "
+            f"consumer only {GATE_OPENS_S:.1f} s into the run and the last only after a pause "
+            "longer than the run (the check's consumer settings): no stretch of empty "
             "polls, however long, says a partition is done. Only its position reaching the "
             "end offset read at the start does; until then keep polling, and when "
             "timeout_seconds is up return the report.",
