@@ -262,11 +262,20 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
         # two key-less records of one partition, the first outside the window: no key has no
         # order to keep, so the skipped one holds nothing back
         (None, "DownstreamUnavailable", start_ms - 600_000, "no key, 10 min before the window"),
-        (None, "DownstreamUnavailable", start_ms + 1_250, "no key, inside the window")]
+        (None, "DownstreamUnavailable", start_ms + 1_250, "no key, inside the window"),
+        # outside the filters, though at the cap (x-replay-count 3) or without an original
+        # topic: the filters decide first, so these are skipped, never parked
+        ("acc-9", "PaymentDeclined", start_ms + 1_000, "inside the window, at the cap"),
+        ("acc-10", "DownstreamUnavailable", start_ms - 600_000,
+         "10 min before the window, no original topic")]
     wanted_types = {"DownstreamUnavailable", "OperationalError"}
-    dead = craft_dead_letters(lab, topics, [(_item(k, 101 + n), e, None)
-                                            for n, (k, e, _, _) in enumerate(specs)],
-                              timestamps=[t for _, _, t, _ in specs])
+    capped, orphaned = len(specs) - 2, len(specs) - 1  # their places in specs
+    dead = craft_dead_letters(lab, topics, [(_item(k, 101 + n), e, 3 if n == capped else None)
+                                            for n, (k, e, _, _) in enumerate(specs[:-1])],
+                              timestamps=[t for _, _, t, _ in specs[:-1]])
+    dead += craft_dead_letters(lab, topics, [(_item(specs[-1][0], 101 + orphaned),
+                                              specs[-1][1], None)],
+                               timestamps=[specs[-1][2]], origin=False)
     # An empty collection of types wants none of them (None is the one that means all): a
     # job whose type list came out empty must replay nothing. Every commit() of the jobs is
     # recorded (the replay module, imported inside the `with`, keeps the counting consumer
@@ -274,7 +283,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     commits = CommitCalls()
     with commits:
         report = replay(lab, topics, lab.kafka.group_id("dlt-replayer-none"), clock,
-                        exception_types=[])
+                        exception_types=[], max_replays=3)
     first_job = list(commits.offsets)
     sent = lab.read(topics.source, topics.partitions, fence=True)
     if sent:
@@ -290,7 +299,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     group = lab.kafka.group_id("dlt-replayer")
     with commits:
         report = replay(lab, topics, group, clock, exception_types=wanted_types,
-                        failed_after=since, failed_before=until)
+                        failed_after=since, failed_before=until, max_replays=3)
     second_job = commits.offsets[len(first_job):]
     back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
@@ -334,6 +343,7 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                      f"failed_before={until!r}\n" + table(
                          rows, ("key", "exception", "dead-lettered", "replay?", "replayed")),
             lesson=SEE)
+    _nothing_parked(lab, topics, dead, specs, report)
     _no_commit_goes_back(lab, topics, group, report, (first_job, second_job))
     # The same job again: the first run's committed offsets say how far it got, skipped
     # records included, so the second finds nothing to send.
@@ -356,6 +366,34 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                    f"committed after the two runs {offsets_text(committed)}; first report "
                    f"{report!r}, second {again!r}",
             lesson=SEE)
+
+
+def _nothing_parked(lab, topics, dead: list[Crafted], specs: list[Any], report: Any) -> None:
+    """README: the filters decide first; a record outside them is skipped, even at the cap or
+    without an original topic: no job of the filter check parks anything."""
+    parked = lab.read(topics.parking_lot,
+                      max(topics.partitions, lab.partition_counts([topics.parking_lot])[
+                          topics.parking_lot]), fence=True)
+    if not parked:
+        return
+    what = {c.item.value: when for c, (_, _, _, when) in zip(dead, specs, strict=True)}
+    names = {c.item.value: (c.item.key or b"(none)").decode() for c in dead}
+    raise CheckFailure(
+        "A record outside the filters went to the parking lot. The decision takes its rules in "
+        "order, the first that applies decides: outside the filters (exception type, time "
+        "window), skip it; then at the cap or without an original topic, park it; else "
+        "re-publish it. A job filtered to one cause must leave every other record alone, "
+        "also one at the cap or without its origin: parking it takes it out of the DLT's "
+        "jobs for other causes, and a person is asked to decide on a record nobody meant to "
+        "replay.",
+        expected="nothing in the parking lot (both jobs skip the records at the cap or "
+                 "without an original topic: their filters leave them out)",
+        actual=f"{len(parked)} record(s) parked: "
+               + ", ".join(f"{names.get(r.value, '?')} ({what.get(r.value, 'not the check’s')})"
+                           for r in parked[:4])
+               + f"; report of the filtered job {report!r}",
+        fix="apply the filters first (skip), then the cap and the missing origin (park)",
+        lesson=SEE)
 
 
 def _no_commit_goes_back(lab, topics, group, report,
@@ -453,18 +491,40 @@ FIRST_ACK_SECONDS = 2.0
 # fifth is: pacing read on clock.now() then sleeps an hour before the fourth send (a stall)
 # and sends the sixth at once (a burst); clock.monotonic() does not move with either.
 WALL_STEPS = {2: -3600.0, 4: +3600.0}
-# README: a send waits no longer than the interval after the previous one, the time an
-# acknowledgement took aside; the run on the clock is at most this much longer than that.
+# README: a send waits at most one interval after the previous send's acknowledgement. On
+# the still clock only the first acknowledgement takes time (FIRST_ACK_SECONDS), so send n
+# comes at most that ack's clock time + 1 / rate after send n - 1 (LATE_GAP_SLACK for a
+# sleep cut in slices), and the whole run at most STALL_SLACK_S longer than the sum.
 STALL_SLACK_S = 1.0
+LATE_GAP_SLACK = 0.05
+# The acknowledgement of send REAL_LATE_ACK (0-based; not the first, which is late on the
+# clock) reaches the replay REAL_LATE_ACK_S of real time late and at once on the clock: a
+# replay that measures the time since the previous send in real time (time.monotonic())
+# but sleeps with clock.sleep() skips the sleep before the next send, which then leaves at
+# once on the clock.
+REAL_LATE_ACK = 1
+REAL_LATE_ACK_S = 0.45
 
 
 class WallStepsAtSends(FirstAckLate):
-    """FirstAckLate that steps the clock's wall time by WALL_STEPS[n] as send n leaves."""
+    """FirstAckLate that steps the clock's wall time by WALL_STEPS[n] as send n leaves, and
+    hands the report of send REAL_LATE_ACK to the caller REAL_LATE_ACK_S of real time late
+    (the caller is blocked in flush() or poll() meanwhile; the clock does not move)."""
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
-        step = WALL_STEPS.get(len(self.produced))
+        number = len(self.produced)
+        step = WALL_STEPS.get(number)
         if step is not None:
             self._clock.wall_offset += step
+        if number == REAL_LATE_ACK:
+            callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+
+            def late(err: Any, msg: Any) -> None:
+                time.sleep(REAL_LATE_ACK_S)
+                if callback is not None:
+                    callback(err, msg)
+
+            kwargs["on_delivery"] = late
         return super().produce(*args, **kwargs)
 
 
@@ -492,10 +552,21 @@ def test_replay_is_rate_limited(lab):
     # next gap by as much (the reference's own sends showed 6 ms). SLACK absorbs that; a
     # burst (gaps near zero) or a faster rate (the total below) is still far outside it.
     close = [(n, g) for n, g in enumerate(gaps, start=2) if g < interval - SLACK]
-    # the sends were spaced, but in real time rather than on the clock
+    # the send after the acknowledgement that came late in real time only
+    after_real_ack = REAL_LATE_ACK + 2
+    # the sends were spaced, but in real time rather than on the clock (the gap after the
+    # late acknowledgement is spaced in real time by the check itself: it does not tell)
     real = [b - a for a, b in zip(sends.real_at, sends.real_at[1:], strict=False)]
-    in_real_time = bool(close) and all(real[n - 2] >= interval - SLACK for n, _ in close)
+    elsewhere = [(n, g) for n, g in close if n != after_real_ack]
+    in_real_time = bool(elsewhere) and \
+        all(real[n - 2] >= interval - SLACK for n, _ in elsewhere)
+    # measured in real time, slept on the clock: only the gap after the late ack is short
+    measured_real = bool(close) and not elsewhere
     floor = (len(dead) - 1) * interval - 0.01
+    # what each send may wait on the clock after the previous send: its acknowledgement's
+    # clock time (only the first takes any) + one interval
+    allowed = [interval + (FIRST_ACK_SECONDS if n == 2 else 0.0) + LATE_GAP_SLACK
+               for n in range(2, len(times) + 1)]
     ceiling = (len(dead) - 1) * interval + FIRST_ACK_SECONDS + STALL_SLACK_S
     # gaps (numbered by the later send, from 2) right after a wall step: send n+1 is the
     # first paced after the step at send n (0-based), so its gap is gaps[n]
@@ -507,8 +578,10 @@ def test_replay_is_rate_limited(lab):
     if not any(step < 0 for _, step, _ in on_wall) and \
             any(g < interval - SLACK for n, g in enumerate(gaps, start=2) if n not in after_step):
         on_wall = []
+    slow = [(n, g) for n, g in enumerate(gaps, start=2) if g > allowed[n - 2]]
     evidence = table([(n, f"t+{t - times[0]:.3f}s", f"{g:.3f} s" if g is not None else "",
-                       "TOO SOON" if g is not None and g < interval - SLACK else "")
+                       "TOO SOON" if g is not None and g < interval - SLACK else
+                       "TOO LATE" if g is not None and g > allowed[n - 2] else "")
                       for n, (t, g) in enumerate(zip(times, [None, *gaps], strict=True),
                                                  start=1)],
                      ("send", "at (clock)", "after the previous", ""))
@@ -527,14 +600,18 @@ def test_replay_is_rate_limited(lab):
             evidence=evidence,
             fix="pace on clock.monotonic() (next_send, now), not clock.now()",
             lesson=SEE)
-    if took > ceiling:
+    if took > ceiling or slow:
         raise CheckFailure(
             f"Replay took {took:.1f} s on the clock for {len(dead)} sends at {rate} per second "
-            f"(the first acknowledgement took {FIRST_ACK_SECONDS:.0f} s): it waited longer "
-            "than the rate needs. A send waits at most 1 / rate_per_second after the previous "
-            "one (the time its acknowledgement took counts in it), no more.",
-            expected=f"at most {ceiling:.1f} s on the clock",
-            actual=f"{took:.1f} s", evidence=evidence, lesson=SEE)
+            f"(the first acknowledgement took {FIRST_ACK_SECONDS:.0f} s on the clock, the "
+            "others none): it waited longer than the rate needs. A send waits at most "
+            "1 / rate_per_second after the previous send's acknowledgement, no more.",
+            expected=f"each send at most {interval:.3f} s after the previous one's "
+                     f"acknowledgement; at most {ceiling:.1f} s on the clock in all",
+            actual=f"{took:.1f} s"
+                   + (": " + ", ".join(f"send {n} {g:.3f} s after send {n - 1}"
+                                       for n, g in slow[:3]) if slow else ""),
+            evidence=evidence, lesson=SEE)
     if close or len(times) < len(dead) or took < floor:
         raise CheckFailure(
             "Replay is a write to production: at most rate_per_second records per second, so a "
@@ -546,7 +623,15 @@ def test_replay_is_rate_limited(lab):
                "sends after it came in a burst, making up for the stall (as a schedule that "
                "keeps its start, next += interval, or a token bucket that filled meanwhile "
                "does): pace each send from the previous one."
-               if close and close[0][0] > 2 and not in_real_time else "")
+               if close and close[0][0] > 2 and not in_real_time and not measured_real
+               else "")
+            + (f" The acknowledgement of send {after_real_ack - 1} reached the replay "
+               f"{REAL_LATE_ACK_S:.2f} s late in real time and at once on the clock; send "
+               f"{after_real_ack} then left at once on the clock: the replay measured the "
+               "time since the previous send in real time (time.monotonic()) and slept only "
+               "the rest, with clock.sleep(). Measure on the clock you sleep on: "
+               "clock.monotonic()."
+               if measured_real else "")
             + (" The sends were spaced in real time (a wait that clock.sleep() did not "
                "make): the clock, which only moves when slept here, did not see it."
                if in_real_time else ""),
@@ -558,7 +643,10 @@ def test_replay_is_rate_limited(lab):
                    f"{len(times)} sends in {took:.2f} s", evidence=evidence,
             fix="wait with clock.sleep() between sends, not time.sleep() (or any wait in real "
                 "time): the clock you are handed is the one the rate is measured on"
-                if in_real_time else None,
+                if in_real_time else
+                "read the time since the previous send with clock.monotonic(), the clock "
+                "clock.sleep() moves, not time.monotonic()"
+                if measured_real else None,
             lesson=SEE)
 
 
@@ -595,29 +683,38 @@ def test_replay_timeout_is_real_time(lab, clock):
             lesson=SEE)
 
 
-# Four jobs over one DLT (four records in partition 0, read in order, and two in each other
+# Five jobs over one DLT (four records in partition 0, read in order, and two in each other
 # partition), each through a producer that fails a write: (what the failed write is,
 # max_replays, the topic whose first write fails, whether its delivery report never comes
-# rather than reporting an error, whether every retry of it fails too). The first job's first
-# re-publish fails once, whichever partition it comes from (a retry of it is acknowledged);
-# the second job (cap 1: the second record of p0, replayed once, is at it) fails to park that
-# record, once; the third job's first re-publish gets no delivery report within the run
-# (ACK_TIMEOUT_S is the ack_timeout_seconds handed to replay): flush() and poll() wait their
-# whole timeout for it, as a real client's do, and one without a timeout waits until
-# SILENT_HANG_S, when the broker's own timeout reports it failed; the fourth job's first
+# rather than reporting an error, whether every retry of it fails too, the ack_timeout_seconds
+# handed to replay). The first job's first re-publish fails once, whichever partition it comes
+# from (a retry of it is acknowledged); the second job (cap 1: the second record of p0,
+# replayed once, is at it) fails to park that record, once; the third job's first re-publish
+# gets no delivery report within the run: flush() and poll() wait their whole timeout for it,
+# as a real client's do, and one without a timeout waits until the job's hang_seconds (see
+# _hang_seconds), when the broker's own timeout reports it failed; the fourth job's first
 # re-publish fails, and so does every retry of it (a replay that retries and then gives up on
-# the record, skipping it, must stop there instead).
-FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source", False, False),
-                  ("park in the parking lot", 1, "parking_lot", False, False),
-                  ("silent re-publish to the source", 3, "source", True, False),
-                  ("re-publish to the source", 3, "source", False, True))
-ACK_TIMEOUT_S = 2.0
+# the record, skipping it, must stop there instead); the fifth job's park gets no delivery
+# report either: every wait for an acknowledgement is bounded, a park's too. The silent jobs
+# cost their ack_timeout_seconds of real time, so theirs is short.
+FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source", False, False, 2.0),
+                  ("park in the parking lot", 1, "parking_lot", False, False, 2.0),
+                  ("silent re-publish to the source", 3, "source", True, False, 1.0),
+                  ("re-publish to the source", 3, "source", False, True, 2.0),
+                  ("silent park in the parking lot", 1, "parking_lot", True, False, 1.0))
 JOB_TIMEOUT_S = 10.0
 # README: a run returns within a second of its timeout_seconds, plus the ack_timeout_seconds
 # of a write in flight then; SLACK_LATE_S for a loaded machine (and close())
 RETURN_WITHIN_S = 1.0
 SLACK_LATE_S = 1.25
-SILENT_HANG_S = JOB_TIMEOUT_S + ACK_TIMEOUT_S + RETURN_WITHIN_S + SLACK_LATE_S + 2.0
+
+
+def _hang_seconds(ack_timeout: float) -> float:
+    """When a silent write's report comes at last (the broker's own timeout): later than any
+    replay that bounds its waits can still be running."""
+    return JOB_TIMEOUT_S + ack_timeout + RETURN_WITHIN_S + SLACK_LATE_S + 2.0
+
+
 OTHER_PARTITIONS_EACH = 2
 
 
@@ -647,16 +744,17 @@ def test_replay_commits_only_after_the_ack(lab, clock):
     by_value = {c.item.value: c for c in dead}
     sink = lab.kafka.topic(1, hint="unacknowledged")
     with CommitCalls() as commits:  # the replay's consumer is built inside it
-        for bound, max_replays, fail_topic, silent, every_time in FAIL_ONCE_JOBS:
+        for bound, max_replays, fail_topic, silent, every_time, ack in FAIL_ONCE_JOBS:
             group = lab.kafka.group_id("dlt-replayer")
+            hang = _hang_seconds(ack)
             router = FailOnce(lab.dlt_producer(), sink, fail_topic=getattr(topics, fail_topic),
-                              silent=silent, every_time=every_time, hang_seconds=SILENT_HANG_S)
+                              silent=silent, every_time=every_time, hang_seconds=hang)
             sends = ProducerTap(router, clock)
             first_commit = len(commits.offsets)  # this job's commits come after
             began = time.monotonic()
             try:
                 report = replay(lab, topics, group, clock, producer=sends,
-                                max_replays=max_replays, ack_timeout_seconds=ACK_TIMEOUT_S,
+                                max_replays=max_replays, ack_timeout_seconds=ack,
                                 timeout_seconds=JOB_TIMEOUT_S)
                 outcome = f"replay returned {report!r}"
             except CheckFailure:
@@ -685,7 +783,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             failed = by_value.get(failed_write.value or b"")
             unacked = [c for c in dead if below[(c.partition, c.offset)]
                        and writes[(c.partition, c.offset)] != "acknowledged"]
-            park = bound.startswith("park")
+            park = "park" in bound
             # the next send came after the failure was reported (went on), or before it
             # was (did not wait for the delivery report)
             first_after = router.after_failure[:1]
@@ -728,7 +826,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                        "the retries fail too, the run ends there, the record uncommitted, and "
                        "the next run starts at it." if every_time and retries else "")
                     + (f" No delivery report came for it at all, within the ack_timeout_seconds "
-                       f"of this run ({ACK_TIMEOUT_S:.0f} s) or after: a write without its "
+                       f"of this run ({ack:.0f} s) or after: a write without its "
                        "report in time failed too." if silent else ""),
                     expected=f"the group's committed offset of p{failed.partition if failed else 0}"
                              f" at most {failed.offset if failed else '…'} (the record whose "
@@ -804,14 +902,14 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                         "poll() until its callback ran) before the next send"
                         if unwaited else None,
                     lesson=SEE)
-            allowed = JOB_TIMEOUT_S + ACK_TIMEOUT_S + RETURN_WITHIN_S
+            allowed = JOB_TIMEOUT_S + ack + RETURN_WITHIN_S
             if took > allowed + SLACK_LATE_S:
                 raise CheckFailure(
                     f"A write of the replay {failed_how} (a {bound} of {name}"
                     + (", whose delivery report did not come" if silent else "")
                     + f"), and the replay took {took:.1f} s of real time to return or raise, "
                     f"though its timeout_seconds was {JOB_TIMEOUT_S:.0f} and its "
-                    f"ack_timeout_seconds {ACK_TIMEOUT_S:.0f}. Every wait of a run is bounded: "
+                    f"ack_timeout_seconds {ack:.0f}. Every wait of a run is bounded: "
                     "a write whose report has not come within ack_timeout_seconds has failed "
                     "(give flush() that timeout, or poll() until it is up), and a run returns "
                     "within about a second of timeout_seconds, or of the end of a write in "
@@ -819,7 +917,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                     + (" flush() was called without a timeout while the write waited for its "
                        "report: it waits as long as the broker does (message.timeout.ms, five "
                        "minutes by default; a broker that never answers holds the replay that "
-                       f"long; here the report came as failed only after {SILENT_HANG_S:.0f} s)."
+                       f"long; here the report came as failed only after {hang:.0f} s)."
                        if router.unbounded_flush else ""),
                     expected=f"the replay ended within {allowed:.0f} s (timeout_seconds + "
                              "ack_timeout_seconds + 1 s)",
@@ -845,6 +943,37 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                                        if q == partition)
                            + f"; committed {offsets_text(committed)}",
                     evidence=table(rows, columns), lesson=SEE)
+            # Once a retry of the failed write is acknowledged, the run goes on as if nothing
+            # had failed (README): only a write that stays failed, or timeout_seconds, ends it
+            # early. A run that stopped before its deadline must then have handled every record.
+            untouched = [c for c in dead if writes[(c.partition, c.offset)] != "acknowledged"
+                         or not below[(c.partition, c.offset)]]
+            if retry_at is not None and not every_time and untouched \
+                    and took < JOB_TIMEOUT_S - 0.5:
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} of {name}), it was retried in "
+                    "place and the retry was acknowledged, and then the run ended "
+                    f"({took:.1f} s into a timeout_seconds of {JOB_TIMEOUT_S:.0f}) with "
+                    f"{len(untouched)} of the {len(dead)} records in the DLT not replayed and "
+                    "committed. Once a retry is acknowledged, the run goes on as if nothing had "
+                    "failed: only a write that stays failed (its retries failed too) or "
+                    "timeout_seconds ends a run early. A run that stops at a write it did "
+                    "retry successfully leaves the rest of the DLT for a next run nobody may "
+                    "start, while its report says all went well.",
+                    expected=f"all {len(dead)} records replayed (or parked at the cap) and "
+                             "committed in that run",
+                    actual=f"{outcome}; not done: "
+                           + ", ".join(f"p{c.partition}@{c.offset} "
+                                       f"({writes[(c.partition, c.offset)]})"
+                                       for c in untouched[:6])
+                           + (" …" if len(untouched) > 6 else "")
+                           + f"; committed {offsets_text(committed)}",
+                    evidence=table(rows, columns),
+                    fix="after an acknowledged retry, carry on with the next record as after any "
+                        "acknowledged write; stop (raise, or return) only when the retries fail "
+                        "too",
+                    lesson=SEE)
+
 
 def test_replay_commits_each_record_before_the_next_send(lab, clock):
     topics = lab.topics()
@@ -981,18 +1110,25 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
 
 
 # The last record of p0 reaches the replay's consumer only after a pause longer than the
-# run: the replay handles the three before it, then nothing comes until its timeout_seconds
-# is up. A quiet spell is not the end, however long: a replay that ends after some idle time
-# ends before DEADLINE_S (any rule of up to about 4 s of quiet; a longer one never fires
-# before the deadline of this run, so here it is the deadline). How the pause is made: one
-# record per fetch (ONE_AT_A_TIME), and the client postpones its next fetch by
-# fetch.queue.backoff.ms once two records wait in its queue (queued.min.messages); the first
-# acknowledgement is slow (SLOW_FIRST_ACK_S, real time), so while the replay waits for it the
-# second and third records are fetched, and the fourth is held back for longer than the run.
+# run, and the third only GATE_OPENS_S into it: the replay handles the first two, waits,
+# handles the third late in the run, then nothing comes until its timeout_seconds is up.
+# A quiet spell is not the end, however long: a replay that ends after some idle time ends
+# before DEADLINE_S (any rule of up to about 3.5 s of quiet, between the second record and
+# the third; a longer one never fires before the deadline of this run, so here it is the
+# deadline). And the run's last wait for records begins GATE_OPENS_S in: a poll() (or
+# consume()) of more than about 2.5 s then overruns the deadline by more than LATE_BY_S,
+# wherever the replay's reads happen to fall. How the pauses are made: one record per fetch
+# (ONE_AT_A_TIME), and the client postpones its next fetch by fetch.queue.backoff.ms once
+# two records wait in its queue (queued.min.messages); the first acknowledgement is slow
+# (SLOW_FIRST_ACK_S, real time), so while the replay waits for it the second and third
+# records are fetched, and the fourth is held back for longer than the run. The check's
+# consumer (OneRecordPerConsume) hands the replay's group the third only at GATE_OPENS_S.
 # Costs DEADLINE_S of real time; the pause ends when the replay closes its consumer.
 DEADLINE_S = 5.0
 HELD_BACK = {**ONE_AT_A_TIME, "queued.min.messages": 2, "fetch.queue.backoff.ms": 20_000}
 SLOW_FIRST_ACK_S = 0.5
+GATE_AFTER = 2  # records handed out before the gate
+GATE_OPENS_S = 4.2  # real seconds after the check calls replay()
 # README: the run returns within a second of its deadline (no write is in flight then here:
 # every acknowledgement but the first comes at once); SLACK_LATE_S for close() and a loaded
 # machine. A poll of a second, then close(), is in time; one of several seconds is not.
@@ -1005,20 +1141,64 @@ class OneRecordPerConsume:
     consume() call, whatever num_messages asks (a batch may always come back short: that
     is what a consume() that times out returns). A replay that reads in batches then takes
     its records from the client's queue one at a time, as a poll() loop does, and the
-    queue fills behind the slow first acknowledgement as HELD_BACK needs. The learner's
-    replay module must be imported inside the `with` (each check imports it afresh)."""
+    queue fills behind the slow first acknowledgement as HELD_BACK needs. With `gate`
+    (group id, n, real time), a consumer of that group hands out its first n records, then
+    nothing until that time (a poll() or consume() meanwhile waits its timeout, or until
+    then, and comes back empty if it ends first), as if the next had not arrived yet. The
+    learner's replay module must be imported inside the `with` (each check imports it
+    afresh)."""
 
     def __init__(self) -> None:
         self._original: Any = None
+        self.gate: tuple[str, int, float] | None = None
 
     def __enter__(self) -> OneRecordPerConsume:
         import confluent_kafka
 
         original = self._original = confluent_kafka.Consumer
+        outer = self
+        empty = object()  # the call comes back empty: the gate was still shut when it ended
 
         class OneAtATime(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                config = args[0] if args and isinstance(args[0], dict) else kwargs
+                self._dojo_group = config.get("group.id")
+                self._dojo_handed = 0
+
+            def _dojo_gate(self, timeout: Any) -> Any:
+                """The timeout left for the client's call once the gate is open, or `empty`."""
+                gate = outer.gate
+                if gate is None or self._dojo_group != gate[0] or self._dojo_handed < gate[1]:
+                    return timeout
+                shut = gate[2] - time.monotonic()
+                if shut <= 0:
+                    return timeout
+                forever = timeout is None or timeout < 0
+                if not forever and timeout < shut:
+                    time.sleep(max(0.0, timeout))
+                    return empty
+                time.sleep(shut)
+                return timeout if forever else max(0.0, timeout - shut)
+
+            def poll(self, *args: Any, **kwargs: Any) -> Any:
+                timeout = args[0] if args else kwargs.get("timeout")
+                left = self._dojo_gate(timeout)
+                if left is empty:
+                    return None
+                msg = super().poll() if left is None else super().poll(left)
+                if msg is not None and msg.error() is None:
+                    self._dojo_handed += 1
+                return msg
+
             def consume(self, num_messages: int = 1, *args: Any, **kwargs: Any) -> Any:
-                return super().consume(1, *args, **kwargs)
+                timeout = args[0] if args else kwargs.get("timeout", -1)
+                left = self._dojo_gate(timeout)
+                if left is empty:
+                    return []
+                batch = super().consume(1, left if left is not None else -1)
+                self._dojo_handed += sum(1 for m in batch if m.error() is None)
+                return batch
 
         confluent_kafka.Consumer = OneAtATime  # type: ignore[misc]
         return self
@@ -1029,7 +1209,7 @@ class OneRecordPerConsume:
         confluent_kafka.Consumer = self._original  # type: ignore[misc]
 
 
-def _deadline_run(lab, clock) -> tuple[Any, ...]:
+def _deadline_run(lab, clock, consumers: OneRecordPerConsume) -> tuple[Any, ...]:
     topics = lab.topics()
     dead = craft_dead_letters(lab, topics, [
         (_big(healthy(f"acc-{n}", 400 + n, partition=0)), "InvalidEvent", None)
@@ -1037,6 +1217,7 @@ def _deadline_run(lab, clock) -> tuple[Any, ...]:
     group = lab.kafka.group_id("dlt-replayer")
     sends = FirstAckLate(lab.dlt_producer(), clock, SLOW_FIRST_ACK_S, real=True)
     began = time.monotonic()
+    consumers.gate = (group, GATE_AFTER, began + GATE_OPENS_S)
     try:
         report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
                              timeout_seconds=DEADLINE_S)
@@ -1056,10 +1237,11 @@ SCENE_TRIES = 3
 
 
 def test_replay_returns_at_its_deadline(lab, clock):
-    with OneRecordPerConsume():  # a batch reader (consume()) takes its records one at a time
+    # a batch reader (consume()) takes its records one at a time; the third comes late
+    with OneRecordPerConsume() as consumers:
         for attempt in range(SCENE_TRIES):
             dead, sent, sent_at, report, raised, took, ended, committed = _deadline_run(
-                lab, clock)
+                lab, clock, consumers)
             # Should the client fetch the last record early after all (its queue is a race
             # between its fetcher and the replay's reads, and a replay that drains the
             # queue from another thread, or reads it some other way, keeps it short), the
@@ -1116,9 +1298,11 @@ def test_replay_returns_at_its_deadline(lab, clock):
         waited = ended - sent_at[-1] if sent_at else took
         raise CheckFailure(
             f"Replay returned {took:.1f} s into a run whose timeout_seconds was "
-            f"{DEADLINE_S:.0f}, with p0@{last.offset}, in the DLT when it started, not "
-            "replayed. In this DLT the record reached the replay's consumer only after a "
-            "pause longer than the run (the check's consumer settings): no stretch of empty "
+            f"{DEADLINE_S:.0f}, with "
+            f"{', '.join(f'p0@{c.offset}' for c in dead if c not in sent)}, in the DLT when it "
+            "started, not replayed. In this DLT the third record reached the replay's "
+            f"consumer only {GATE_OPENS_S:.1f} s into the run and the last only after a pause "
+            "longer than the run (the check's consumer settings): no stretch of empty "
             "polls, however long, says a partition is done. Only its position reaching the "
             "end offset read at the start does; until then keep polling, and when "
             "timeout_seconds is up return the report.",
