@@ -547,7 +547,7 @@ def _reads_as_an_incident_note(learner: Any, run: Run) -> None:
         + f"; the onset as {onset} UTC (the machine's time zone is UTC+05:45)",
         actual=(("it does not name " + ", ".join(missing)) if missing else
                 f"it gives the onset as {mislabelled.group(0)!r}")  # type: ignore[union-attr]
-        + f": {note[:200]!r}",
+        + f": {(note.splitlines() or [''])[0][:200]!r}",
         evidence=run.evidence(),
         lesson=PROVE,
         fix=fix,
