@@ -429,6 +429,7 @@ class CommitCalls:
         self.asynchronous = 0
         # (partition, offset) of every commit() given a message or offsets, in call order
         self.offsets: list[tuple[int, int]] = []
+        self.at: list[float] = []  # when each of `offsets` was committed (time.monotonic())
         self._original: Any = None
 
     def __enter__(self) -> CommitCalls:
@@ -450,6 +451,7 @@ class CommitCalls:
                     calls.offsets.append((message.partition(), message.offset() + 1))
                 for tp in offsets or ():
                     calls.offsets.append((tp.partition, tp.offset))
+                calls.at.extend([time.monotonic()] * (len(calls.offsets) - len(calls.at)))
                 return super().commit(*args, **kwargs)
 
         confluent_kafka.Consumer = CountedConsumer  # type: ignore[misc]
@@ -487,6 +489,7 @@ class FailOnce:
         self._failing: tuple[Any, bytes | None] | None = None  # (topic, value) that fails
         self._count = 0
         self._reported = False
+        self.reported_at: float | None = None  # when the failed write's report was handed over
         # the silent write whose report has not come yet: (when it comes, real time; callback)
         self._silent: tuple[float, Any] | None = None
         # flush() called with no timeout (or a negative one) while the silent write waited
@@ -538,7 +541,7 @@ class FailOnce:
                 return
             if callback is not None:
                 callback(error, msg)
-            self._reported = True
+            self._reported, self.reported_at = True, time.monotonic()
 
         return self._producer.produce(on_delivery=report, **given)
 
@@ -548,7 +551,7 @@ class FailOnce:
             return 0
         (_, deliver), self._silent = self._silent, None
         deliver()
-        self._reported = True
+        self._reported, self.reported_at = True, time.monotonic()
         return 1
 
     def _wait(self, timeout: float | None) -> None:

@@ -790,6 +790,13 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             went_on, unwaited = first_after == [True], first_after == [False]
             if silent:  # no report ever came: whether the next send waited for it says nothing
                 went_on = unwaited = False
+            # a commit covering the failed record before its report reached the caller: it
+            # did not wait, whether or not the report happened to come before the next send
+            covering = [t for (p, o), t in zip(commits.offsets[first_commit:],
+                                               commits.at[first_commit:], strict=True)
+                        if failed is not None and p == failed.partition and o > failed.offset]
+            if covering and (router.reported_at is None or covering[0] < router.reported_at):
+                went_on, unwaited = False, not silent
 
             def again(p: Any, failed_write: Any = failed_write) -> bool:  # a retry of it
                 return p.value == failed_write.value and p.topic == failed_write.topic
@@ -1134,6 +1141,8 @@ GATE_OPENS_S = 4.2  # real seconds after the check calls replay()
 # machine. A poll of a second, then close(), is in time; one of several seconds is not.
 LATE_BY_S = RETURN_WITHIN_S + SLACK_LATE_S
 DEADLINE_RECORDS = 4
+# a record the replay's consumer got later than this before the deadline need not be replayed
+HANDLE_IN_S = 0.5
 
 
 class OneRecordPerConsume:
@@ -1151,6 +1160,8 @@ class OneRecordPerConsume:
     def __init__(self) -> None:
         self._original: Any = None
         self.gate: tuple[str, int, float] | None = None
+        # when each record reached the gated group's consumer (real time), in order
+        self.handed_at: list[float] = []
 
     def __enter__(self) -> OneRecordPerConsume:
         import confluent_kafka
@@ -1188,7 +1199,7 @@ class OneRecordPerConsume:
                     return None
                 msg = super().poll() if left is None else super().poll(left)
                 if msg is not None and msg.error() is None:
-                    self._dojo_handed += 1
+                    self._dojo_count(1)
                 return msg
 
             def consume(self, num_messages: int = 1, *args: Any, **kwargs: Any) -> Any:
@@ -1197,8 +1208,13 @@ class OneRecordPerConsume:
                 if left is empty:
                     return []
                 batch = super().consume(1, left if left is not None else -1)
-                self._dojo_handed += sum(1 for m in batch if m.error() is None)
+                self._dojo_count(sum(1 for m in batch if m.error() is None))
                 return batch
+
+            def _dojo_count(self, records: int) -> None:
+                self._dojo_handed += records
+                if outer.gate is not None and self._dojo_group == outer.gate[0]:
+                    outer.handed_at.extend([time.monotonic()] * records)
 
         confluent_kafka.Consumer = OneAtATime  # type: ignore[misc]
         return self
@@ -1218,6 +1234,7 @@ def _deadline_run(lab, clock, consumers: OneRecordPerConsume) -> tuple[Any, ...]
     sends = FirstAckLate(lab.dlt_producer(), clock, SLOW_FIRST_ACK_S, real=True)
     began = time.monotonic()
     consumers.gate = (group, GATE_AFTER, began + GATE_OPENS_S)
+    consumers.handed_at = []
     try:
         report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
                              timeout_seconds=DEADLINE_S)
@@ -1256,6 +1273,11 @@ def test_replay_returns_at_its_deadline(lab, clock):
              f"DLT offsets {offsets_text(committed)}")
     *before, last = dead
     done = ', '.join(f'p0@{c.offset}' for c in before)
+    # A record the replay's consumer got too close to the deadline to be handled in time
+    # (a loaded machine, a slow group join) may be left for the next run: not required.
+    began = ended - took
+    required = [c for n, c in enumerate(before) if n < len(consumers.handed_at)
+                and consumers.handed_at[n] <= began + DEADLINE_S - HANDLE_IN_S]
     if early:
         # The scene could not be set: every record reached the replay in time. What the run
         # shows is still judged (all four replayed and committed, the report counting them,
@@ -1332,8 +1354,9 @@ def test_replay_returns_at_its_deadline(lab, clock):
     wrong = []
     if took > DEADLINE_S + LATE_BY_S:
         wrong.append(f"it returned {took - DEADLINE_S:.1f} s after its deadline")
-    if any(c not in sent for c in before):
-        wrong.append(f"{done}, there from the start, not all re-published")
+    if any(c not in sent for c in required):
+        wrong.append(f"{', '.join(f'p0@{c.offset}' for c in required)}, there from the start "
+                     "and handed to its consumer in time, not all re-published")
     if committed.get(0, -1) > last.offset:
         wrong.append(f"the group committed p0 past p0@{last.offset}, which it never replayed")
     if report is None or getattr(report, "replayed", None) != len(sent):
