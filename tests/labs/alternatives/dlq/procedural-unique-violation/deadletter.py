@@ -100,13 +100,34 @@ def create_topics(admin: Any, source_topic: str, *, replication_factor: int = 1
         futures += list(admin.create_topics(to_create, operation_timeout=15).values())
     if to_grow:
         futures += list(admin.create_partitions(to_grow, operation_timeout=15).values())
+    raced = []
     for future in futures:
         try:
             future.result(timeout=20)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ValueError(f"cannot prepare the topics of {source_topic}: {exc}") from exc
+            raced.append(exc)
+    if raced:
+        # created since the metadata above (or the metadata lagged): grow it if it is small
+        for topic in (names.dead_letter, names.parking_lot):
+            have = _settled_partition_count(admin, topic)
+            if have < wanted:
+                admin.create_partitions([NewPartitions(topic, wanted)],
+                                        operation_timeout=15)[topic].result(timeout=20)
     return names
+
+
+def _settled_partition_count(admin: Any, topic: str) -> int:
+    """A topic the broker says exists may be missing from a metadata answer for a moment."""
+    import time
+
+    for _ in range(50):
+        have = _partition_count(admin, topic)
+        if have is not None:
+            return have
+        time.sleep(0.2)
+    raise ValueError(f"{topic} exists, says the broker, but its metadata never shows it")
 
 
 def _class_name(error: BaseException) -> str:
