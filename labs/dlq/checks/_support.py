@@ -490,6 +490,9 @@ class FailOnce:
         self._count = 0
         self._reported = False
         self.reported_at: float | None = None  # when the failed write's report was handed over
+        # real time of the failing produce(), and of the first produce() of that record again
+        self.failed_real_at: float | None = None
+        self.retried_real_at: float | None = None
         # the silent write whose report has not come yet: (when it comes, real time; callback)
         self._silent: tuple[float, Any] | None = None
         # flush() called with no timeout (or a negative one) while the silent write waited
@@ -518,6 +521,9 @@ class FailOnce:
         given = {k: v for k, v in zip(self._NAMES, args, strict=False) if v is not None}
         given.update(kwargs)
         topic = given.get("topic")
+        if self._failed is not None and self.retried_real_at is None and \
+                (topic, given.get("value")) == self._failing:
+            self.retried_real_at = time.monotonic()
         if self._failed is None:
             fails = topic == self._fail_topic if self._fail_topic is not None \
                 else number == self._fail_at
@@ -527,6 +533,7 @@ class FailOnce:
             return self._producer.produce(*args, **kwargs)
         if self._failed is None:
             self._failed, self._failing = number, (topic, given.get("value"))
+            self.failed_real_at = time.monotonic()
         callback = given.pop("on_delivery", None) or given.pop("callback", None)
         given.pop("partition", None)
         given["topic"] = self._sink

@@ -257,6 +257,9 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
         ("acc-5", "DownstreamUnavailable", start_ms + 1_000, "inside the window"),
         # a class of a nested module: its name is what follows the last dot
         ("acc-8", "sqlalchemy.exc.OperationalError", start_ms + 1_125, "inside the window"),
+        # a class whose name only ends with a wanted one: another class, not wanted
+        ("acc-11", "payments.gateway.PartnerDownstreamUnavailable", start_ms + 1_000,
+         "inside the window"),
         ("acc-6", "DownstreamUnavailable", start_ms + 2_000, "at failed_before exactly"),
         ("acc-7", "DownstreamUnavailable", start_ms + 3_000, "after the window"),
         # two key-less records of one partition, the first outside the window: no key has no
@@ -854,6 +857,10 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                         "when the retry of a failed write fails too, stop the run there (raise, "
                         "or return the report) with the record uncommitted: never skip it"
                         if every_time and retries and failed in unacked else
+                        "wait for the park's delivery report (flush(ack_timeout_seconds)) and, "
+                        "when it reports an error, stop the run (raise, or return the report) "
+                        "with the record uncommitted"
+                        if park and failed in unacked else
                         "stop at the failed write (raise, or return the report) instead of going "
                         "on to the next record: its commit covers the failed one"
                         if went_on and failed in unacked else
@@ -933,6 +940,27 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                     fix="producer.flush(ack_timeout_seconds): a flush() without a timeout waits "
                         "for the broker's own timeout" if router.unbounded_flush else None,
                     lesson=SEE)
+            # a write with no report: the next thing after it (a retry of it, or the run's
+            # end) comes within ack_timeout_seconds, not when the run's deadline is near
+            if silent and router.failed_real_at is not None:
+                next_at = router.retried_real_at or began + took
+                waited = next_at - router.failed_real_at
+                if waited > ack + RETURN_WITHIN_S + SLACK_LATE_S:
+                    raise CheckFailure(
+                        f"A write of the replay got no delivery report (a {bound} of {name}), "
+                        f"and the replay waited {waited:.1f} s for it before it "
+                        + ("retried it" if router.retried_real_at else "returned or raised")
+                        + f", though its ack_timeout_seconds was {ack:.0f}. A write whose "
+                        "report has not come within ack_timeout_seconds has failed: stop "
+                        "waiting then (flush(ack_timeout_seconds) once, or poll() until that "
+                        "time is up), not at the run's deadline nor after a second wait.",
+                        expected=f"the wait over within {ack:.0f} s (+1 s)",
+                        actual=f"{outcome} after {took:.1f} s; committed "
+                               f"{offsets_text(committed)}",
+                        evidence=table(rows, columns),
+                        fix="wait for a delivery report at most ack_timeout_seconds"
+                            if not router.unbounded_flush else None,
+                        lesson=SEE)
 
             if backwards:
                 partition, high, low = backwards[0]
@@ -1068,10 +1096,10 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
                 (healthy("acc-late", 999, partition=partition), "InvalidEvent", None)]))
 
     hook = HookedProducer(lab.dlt_producer(), clock, before)
+    group = lab.kafka.group_id("dlt-replayer")
     began = time.monotonic()
     try:
-        report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=hook,
-                        config=ONE_AT_A_TIME)
+        report = replay(lab, topics, group, clock, producer=hook, config=ONE_AT_A_TIME)
     except CheckFailure:
         raise
     except Exception as exc:
@@ -1114,6 +1142,28 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
                 "reaches its end (or the deadline), instead of stopping at the first empty poll"
                 if returned and took < FETCH_GAP_MS / 1000 else None,
             lesson=SEE)
+    committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
+                                  topics.partitions)
+    if late and committed.get(late[0].partition, -1) > late[0].offset:
+        raise CheckFailure(
+            f"The replay committed DLT partition {late[0].partition} past the end it read at "
+            f"the start: p{late[0].partition}@{late[0].offset}, the dead letter written while "
+            "it ran, was never replayed, and the group's committed offset is now behind it, "
+            "so no later run of this job sees it: it is lost. A record past the end is not "
+            "this run's: leave it, uncommitted, for the next run.",
+            expected=f"the committed offset of p{late[0].partition} at most {late[0].offset}",
+            actual=f"committed {offsets_text(committed)}; report {report!r}",
+            fix="stop reading a partition at its end offset; never commit an offset past it",
+            lesson=SEE)
+    counts = tuple(getattr(report, name, None) for name in ("replayed", "parked", "skipped"))
+    if not isinstance(report, str) and counts != (len(dead), 0, 0):
+        raise CheckFailure(
+            f"The replay re-published the {len(dead)} records that were in the DLT when it "
+            "started (none at the cap, none outside the filters), but its report counts "
+            "otherwise. A record written after the start is not this run's: not replayed, "
+            "not skipped, not counted.",
+            expected=f"ReplayReport(replayed={len(dead)}, parked=0, skipped=0)",
+            actual=f"{report!r}", lesson=SEE)
 
 
 # The last record of p0 reaches the replay's consumer only after a pause longer than the
@@ -1135,14 +1185,14 @@ DEADLINE_S = 5.0
 HELD_BACK = {**ONE_AT_A_TIME, "queued.min.messages": 2, "fetch.queue.backoff.ms": 20_000}
 SLOW_FIRST_ACK_S = 0.5
 GATE_AFTER = 2  # records handed out before the gate
-GATE_OPENS_S = 4.2  # real seconds after the check calls replay()
+GATE_OPENS_S = 4.5  # real seconds after the check calls replay()
 # README: the run returns within a second of its deadline (no write is in flight then here:
 # every acknowledgement but the first comes at once); SLACK_LATE_S for close() and a loaded
 # machine. A poll of a second, then close(), is in time; one of several seconds is not.
 LATE_BY_S = RETURN_WITHIN_S + SLACK_LATE_S
 DEADLINE_RECORDS = 4
 # a record the replay's consumer got later than this before the deadline need not be replayed
-HANDLE_IN_S = 0.5
+HANDLE_IN_S = 0.25
 
 
 class OneRecordPerConsume:
@@ -1359,6 +1409,10 @@ def test_replay_returns_at_its_deadline(lab, clock):
                      "and handed to its consumer in time, not all re-published")
     if committed.get(0, -1) > last.offset:
         wrong.append(f"the group committed p0 past p0@{last.offset}, which it never replayed")
+    uncommitted = [c for c in before if c in sent and committed.get(0, -1) <= c.offset]
+    if uncommitted:
+        wrong.append(f"{', '.join(f'p0@{c.offset}' for c in uncommitted)} re-published but "
+                     "its offset not committed")
     if report is None or getattr(report, "replayed", None) != len(sent):
         wrong.append(f"the report does not count the {len(sent)} record(s) it re-published")
     if wrong:
