@@ -493,8 +493,9 @@ class FailOnce:
         # real time of the failing produce(), and of the first produce() of that record again
         self.failed_real_at: float | None = None
         self.retried_real_at: float | None = None
-        # the silent write whose report has not come yet: (when it comes, real time; callback)
-        self._silent: tuple[float, Any] | None = None
+        # the silent write whose report has not come yet: (when it comes, real time; the
+        # delivery; whether the caller gave a callback, without which no report reaches it)
+        self._silent: tuple[float, Any, bool] | None = None
         # flush() called with no timeout (or a negative one) while the silent write waited
         self.unbounded_flush = False
         # for each produce() after the failing one: had its delivery report been handed to
@@ -544,11 +545,12 @@ class FailOnce:
             if self.silent:
                 # the report comes only when the broker's own timeout is up (_deliver_late)
                 self._silent = (time.monotonic() + self._hang,
-                                lambda: callback(error, msg) if callback is not None else None)
+                                lambda: callback(error, msg) if callback is not None else None,
+                                callback is not None)
                 return
-            if callback is not None:
+            if callback is not None:  # without one, the report never reaches the caller
                 callback(error, msg)
-            self._reported, self.reported_at = True, time.monotonic()
+                self._reported, self.reported_at = True, time.monotonic()
 
         return self._producer.produce(on_delivery=report, **given)
 
@@ -556,9 +558,10 @@ class FailOnce:
         """Hand over the silent write's report once its time has come."""
         if self._silent is None or time.monotonic() < self._silent[0]:
             return 0
-        (_, deliver), self._silent = self._silent, None
+        (_, deliver, has_callback), self._silent = self._silent, None
         deliver()
-        self._reported, self.reported_at = True, time.monotonic()
+        if has_callback:
+            self._reported, self.reported_at = True, time.monotonic()
         return 1
 
     def _wait(self, timeout: float | None) -> None:

@@ -857,10 +857,6 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                         "when the retry of a failed write fails too, stop the run there (raise, "
                         "or return the report) with the record uncommitted: never skip it"
                         if every_time and retries and failed in unacked else
-                        "wait for the park's delivery report (flush(ack_timeout_seconds)) and, "
-                        "when it reports an error, stop the run (raise, or return the report) "
-                        "with the record uncommitted"
-                        if park and failed in unacked else
                         "stop at the failed write (raise, or return the report) instead of going "
                         "on to the next record: its commit covers the failed one"
                         if went_on and failed in unacked else
