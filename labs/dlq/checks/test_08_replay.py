@@ -6,6 +6,7 @@ the acknowledgement."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import replace
@@ -534,7 +535,9 @@ class WallStepsAtSends(FirstAckLate):
 def test_replay_is_rate_limited(lab):
     topics = lab.topics()
     dead = mixed(lab, topics, replays=(None,) * 6)
-    rate = 7.3
+    # not a whole number, nor close to one: a rate cut to int (2) is too slow by far, one
+    # rounded (3) too fast by more than SLACK
+    rate = 2.7
     # The sends are timed on a clock that moves only when slept (or advanced): the spacing
     # must come from clock.sleep(), not from time that passed (the checks' usual clock
     # follows real time too, so a replay that waits in real time would look paced on it).
@@ -582,6 +585,14 @@ def test_replay_is_rate_limited(lab):
             any(g < interval - SLACK for n, g in enumerate(gaps, start=2) if n not in after_step):
         on_wall = []
     slow = [(n, g) for n, g in enumerate(gaps, start=2) if g > allowed[n - 2]]
+    # the gaps the rate alone sets (not after the slow acknowledgements, nor a wall step)
+    paced = [g for n, g in enumerate(gaps, start=2)
+             if n not in (2, after_real_ack) and n not in after_step]
+    whole = sorted({w for w in (math.floor(rate), math.ceil(rate)) if w > 0
+                    and paced and all(abs(g - 1 / w) < SLACK / 2 for g in paced)})
+    cut = (f" The sends came {1 / whole[0]:.3f} s apart, 1 / {whole[0]}: the rate was made a "
+           f"whole number ({rate} per second is {interval:.3f} s apart). rate_per_second is "
+           "a float; so is the interval.") if whole else ""
     evidence = table([(n, f"t+{t - times[0]:.3f}s", f"{g:.3f} s" if g is not None else "",
                        "TOO SOON" if g is not None and g < interval - SLACK else
                        "TOO LATE" if g is not None and g > allowed[n - 2] else "")
@@ -608,13 +619,13 @@ def test_replay_is_rate_limited(lab):
             f"Replay took {took:.1f} s on the clock for {len(dead)} sends at {rate} per second "
             f"(the first acknowledgement took {FIRST_ACK_SECONDS:.0f} s on the clock, the "
             "others none): it waited longer than the rate needs. A send waits at most "
-            "1 / rate_per_second after the previous send's acknowledgement, no more.",
+            "1 / rate_per_second after the previous send's acknowledgement, no more." + cut,
             expected=f"each send at most {interval:.3f} s after the previous one's "
                      f"acknowledgement; at most {ceiling:.1f} s on the clock in all",
             actual=f"{took:.1f} s"
                    + (": " + ", ".join(f"send {n} {g:.3f} s after send {n - 1}"
                                        for n, g in slow[:3]) if slow else ""),
-            evidence=evidence, lesson=SEE)
+            evidence=evidence, fix=CUT_FIX if cut else None, lesson=SEE)
     if close or len(times) < len(dead) or took < floor:
         raise CheckFailure(
             "Replay is a write to production: at most rate_per_second records per second, so a "
@@ -627,6 +638,7 @@ def test_replay_is_rate_limited(lab):
                "keeps its start, next += interval, or a token bucket that filled meanwhile "
                "does): pace each send from the previous one."
                if close and close[0][0] > 2 and not in_real_time and not measured_real
+               and not cut
                else "")
             + (f" The acknowledgement of send {after_real_ack - 1} reached the replay "
                f"{REAL_LATE_ACK_S:.2f} s late in real time and at once on the clock; send "
@@ -637,7 +649,8 @@ def test_replay_is_rate_limited(lab):
                if measured_real else "")
             + (" The sends were spaced in real time (a wait that clock.sleep() did not "
                "make): the clock, which only moves when slept here, did not see it."
-               if in_real_time else ""),
+               if in_real_time else "")
+            + (cut if not in_real_time and not measured_real else ""),
             expected=f"{len(dead)} records at {rate} per second: sends at least "
                      f"{interval:.3f} s apart on the clock",
             actual=f"{len(close)} of {len(gaps)} gaps shorter on the clock"
@@ -649,8 +662,12 @@ def test_replay_is_rate_limited(lab):
                 if in_real_time else
                 "read the time since the previous send with clock.monotonic(), the clock "
                 "clock.sleep() moves, not time.monotonic()"
-                if measured_real else None,
+                if measured_real else
+                CUT_FIX if cut else None,
             lesson=SEE)
+
+
+CUT_FIX = "interval = 1 / rate_per_second, in floats: never int() or round() the rate"
 
 
 def test_replay_timeout_is_real_time(lab, clock):
