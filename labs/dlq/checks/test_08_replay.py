@@ -719,14 +719,18 @@ def test_replay_timeout_is_real_time(lab, clock):
 # cost their ack_timeout_seconds of real time, so theirs is short.
 FAIL_ONCE_JOBS = (("re-publish to the source", 3, "source", False, False, 2.0),
                   ("park in the parking lot", 1, "parking_lot", False, False, 2.0),
-                  ("silent re-publish to the source", 3, "source", True, False, 1.0),
+                  ("silent re-publish to the source", 3, "source", True, False, 1.5),
                   ("re-publish to the source", 3, "source", False, True, 2.0),
-                  ("silent park in the parking lot", 1, "parking_lot", True, False, 1.0))
+                  ("silent park in the parking lot", 1, "parking_lot", True, False, 1.5))
 JOB_TIMEOUT_S = 10.0
 # README: a run returns within a second of its timeout_seconds, plus the ack_timeout_seconds
 # of a write in flight then; SLACK_LATE_S for a loaded machine (and close())
 RETURN_WITHIN_S = 1.0
 SLACK_LATE_S = 1.25
+# README: a write without its report within ack_timeout_seconds has failed. The retry of a
+# silent write, or the run's end, comes at most this long after those seconds are up (a
+# loaded machine, close()); a second wait of the same length (1.5 s here) is well past it.
+SILENT_SLACK_S = 0.9
 
 
 def _hang_seconds(ack_timeout: float) -> float:
@@ -772,6 +776,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             sends = ProducerTap(router, clock)
             first_commit = len(commits.offsets)  # this job's commits come after
             began = time.monotonic()
+            report: Any = None
             try:
                 report = replay(lab, topics, group, clock, producer=sends,
                                 max_replays=max_replays, ack_timeout_seconds=ack,
@@ -853,7 +858,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                        "the retries fail too, the run ends there, the record uncommitted, and "
                        "the next run starts at it." if every_time and retries else "")
                     + (f" No delivery report came for it at all, within the ack_timeout_seconds "
-                       f"of this run ({ack:.0f} s) or after: a write without its "
+                       f"of this run ({ack:g} s) or after: a write without its "
                        "report in time failed too." if silent else ""),
                     expected=f"the group's committed offset of p{failed.partition if failed else 0}"
                              f" at most {failed.offset if failed else '…'} (the record whose "
@@ -936,7 +941,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                     + (", whose delivery report did not come" if silent else "")
                     + f"), and the replay took {took:.1f} s of real time to return or raise, "
                     f"though its timeout_seconds was {JOB_TIMEOUT_S:.0f} and its "
-                    f"ack_timeout_seconds {ack:.0f}. Every wait of a run is bounded: "
+                    f"ack_timeout_seconds {ack:g}. Every wait of a run is bounded: "
                     "a write whose report has not come within ack_timeout_seconds has failed "
                     "(give flush() that timeout, or poll() until it is up), and a run returns "
                     "within about a second of timeout_seconds, or of the end of a write in "
@@ -946,7 +951,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                        "minutes by default; a broker that never answers holds the replay that "
                        f"long; here the report came as failed only after {hang:.0f} s)."
                        if router.unbounded_flush else ""),
-                    expected=f"the replay ended within {allowed:.0f} s (timeout_seconds + "
+                    expected=f"the replay ended within {allowed:g} s (timeout_seconds + "
                              "ack_timeout_seconds + 1 s)",
                     actual=f"{outcome} after {took:.1f} s; committed {offsets_text(committed)}",
                     evidence=table(rows, columns),
@@ -958,16 +963,16 @@ def test_replay_commits_only_after_the_ack(lab, clock):
             if silent and router.failed_real_at is not None:
                 next_at = router.retried_real_at or began + took
                 waited = next_at - router.failed_real_at
-                if waited > ack + RETURN_WITHIN_S + SLACK_LATE_S:
+                if waited > ack + SILENT_SLACK_S:
                     raise CheckFailure(
                         f"A write of the replay got no delivery report (a {bound} of {name}), "
                         f"and the replay waited {waited:.1f} s for it before it "
                         + ("retried it" if router.retried_real_at else "returned or raised")
-                        + f", though its ack_timeout_seconds was {ack:.0f}. A write whose "
+                        + f", though its ack_timeout_seconds was {ack:g}. A write whose "
                         "report has not come within ack_timeout_seconds has failed: stop "
                         "waiting then (flush(ack_timeout_seconds) once, or poll() until that "
                         "time is up), not at the run's deadline nor after a second wait.",
-                        expected=f"the wait over within {ack:.0f} s (+1 s)",
+                        expected=f"the wait over within {ack:g} s (+{SILENT_SLACK_S:g} s)",
                         actual=f"{outcome} after {took:.1f} s; committed "
                                f"{offsets_text(committed)}",
                         evidence=table(rows, columns),
@@ -1020,6 +1025,29 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                     fix="after an acknowledged retry, carry on with the next record as after any "
                         "acknowledged write; stop (raise, or return) only when the retries fail "
                         "too",
+                    lesson=SEE)
+            # The report counts records, not attempts: after a retry that was acknowledged,
+            # the run ended with everything done, so it counts each record once.
+            replayed_n = sum(1 for c in dead if bound_for(c) == topics.source)
+            parked_n = len(dead) - replayed_n
+            counted = (getattr(report, "replayed", None), getattr(report, "parked", None))
+            if retry_at is not None and not every_time and not untouched \
+                    and report is not None and counted != (replayed_n, parked_n):
+                over = (isinstance(counted[0], int) and isinstance(counted[1], int)
+                        and counted[0] + counted[1] == len(dead) + retries)
+                raise CheckFailure(
+                    f"A write of the replay failed once (a {bound} of {name}), it was retried in "
+                    "place and the retry was acknowledged, and the run then replayed the rest of "
+                    f"the DLT: {replayed_n} record(s) re-published and {parked_n} parked, each "
+                    f"once. Its report says replayed={counted[0]}, parked={counted[1]}. The "
+                    "report counts records, not attempts: a record whose write needed a retry "
+                    "is one record replayed (or parked), counted once its write is acknowledged."
+                    + (f" The count is over by the {retries} retr{'y' if retries == 1 else 'ies'}"
+                       ": the failed attempt was counted too." if over else ""),
+                    expected=f"ReplayReport(replayed={replayed_n}, parked={parked_n}, skipped=0)",
+                    actual=outcome, evidence=table(rows, columns),
+                    fix="count a record when its write is acknowledged, once, not at each "
+                        "attempt to send it" if over else None,
                     lesson=SEE)
 
 
@@ -1225,6 +1253,8 @@ class OneRecordPerConsume:
         self.gate: tuple[str, int, float] | None = None
         # when each record reached the gated group's consumer (real time), in order
         self.handed_at: list[float] = []
+        # every poll() or consume() of the gated group's consumers: (real time, its timeout)
+        self.waits: list[tuple[float, Any]] = []
 
     def __enter__(self) -> OneRecordPerConsume:
         import confluent_kafka
@@ -1257,6 +1287,7 @@ class OneRecordPerConsume:
 
             def poll(self, *args: Any, **kwargs: Any) -> Any:
                 timeout = args[0] if args else kwargs.get("timeout")
+                self._dojo_wait(timeout)
                 left = self._dojo_gate(timeout)
                 if left is empty:
                     return None
@@ -1267,12 +1298,17 @@ class OneRecordPerConsume:
 
             def consume(self, num_messages: int = 1, *args: Any, **kwargs: Any) -> Any:
                 timeout = args[0] if args else kwargs.get("timeout", -1)
+                self._dojo_wait(timeout)
                 left = self._dojo_gate(timeout)
                 if left is empty:
                     return []
                 batch = super().consume(1, left if left is not None else -1)
                 self._dojo_count(sum(1 for m in batch if m.error() is None))
                 return batch
+
+            def _dojo_wait(self, timeout: Any) -> None:
+                if outer.gate is not None and self._dojo_group == outer.gate[0]:
+                    outer.waits.append((time.monotonic(), timeout))
 
             def _dojo_count(self, records: int) -> None:
                 self._dojo_handed += records
@@ -1297,7 +1333,7 @@ def _deadline_run(lab, clock, consumers: OneRecordPerConsume) -> tuple[Any, ...]
     sends = FirstAckLate(lab.dlt_producer(), clock, SLOW_FIRST_ACK_S, real=True)
     began = time.monotonic()
     consumers.gate = (group, GATE_AFTER, began + GATE_OPENS_S)
-    consumers.handed_at = []
+    consumers.handed_at, consumers.waits = [], []
     try:
         report: Any = replay(lab, topics, group, clock, producer=sends, config=HELD_BACK,
                              timeout_seconds=DEADLINE_S)
@@ -1414,6 +1450,24 @@ def test_replay_returns_at_its_deadline(lab, clock):
             fix="poll with a short timeout (poll(0.2), or min(1.0, time left)), never one of "
                 "several seconds" if took > DEADLINE_S + 2.0 else None,
             lesson=SEE)
+    # A wait for records of more than a second that, had nothing come, would have ended more
+    # than a second past the deadline: the run's return then depends on luck (here the third
+    # record is handed out GATE_OPENS_S in, and the next wait begins just after it).
+    overrun = [(at - began, timeout) for at, timeout in consumers.waits
+               if isinstance(timeout, int | float) and timeout > RETURN_WITHIN_S + 0.01
+               and at + timeout > began + DEADLINE_S + RETURN_WITHIN_S]
+    if overrun:
+        at, timeout = overrun[-1]
+        raise CheckFailure(
+            f"The replay waited for records with a timeout of {timeout:g} s, {at:.2f} s into a "
+            f"run whose timeout_seconds was {DEADLINE_S:g}: had nothing come, that wait alone "
+            f"would have ended {at + timeout - DEADLINE_S:.2f} s after the deadline. A run "
+            "returns within a second of its deadline, so a wait for records lasts at most a "
+            "second, or the time left if that is less; then look at the deadline again.",
+            expected="every poll() or consume() timeout at most 1 s (or the time left)",
+            actual=f"{len(overrun)} wait(s) of more than a second ending past the deadline + 1 s"
+                   f" ({facts})",
+            fix="poll(min(1.0, time left)) (or consume(n, that timeout))", lesson=SEE)
     wrong = []
     if took > DEADLINE_S + LATE_BY_S:
         wrong.append(f"it returned {took - DEADLINE_S:.1f} s after its deadline")
@@ -1437,3 +1491,75 @@ def test_replay_returns_at_its_deadline(lab, clock):
                      f"and committed, p0@{last.offset} not committed; "
                      f"ReplayReport(replayed={len(before)}, …)",
             actual="; ".join(wrong) + f" ({facts})", lesson=SEE)
+
+
+# Every acknowledgement reaches the replay SLOW_ACK_S of real time late (the replay is blocked in
+# flush() or poll() meanwhile) and the DLT holds more records than STREAM_DEADLINE_S leaves time
+# for: the replay's consumer has a record at every poll, so only a deadline looked at before
+# each send ends the run (one looked at only after an empty poll, or once per consume() batch,
+# never comes while records keep coming). A run's own deadline starts before its first send, so
+# no send begins later than the first send + STREAM_DEADLINE_S + SEND_AFTER_S, wherever the
+# replay starts its clock. Costs about STREAM_DEADLINE_S + SLOW_ACK_S of real time.
+SLOW_ACK_S = 0.45
+STREAM_DEADLINE_S = 1.0
+STREAM_RECORDS = 8
+SEND_AFTER_S = 0.2
+
+
+class EveryAckLate(ProducerTap):
+    """A producer tap whose every delivery report reaches the caller `seconds` of real time
+    late (the caller is blocked in flush() or poll() meanwhile); `real_at` holds the real time
+    of every produce()."""
+
+    def __init__(self, producer: Any, clock: Any, seconds: float) -> None:
+        super().__init__(producer, clock)
+        self._late = seconds
+        self.real_at: list[float] = []
+
+    def produce(self, *args: Any, **kwargs: Any) -> Any:
+        self.real_at.append(time.monotonic())
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+
+        def report(err: Any, msg: Any) -> None:
+            time.sleep(self._late)
+            if callback is not None:
+                callback(err, msg)
+
+        return super().produce(*args, on_delivery=report, **kwargs)
+
+
+def test_replay_stops_sending_at_its_deadline(lab, clock):
+    topics = lab.topics()
+    dead = mixed(lab, topics, replays=(None,) * STREAM_RECORDS)
+    sends = EveryAckLate(lab.dlt_producer(), clock, SLOW_ACK_S)
+    group = lab.kafka.group_id("dlt-replayer")
+    began = time.monotonic()
+    try:
+        report = replay(lab, topics, group, clock, producer=sends,
+                        timeout_seconds=STREAM_DEADLINE_S)
+        outcome = f"returned {report!r}"
+    except CheckFailure:
+        raise
+    except Exception as exc:
+        outcome = f"raised {type(exc).__name__}: {str(exc)[:100]}"
+    took = time.monotonic() - began
+    if not sends.real_at:
+        return  # nothing sent: whether the replay sends at all, other checks say
+    first = sends.real_at[0]
+    late = [t for t in sends.real_at if t > first + STREAM_DEADLINE_S + SEND_AFTER_S]
+    if late:
+        raise CheckFailure(
+            f"Every acknowledgement took {SLOW_ACK_S:g} s of real time here and the DLT held "
+            f"{len(dead)} records, more than a timeout_seconds of {STREAM_DEADLINE_S:g} leaves "
+            "time for, so the replay's consumer had a record for it at every poll. The replay "
+            f"went on sending past its deadline: {len(late)} send(s) began more than "
+            f"{STREAM_DEADLINE_S:g} s after its first one, the last "
+            f"{late[-1] - first:.2f} s after it. When timeout_seconds is up the run returns "
+            "the report of what it did so far: look at the deadline before every send, after a "
+            "poll that brought a record as after an empty one, and between the records of a "
+            "consume() batch. Records that keep coming do not extend a run.",
+            expected=f"no send later than {STREAM_DEADLINE_S + SEND_AFTER_S:g} s after the first "
+                     "one",
+            actual=f"replay {outcome} after {took:.1f} s; sends at "
+                   + ", ".join(f"+{t - first:.2f} s" for t in sends.real_at),
+            lesson=SEE)
