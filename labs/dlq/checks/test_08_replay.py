@@ -1036,8 +1036,8 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                 over = (isinstance(counted[0], int) and isinstance(counted[1], int)
                         and counted[0] + counted[1] == len(dead) + retries)
                 raise CheckFailure(
-                    f"A write of the replay failed once (a {bound} of {name}), it was retried in "
-                    "place and the retry was acknowledged, and the run then replayed the rest of "
+                    f"A write of the replay failed once (a {bound}), it was retried in place and "
+                    "the retry was acknowledged, and the run then replayed the rest of "
                     f"the DLT: {replayed_n} record(s) re-published and {parked_n} parked, each "
                     f"once. Its report says replayed={counted[0]}, parked={counted[1]}. The "
                     "report counts records, not attempts: a record whose write needed a retry "
