@@ -4,6 +4,7 @@ empty (and present) outside a span; `extra=` fields and exceptions travel in the
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -92,6 +93,16 @@ def test_every_record_is_one_json_line_with_the_documented_fields(captured, trac
                 problems.append(f"line {n}: service {line['service']!r}, expected 'orders-api' "
                                 "(the name given to log_handler)")
             problems += _timestamp_problems(n, line["timestamp"], before, after)
+        # README: milliseconds or finer. (isoformat() leaves out a fraction that is exactly
+        # zero, so one line without any is no proof; every line without one, or one cut
+        # shorter than milliseconds, is.)
+        fractions = [re.search(r"[T ]\d\d:\d\d:\d\d(?:[.,](\d+))?", str(line["timestamp"]))
+                     for line in lines]
+        digits = [len(f.group(1) or "") if f else 0 for f in fractions]
+        if all(d == 0 for d in digits) or any(0 < d < 3 for d in digits):
+            problems.append(f"timestamps {', '.join(repr(line['timestamp']) for line in lines)}"
+                            " are not to the millisecond: lines of one second cannot be put in "
+                            "order across services (isoformat(timespec='milliseconds'))")
         if lines[2].get("order_id") != "ord-4711" or lines[2].get("customer_id") != "c-93":
             problems.append("line 3: the fields given with extra= (order_id, customer_id) are "
                             "not in the line; support searches by them")
