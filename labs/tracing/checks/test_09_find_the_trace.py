@@ -273,6 +273,7 @@ def build_trace(spans: Spans) -> tuple[str, list[Any]]:
     publish = span("publish order", 730, 760, root, SpanKind.PRODUCER)
     process = span("process order", 950, 1400, publish, SpanKind.CONSUMER)
     span("INSERT shipments", 960, 980, process)
+    span("read shipping rate", 963, 977, process)  # inside its sibling: covered already
     span("send confirmation", 880, 1000, root)
     other = span("POST /orders", 0, 2100, None, SpanKind.SERVER)
     span("slow report query", 10, 2050, other)
@@ -285,6 +286,7 @@ TREE = [(0, "POST /orders", 900, 160), (1, "INSERT orders", 40, 40),
         (1, "reserve stock", 650, 520), (2, "inventory: POST /reservations", 120, 120),
         (2, "inventory: read stock", 120, 120), (1, "publish order", 30, 30),
         (2, "process order", 450, 430), (3, "INSERT shipments", 20, 20),
+        (3, "read shipping rate", 14, 14),
         (1, "send confirmation", 120, 120)]
 TREE_COLUMNS = ("depth", "name", "duration ms", "self ms")
 
