@@ -165,7 +165,9 @@ def test_a_second_run_sends_nothing_twice(lab, clock):
     first = lab.read(topics.source, topics.partitions, fence=True)
     committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
                                   topics.partitions)
-    second = replay(lab, topics, group, clock)
+    began = time.monotonic()
+    second = replay(lab, topics, group, clock, timeout_seconds=RERUN_TIMEOUT_S)
+    took = time.monotonic() - began
     after = lab.read(topics.source, topics.partitions, fence=True)
     ends: dict[int, int] = {}
     for c in dead:
@@ -181,6 +183,23 @@ def test_a_second_run_sends_nothing_twice(lab, clock):
                    f"group's committed offsets after the first: {offsets_text(committed)}; "
                    f"second report: {second!r}",
             lesson=SEE)
+    if took >= RERUN_TIMEOUT_S - 0.5:
+        raise CheckFailure(
+            f"The second run had nothing to do (the group's committed offsets were at the DLT's "
+            f"end, {offsets_text(ends)}, in every partition), yet it ran {took:.1f} s, until its "
+            f"timeout_seconds ({RERUN_TIMEOUT_S:g}) was up. A partition whose committed offset "
+            "is at its end offset when the run starts is done before it begins: a run with "
+            "nothing left returns at once (a scheduled replay job would otherwise sit out its "
+            "whole timeout every time).",
+            expected="the second run back at once, sending nothing",
+            actual=f"{took:.1f} s; report {second!r}",
+            fix="count a partition as done when its starting offset (committed, or the low "
+                "watermark) is already at its end offset, and stop when every partition is done",
+            lesson=SEE)
+
+
+# README: a run returns once every partition is at its end; a second run has none left
+RERUN_TIMEOUT_S = 4.0
 
 
 def test_replay_parks_what_keeps_coming_back(lab, clock):
