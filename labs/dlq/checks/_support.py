@@ -905,12 +905,15 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
                        specs: Sequence[tuple[Item, str, int | None]], *,
                        timestamp_ms: int | None = None,
                        timestamps: Sequence[int] | None = None,
-                       origin: bool = True) -> list[Crafted]:
+                       origin: bool = True,
+                       dlt_partitions: Sequence[int | None] | None = None) -> list[Crafted]:
     """Write (item, exception class, replay count) records to the DLT, one per batch, in
     order; each goes to the partition its key gives in the source (murmur2, like Java),
     unless the item names one (the original was placed there explicitly). `timestamps`
     gives each record its own DLT timestamp (ms); `origin=False` leaves out the
-    kafka_dlt-original-* headers (a record written by hand, or by a broken tool)."""
+    kafka_dlt-original-* headers (a record written by hand, or by a broken tool);
+    `dlt_partitions` puts a record in another DLT partition than its original's (None: the
+    same), as a DLT written by another tool, or with fewer partitions, may."""
     from dojo.checks.partitioning import partition_for
 
     out = []
@@ -927,8 +930,10 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
             lab._input_producer = lab.kafka.producer(**{"linger.ms": 0})
         stamp = timestamps[n] if timestamps is not None else timestamp_ms
         kwargs: dict[str, Any] = {"timestamp": stamp} if stamp else {}
+        elsewhere = dlt_partitions[n] if dlt_partitions is not None else None
         lab._input_producer.produce(topics.dead_letter, key=item.key, value=item.value,
-                                    partition=partition, headers=headers,
+                                    partition=partition if elsewhere is None else elsewhere,
+                                    headers=headers,
                                     on_delivery=lambda e, m, r=reports: r.append((e, m)),
                                     **kwargs)
         lab._input_producer.flush(10)
