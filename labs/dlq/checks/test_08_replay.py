@@ -1543,8 +1543,8 @@ def test_replay_returns_at_its_deadline(lab, clock):
             actual="; ".join(wrong) + f" ({facts})", lesson=SEE)
 
 
-# Every acknowledgement reaches the replay SLOW_ACK_S of real time late (the replay is blocked in
-# flush() or poll() meanwhile) and the DLT holds more records than STREAM_DEADLINE_S leaves time
+# Every acknowledgement reaches the replay SLOW_ACK_S of real time late (a flush() or poll()
+# hands it over only then) and the DLT holds more records than STREAM_DEADLINE_S leaves time
 # for: the replay's consumer has a record at every poll, so only a deadline looked at before
 # each send ends the run (one looked at only after an empty poll, or once per consume() batch,
 # never comes while records keep coming). A run's own deadline starts before its first send, so
@@ -1558,24 +1558,17 @@ SEND_AFTER_S = 0.2
 
 class EveryAckLate(ProducerTap):
     """A producer tap whose every delivery report reaches the caller `seconds` of real time
-    late (the caller is blocked in flush() or poll() meanwhile); `real_at` holds the real time
-    of every produce()."""
+    after the broker gave it (a slow broker: flush() or poll() return it only then, and a
+    flush() whose timeout ends first returns without it); `real_at` holds the real time of
+    every produce()."""
 
     def __init__(self, producer: Any, clock: Any, seconds: float) -> None:
-        super().__init__(producer, clock)
-        self._late = seconds
+        super().__init__(producer, clock, hold_acks=seconds)
         self.real_at: list[float] = []
 
     def produce(self, *args: Any, **kwargs: Any) -> Any:
         self.real_at.append(time.monotonic())
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-
-        def report(err: Any, msg: Any) -> None:
-            time.sleep(self._late)
-            if callback is not None:
-                callback(err, msg)
-
-        return super().produce(*args, on_delivery=report, **kwargs)
+        return super().produce(*args, **kwargs)
 
 
 def test_replay_stops_sending_at_its_deadline(lab, clock):
