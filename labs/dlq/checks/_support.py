@@ -890,12 +890,17 @@ def spring_headers(source: str, partition: int, offset: int, exception: str,
                ("kafka_dlt-original-timestamp-type", b"CreateTime"),
                ("kafka_dlt-original-consumer-group", group.encode()),
                ("kafka_dlt-exception-fqcn", fqcn.encode()),
-               ("kafka_dlt-exception-cause-fqcn", fqcn.encode()),
+               # the root cause is another class (the filters read the exception's)
+               ("kafka_dlt-exception-cause-fqcn", b"builtins.ConnectionResetError"),
                ("kafka_dlt-exception-message", f"{exception} (written by the check)".encode()),
+               # a failure header of another writer's: the prefix, not a list of names, says
+               # what a replay strips
+               ("kafka_dlt-exception-stacktrace", b"Traceback (written by the check)"),
                ("x-dlt-attempts", b"1"),
                ("x-dlt-first-failure-at", b"2025-01-16T11:33:00.752Z"),
                ("x-dlt-last-failure-at", b"2025-01-16T11:33:00.752Z"),
-               ("x-dlt-service", SERVICE.encode())]
+               ("x-dlt-service", SERVICE.encode()),
+               ("x-dlt-host", b"payments-7f9c4")]
     if replays is not None:
         headers.append(("x-replay-count", str(replays).encode()))
     return headers

@@ -85,7 +85,13 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
         specs.append((Item(item.label, None, item.value, item.headers, item.event_id,
                            item.account, item.cents, n % topics.partitions),
                       "DownstreamTimeout", 2 if n % 2 else None))
-    shifted = [None] + [(n + 1) % topics.partitions for n in range(len(specs) - 1)]
+    # An empty key is a key (murmur2 of no bytes), not a missing one: it goes to its key's
+    # partition, not back to its original's, where its producer had placed it.
+    empty = healthy("acc-e", 990)
+    specs.append((replace(empty, key=b"", partition=(partition_for(b"", topics.partitions) + 1)
+                          % topics.partitions), "DownstreamTimeout", None))
+    shifted = [None if item.key is not None or item.partition is None
+               else (item.partition + 1) % topics.partitions for item, _, _ in specs]
     dead += craft_dead_letters(lab, topics, specs, dlt_partitions=shifted)
     group = lab.kafka.group_id("dlt-replayer")
     report = replay(lab, topics, group, clock)
@@ -96,7 +102,8 @@ def test_replayed_records_are_clean_and_counted(lab, clock):
     to_dlt_partition = 0  # … sent to the partition they sat in in the DLT
     for c in dead:
         r = by_value.get(c.item.value)
-        name = c.item.key.decode() if c.item.key is not None else "(no key)"
+        name = ("(empty key)" if c.item.key == b"" else c.item.key.decode()) \
+            if c.item.key is not None else "(no key)"
         if r is None:
             problems.append(f"{name}: not re-published to {topics.source}")
             continue
@@ -272,6 +279,18 @@ def test_replay_parks_what_keeps_coming_back(lab, clock):
                      "done with it",
             actual=f"it went to: {went}; report {report!r}",
             evidence=table(rows, columns), lesson=SEE)
+    # every record went where it belongs: the report counts them so
+    want_parked = sum(1 for c in dead if (c.replays or 0) >= 3) + len(orphan)
+    want_counts = (len(dead) + len(orphan) - want_parked, want_parked, 0)
+    counts = tuple(getattr(report, name, None) for name in ("replayed", "parked", "skipped"))
+    if counts != want_counts:
+        raise CheckFailure(
+            "Every record went where it belongs (back to the source, or to the parking lot at "
+            "the cap or without its origin), but the report counts otherwise. A park is "
+            "counted as parked, whatever sent it there (the cap, or a missing origin); a "
+            "re-publish as replayed; skipped is only what the filters left out.",
+            expected="ReplayReport(replayed={}, parked={}, skipped={})".format(*want_counts),
+            actual=repr(report), evidence=table(rows, columns), lesson=SEE)
 
 
 def test_replay_filters_by_exception_type_and_time(lab, clock):
@@ -564,12 +583,15 @@ class WallStepsAtSends(FirstAckLate):
 
 def test_replay_is_rate_limited(lab):
     topics = lab.topics()
-    # Nine records in one DLT partition, read in order; every third (PaymentDeclined) is
-    # outside the type filter: a skip is no send and takes no place in the pacing.
+    # Nine records in DLT partition 0, read in order; every third (PaymentDeclined) is
+    # outside the type filter: a skip is no send and takes no place in the pacing. One more
+    # in each other partition: the limit is the run's, not a partition's.
     kinds = ("InvalidEvent", "DownstreamUnavailable", "PaymentDeclined")
     everything = craft_dead_letters(lab, topics, [
         (healthy(f"acc-{n}", 100 + n, partition=0), kinds[n % 3], None)
-        for n in range(RATE_RECORDS)])
+        for n in range(RATE_RECORDS)] + [
+        (healthy(f"acc-{p}0", 200 + p, partition=p), "InvalidEvent", None)
+        for p in range(1, topics.partitions)])
     dead = [c for c in everything if c.exception != "PaymentDeclined"]
     # not a whole number, nor close to one: a rate cut to int (2) is too slow by far, one
     # rounded (3) too fast by more than SLACK
@@ -587,6 +609,13 @@ def test_replay_is_rate_limited(lab):
            rate_per_second=rate, exception_types={"InvalidEvent", "DownstreamUnavailable"})
     took = clock.monotonic() - began
     times = [p.at for p in sends.to(topics.source)]
+    if len(times) < 2:
+        raise CheckFailure(
+            f"Replay re-published {len(times)} of the {len(dead)} records its type filter "
+            f"wants ({', '.join(sorted({c.exception for c in dead}))}, read from "
+            f"kafka_dlt-exception-fqcn), at {rate} per second: there was no pace to measure.",
+            expected=f"{len(dead)} records re-published", actual=f"{len(times)}",
+            lesson=SEE)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     interval = 1 / rate
     # A send is timed where produce() is called, a moment after the replay read the clock to
@@ -623,11 +652,13 @@ def test_replay_is_rate_limited(lab):
     slow = [(n, g) for n, g in enumerate(gaps, start=2) if g > allowed[n - 2]]
     # a slow gap with a skipped record between its two sends, in the DLT's order
     sent_values = [p.value for p in sends.to(topics.source)]
-    place: dict[bytes | None, int] = {c.item.value: n for n, c in enumerate(everything)}
-    skipped_at = {n for n, c in enumerate(everything) if c not in dead}
+    # (in partition 0, where the skips are: the order of two partitions is the replay's own)
+    place: dict[bytes | None, int] = {c.item.value: n for n, c in enumerate(everything)
+                                      if c.partition == 0}
     over_skip = [n for n, _ in slow if n - 1 < len(sent_values)
+                 and sent_values[n - 2] in place and sent_values[n - 1] in place
                  and any(place.get(sent_values[n - 2], -1) < k < place.get(sent_values[n - 1], -1)
-                         for k in skipped_at)]
+                         for k, c in enumerate(everything) if c not in dead)]
     # the gaps the rate alone sets (not after the slow acknowledgements, nor a wall step)
     paced = [g for n, g in enumerate(gaps, start=2)
              if n not in (2, after_real_ack) and n not in after_step]
@@ -1076,6 +1107,27 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                         "acknowledged write; stop (raise, or return) only when the retries fail "
                         "too",
                     lesson=SEE)
+            # A retry sends the same record again: the same headers, one x-replay-count.
+            if retry_at is not None:
+                resent = sends.produced[retry_at]
+                counts_sent = [v for k, v in resent.headers if k == "x-replay-count"]
+                if resent.topic == topics.source and len(counts_sent) > 1:
+                    raise CheckFailure(
+                        f"A write of the replay failed once (a {bound}), and its retry in place "
+                        "was acknowledged, but the retry did not send the same record: its "
+                        f"headers carry {len(counts_sent)} x-replay-count header(s) "
+                        f"({', '.join(repr(v) for v in counts_sent)}). A retry resends what the "
+                        "failed write sent: build the headers once (a fresh list per record), "
+                        "not by appending to the list the first attempt already extended.",
+                        expected="the retried record with one x-replay-count, as the first "
+                                 "attempt had",
+                        actual=f"{outcome}; retry headers: "
+                               + ", ".join(k for k, _ in resent.headers),
+                        evidence=table(rows, columns),
+                        fix="make the header list once per record, before the first attempt, "
+                            "and send that same list on every retry"
+                            if len(counts_sent) > 1 else None,
+                        lesson=SEE)
             # The report counts records, not attempts: after a retry that was acknowledged,
             # the run ended with everything done, so it counts each record once.
             replayed_n = sum(1 for c in dead if bound_for(c) == topics.source)
@@ -1573,7 +1625,11 @@ class EveryAckLate(ProducerTap):
 
 def test_replay_stops_sending_at_its_deadline(lab, clock):
     topics = lab.topics()
-    dead = mixed(lab, topics, replays=(None,) * STREAM_RECORDS)
+    # in one partition, read in order: two re-publishes, then records at the cap, whose
+    # parks are sends too (a deadline looked at only before a re-publish never comes)
+    dead = craft_dead_letters(lab, topics, [
+        (healthy(f"acc-{n}", 500 + n, partition=0), "InvalidEvent", None if n < 2 else 3)
+        for n in range(STREAM_RECORDS)])
     sends = EveryAckLate(lab.dlt_producer(), clock, SLOW_ACK_S)
     group = lab.kafka.group_id("dlt-replayer")
     began = time.monotonic()
@@ -1615,9 +1671,10 @@ def test_replay_stops_sending_at_its_deadline(lab, clock):
             f"went on sending past its deadline: {len(late)} send(s) began more than "
             f"{STREAM_DEADLINE_S:g} s after its first one, the last "
             f"{late[-1] - first:.2f} s after it. When timeout_seconds is up the run returns "
-            "the report of what it did so far: look at the deadline before every send, after a "
-            "poll that brought a record as after an empty one, and between the records of a "
-            "consume() batch. Records that keep coming do not extend a run.",
+            "the report of what it did so far: look at the deadline before every send (a park "
+            "as much as a re-publish), after a poll that brought a record as after an empty "
+            "one, and between the records of a consume() batch. Records that keep coming do "
+            "not extend a run.",
             expected=f"no send later than {STREAM_DEADLINE_S + SEND_AFTER_S:g} s after the first "
                      "one",
             actual=f"replay {outcome} after {took:.1f} s; sends at "
