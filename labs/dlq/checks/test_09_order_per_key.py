@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -511,8 +511,16 @@ def test_a_key_parked_by_another_process_comes_back(lab, ledger_database, clock)
             lesson=SEE)
 
 
+def _label(c: Any) -> str:
+    key = c.item.key or b""
+    name = key.decode("ascii") if key.isascii() else repr(key)
+    return f"{name} {c.item.cents}"
+
+
 def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
     topics = lab.topics()
+    ff, fe = replace(healthy("acc-ff", 601), key=b"\xff"), replace(healthy("acc-fe", 501),
+                                                                     key=b"\xfe")
     specs = [
         (healthy("acc-k", 101), "InvalidEvent", None),  # filtered out: stays behind
         (healthy("acc-k", 102), "KeyParked", None),
@@ -521,8 +529,16 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
         (healthy("acc-l", 202), "KeyParked", None),
         (healthy("acc-m", 301), "DownstreamUnavailable", 3),  # at the cap: parking lot
         (healthy("acc-m", 302), "KeyParked", None),
+        (healthy("acc-m", 303), "InvalidEvent", None),  # outside the filters, behind a park
+        # two keys that are not UTF-8: b"\xff" stays behind, b"\xfe" is another key
+        (ff, "InvalidEvent", None),
+        (fe, "DownstreamUnavailable", None),
     ]
     dead = craft_dead_letters(lab, topics, specs)
+    # acc-n's head has no origin headers: parked, and its follower behind it
+    dead += craft_dead_letters(lab, topics, [(healthy("acc-n", 401), "DownstreamUnavailable",
+                                              None)], origin=False)
+    dead += craft_dead_letters(lab, topics, [(healthy("acc-n", 402), "KeyParked", None)])
     module = lab.module("replay")
     report = call(module.replay, lab.kafka.consumer_config(), lab.dlt_producer(),
                   dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
@@ -531,44 +547,66 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                   exception_types={"DownstreamUnavailable", "KeyParked"})
     back = lab.read(topics.source, topics.partitions, fence=True)
     order = [next((c for c in dead if c.item.value == r.value), None) for r in back]
-    sent = [f"{(c.item.key or b'').decode()} {c.item.cents}" for c in order if c is not None]
-    if sent != ["acc-l 201", "acc-l 202"]:
+    sent = [_label(c) for c in order if c is not None]
+    evidence = table([(f"p{c.partition}@{c.offset}", _label(c).rsplit(" ", 1)[0],
+                       c.item.cents, c.exception,
+                       c.replays if c.replays is not None else "none")
+                      for c in dead], ("DLT record", "key", "cents", "exception", "replays"))
+    wanted = ["acc-l 201", "acc-l 202", "b'\\xfe' 501"]
+    in_order = [x for x in sent if x.startswith("acc-l")] == ["acc-l 201", "acc-l 202"]
+    if sorted(sent) != sorted(wanted) or not in_order:
+        overtook = [x for x in sent if x not in wanted]
         raise CheckFailure(
             "A key's later record must not be replayed while an earlier record of the same key "
             "stays behind: acc-k's head is filtered out (InvalidEvent), acc-m's head is at the "
-            "replay cap and goes to the parking lot. Their KeyParked followers would otherwise be "
-            "booked before them. Decide per key, in DLT order: once a record of a key is not "
-            "re-published, none of that key's later records is in this run.",
-            expected="only acc-l 201 then acc-l 202 re-published",
+            "replay cap and acc-n's has no origin headers, both go to the parking lot. Their "
+            "followers would otherwise be booked before them. Decide per key (its bytes, "
+            "whatever they are: b'\\xff' and b'\\xfe' are two keys), in DLT order: once a "
+            "record of a key is not re-published, none of that key's later records is "
+            "re-published in this run.",
+            expected="acc-l 201 then acc-l 202 re-published, and b'\\xfe' 501; nothing else",
             actual=f"re-published: {sent}; report {report!r}",
-            evidence=table([(f"p{c.partition}@{c.offset}", (c.item.key or b"").decode(),
-                             c.item.cents,
-                          c.exception, c.replays if c.replays is not None else "none")
-                         for c in dead], ("DLT record", "key", "cents", "exception", "replays")),
+            evidence=evidence,
+            fix="hold a key back behind a head parked for a missing origin too, not only at "
+                "the cap" if overtook == ["acc-n 402"] else
+                "key the held-back set by the key's bytes, not a decoded text"
+                if "b'\\xfe' 501" not in sent and not overtook else None,
             lesson=SEE)
-    # acc-m's head went to the parking lot, where a person decides: its follower goes there
-    # behind it (skipped and committed, it would stay in no flow at all)
-    # (the parking lot may have more partitions than the source; a park may use any of them:
-    # the order is compared where the two share a partition)
+    # a head that went to the parking lot, where a person decides: its followers go there
+    # behind it, whatever the filters say of them (skipped and committed, they would stay in
+    # no flow at all). (The parking lot may have more partitions than the source; a park may
+    # use any of them: the order is compared where a key's records share a partition.)
     lot = lab.read(topics.parking_lot,
                    max(topics.partitions, lab.partition_counts([topics.parking_lot])[
                        topics.parking_lot]), fence=True)
     lot = sorted(lot, key=lambda r: (r.partition, r.offset))
     lot_order = [next((c for c in dead if c.item.value == r.value), None) for r in lot]
-    parked = [f"{(c.item.key or b'').decode()} {c.item.cents}" for c in lot_order
-              if c is not None]
-    if sorted(parked) != ["acc-m 301", "acc-m 302"] or (
-            len({r.partition for r in lot}) == 1 and parked != ["acc-m 301", "acc-m 302"]):
+    parked = [_label(c) for c in lot_order if c is not None]
+    parked_at = {_label(c): r.partition for c, r in zip(lot_order, lot, strict=True)
+                 if c is not None}
+    want_lot = {"acc-m": ["acc-m 301", "acc-m 302", "acc-m 303"],
+                "acc-n": ["acc-n 401", "acc-n 402"]}
+    wrong = [key for key, want in want_lot.items()
+             if [x for x in parked if x.startswith(key)] != want
+             and (sorted(x for x in parked if x.startswith(key)) != want
+                  or len({parked_at[x] for x in want}) == 1)]
+    if wrong:
+        missing = [x for key in wrong for x in want_lot[key] if x not in parked]
         raise CheckFailure(
-            "acc-m's head is at the replay cap and went to the parking lot, where a person "
-            "decides what becomes of it. The record behind it, a KeyParked follower, goes there "
-            "behind it, in order: the person then has the key's records together. Skipped and "
-            "committed, the follower stays in no flow at all: this job never reads it again, "
-            "and nothing says it waits behind a parked head.",
-            expected="the parking lot holds acc-m 301, then acc-m 302",
+            "A head that went to the parking lot (acc-m's at the replay cap, acc-n's without "
+            "its origin headers) waits there for a person to decide. The records behind it go "
+            "there behind it, in order, whatever the filters say of them (acc-m 303 is an "
+            "InvalidEvent, outside this job's types): the person then has the key's records "
+            "together. Skipped and committed, a follower stays in no flow at all: this job "
+            "never reads it again, and nothing says it waits behind a parked head.",
+            expected="the parking lot holds " + ", then ".join(
+                x for key in wrong for x in want_lot[key]),
             actual=f"parking lot: {parked or 'nothing'}; report {report!r}",
-            fix="a record behind a key parked at the cap is parked too; one behind a key "
-                "filtered out is skipped like it" if parked == ["acc-m 301"] else None,
+            evidence=evidence,
+            fix="a record behind a key held back by a park is parked too, before the filters "
+                "decide; one behind a key filtered out is skipped like it"
+                if missing and all(x.endswith(("302", "303", "402")) for x in missing)
+                else None,
             lesson=SEE)
 
 
