@@ -1077,6 +1077,27 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                                        if q == partition)
                            + f"; committed {offsets_text(committed)}",
                     evidence=table(rows, columns), lesson=SEE)
+            # A run that returns its report at a write that stayed failed counts only what
+            # was acknowledged: the failed record is neither replayed nor parked (yet).
+            if report is not None and retry_at is None:
+                acked = [c for c in dead if writes[(c.partition, c.offset)] == "acknowledged"]
+                want_counts = (sum(1 for c in acked if bound_for(c) == topics.source),
+                               sum(1 for c in acked if bound_for(c) == topics.parking_lot))
+                counted = (getattr(report, "replayed", None), getattr(report, "parked", None))
+                if counted != want_counts:
+                    raise CheckFailure(
+                        f"A write of the replay {failed_how} (a {bound}), and the run returned "
+                        f"its report there: replayed={counted[0]}, parked={counted[1]}, though "
+                        f"the broker had acknowledged {want_counts[0]} re-publish(es) and "
+                        f"{want_counts[1]} park(s). The report counts what this run did: a "
+                        "record whose write failed was neither replayed nor parked; the next "
+                        "run handles it, and counts it then.",
+                        expected="ReplayReport(replayed={}, parked={}, …)".format(*want_counts),
+                        actual=outcome, evidence=table(rows, columns),
+                        fix="count a record after its write was acknowledged, not before you "
+                            "send it" if counted[0] is not None and counted[1] is not None
+                            and counted[0] + counted[1] == sum(want_counts) + 1 else None,
+                        lesson=SEE)
             # Once a retry of the failed write is acknowledged, the run goes on as if nothing
             # had failed (README): only a write that stays failed, or timeout_seconds, ends it
             # early. A run that stopped before its deadline must then have handled every record.
