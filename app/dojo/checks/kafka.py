@@ -128,9 +128,32 @@ class KafkaEnv:
             meta = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
             if meta is not None and meta.error is None and len(meta.partitions) == partitions and \
                     all(p.leader >= 0 for p in meta.partitions.values()):
+                self.wait_until_served([topic], deadline)
                 return
             time.sleep(0.05)
         raise TimeoutError(f"topic {topic} has no leaders for all {partitions} partitions")
+
+    def wait_until_served(self, topics: list[str], deadline: float) -> None:
+        """Until every partition of `topics` answers a ListOffsets request: on Apache Kafka a
+        leader named in the metadata can still refuse it for a moment (NOT_LEADER_FOR_PARTITION),
+        and the learner's first get_watermark_offsets() must not meet that."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        probe = Consumer(self.consumer_config(self.group_id("probe")))
+        try:
+            for topic in topics:
+                meta = probe.list_topics(topic, timeout=5).topics[topic]
+                for pid in meta.partitions:
+                    while True:
+                        try:
+                            probe.get_watermark_offsets(TopicPartition(topic, pid), timeout=5)
+                            break
+                        except KafkaException:
+                            if time.monotonic() >= deadline:
+                                raise
+                            time.sleep(0.05)
+        finally:
+            probe.close()
 
     def high_watermarks(self, topic: str) -> dict[int, int]:
         """Partition → high watermark (the offset the next record will get)."""

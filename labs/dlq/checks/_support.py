@@ -175,6 +175,7 @@ class DLQLab:
             meta = admin.list_topics(timeout=5).topics
             if all(n in meta and meta[n].error is None and meta[n].partitions and
                    all(p.leader >= 0 for p in meta[n].partitions.values()) for n in names):
+                self.kafka.wait_until_served(names, deadline)
                 return
             time.sleep(0.05)
         raise CheckFailure("deadletter.create_topics(admin, source) returned, but the topics "
