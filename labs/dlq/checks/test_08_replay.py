@@ -1146,8 +1146,7 @@ def test_replay_commits_only_after_the_ack(lab, clock):
                                + ", ".join(k for k, _ in resent.headers),
                         evidence=table(rows, columns),
                         fix="make the header list once per record, before the first attempt, "
-                            "and send that same list on every retry"
-                            if len(counts_sent) > 1 else None,
+                            "and send that same list on every retry",
                         lesson=SEE)
             # The report counts records, not attempts: after a retry that was acknowledged,
             # the run ended with everything done, so it counts each record once.
