@@ -28,6 +28,10 @@ class KafkaEnv:
 
     endpoints: Endpoints
     created: list[str] = field(default_factory=list)
+    # Tansu answers a fetch that found nothing new only after fetch.wait.max.ms (500 ms by
+    # default), even when a record arrives meanwhile (Apache Kafka answers at once): a lab
+    # whose scenes hand records back and forth between its consumers sets a shorter wait.
+    tansu_fetch_wait_ms: int | None = None
     _clients: list[Any] = field(default_factory=list, repr=False)
 
     @property
@@ -72,6 +76,8 @@ class KafkaEnv:
             # a short session keeps that to ~3 s. Apache Kafka here runs with a zero initial
             # rebalance delay, so its defaults are fine.
             config.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            if self.tansu_fetch_wait_ms is not None:
+                config["fetch.wait.max.ms"] = self.tansu_fetch_wait_ms
         config.update(overrides)
         return config
 

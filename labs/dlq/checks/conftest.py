@@ -32,6 +32,9 @@ class LedgerDatabase:
 @pytest.fixture
 def lab(kafka: Any, learner: Any) -> DLQLab:
     """The learner's code bound to this test's topics."""
+    # Records go back and forth between consumers that have caught up (consumer, DLT,
+    # replay, source again): at Tansu's 500 ms a fetch, waiting made a fifth of the run.
+    kafka.tansu_fetch_wait_ms = 100
     return DLQLab(kafka, learner)
 
 
