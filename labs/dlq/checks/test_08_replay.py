@@ -605,7 +605,10 @@ def test_replay_is_rate_limited(lab):
     # forward meanwhile (WALL_STEPS).
     sends = WallStepsAtSends(lab.dlt_producer(), clock, FIRST_ACK_SECONDS)
     began = clock.monotonic()
+    # (Tansu's default fetch wait: the other partitions' records then reach the replay where
+    # the diagnoses below expect them, a per-partition pacer's burst not after the late ack)
     replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=sends,
+           config={"fetch.wait.max.ms": 500},
            rate_per_second=rate, exception_types={"InvalidEvent", "DownstreamUnavailable"})
     took = clock.monotonic() - began
     times = [p.at for p in sends.to(topics.source)]
@@ -1329,6 +1332,190 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
             actual=f"{report!r}", lesson=SEE)
 
 
+# A dead letter written while the replay runs, handed to the replay's consumer while the run
+# still has work: without a hold, a client fetching one record at a time hands it over only
+# after the last record the run needed, and a run that counted it as skipped, or committed it
+# (a commit() of the stored positions), passed. Two records in each of p0 and p1; the first
+# send (p0's first: p1 is paused from assign() until then) writes the late one to the other
+# partition and holds the first send's partition (pause(): the client's own way to stop a
+# partition, its position unchanged) until the late record was handed out, or LATE_HOLD_S (a replay that stops reading a partition at its end
+# never gets it: fine). consume() hands out one record a call, as OneRecordPerConsume does.
+LATE_HOLD_S = 1.5
+
+
+class HoldUntilLate:
+    """While active, every confluent_kafka.Consumer made of group `group` hands out at most one
+    record per consume() call, and `hold(partition, late)` pauses that DLT partition until the
+    record `late` (a Crafted) was handed out, or LATE_HOLD_S passed. The learner's replay
+    module must be imported inside the `with`."""
+
+    def __init__(self, group: str, topic: str, later: int) -> None:
+        self.group, self.topic = group, topic
+        self._original: Any = None
+        self._consumers: list[Any] = []
+        # partition `later` stays paused from assign() to the first hold(), so that the first
+        # send is another partition's record, the same in every run
+        self.later: int | None = later
+        self.held: tuple[int, Any, float] | None = None  # (partition, late, until real time)
+        self.late_handed = False
+
+    def hold(self, partition: int, late: Any) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.held = (partition, late, time.monotonic() + LATE_HOLD_S)
+        later, self.later = self.later, None
+        for consumer in self._consumers:
+            consumer._dojo_pause([TopicPartition(self.topic, partition)])
+            if later is not None and later != partition:
+                consumer._dojo_resume([TopicPartition(self.topic, later)])
+
+    def _release(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        if self.held is not None:
+            partition, self.held = self.held[0], None
+            for consumer in self._consumers:
+                consumer._dojo_resume([TopicPartition(self.topic, partition)])
+
+    def __enter__(self) -> HoldUntilLate:
+        import confluent_kafka
+
+        original = self._original = confluent_kafka.Consumer
+        outer = self
+
+        class Holding(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                config = args[0] if args and isinstance(args[0], dict) else kwargs
+                if config.get("group.id") == outer.group:
+                    outer._consumers.append(self)
+
+            def assign(self, *args: Any, **kwargs: Any) -> Any:
+                from confluent_kafka import TopicPartition
+
+                result = super().assign(*args, **kwargs)
+                if self in outer._consumers and outer.later is not None:
+                    assigned = {tp.partition for tp in super().assignment()
+                                if tp.topic == outer.topic}
+                    if outer.later in assigned:
+                        super().pause([TopicPartition(outer.topic, outer.later)])
+                return result
+
+            def _dojo_pause(self, partitions: Any) -> None:
+                super().pause(partitions)
+
+            def _dojo_resume(self, partitions: Any) -> None:
+                super().resume(partitions)
+
+            def _dojo_seen(self, msg: Any) -> None:
+                held = outer.held
+                if self not in outer._consumers or held is None:
+                    return
+                if msg is not None and msg.error() is None and msg.topic() == outer.topic and \
+                        (msg.partition(), msg.offset()) == (held[1].partition, held[1].offset):
+                    outer.late_handed = True
+                    outer._release()
+                elif time.monotonic() >= held[2]:
+                    outer._release()
+
+            def poll(self, *args: Any, **kwargs: Any) -> Any:
+                msg = super().poll(*args, **kwargs)
+                self._dojo_seen(msg)
+                return msg
+
+            def consume(self, num_messages: int = 1, *args: Any, **kwargs: Any) -> Any:
+                timeout = args[0] if args else kwargs.get("timeout", -1)
+                batch = super().consume(1, timeout)
+                for msg in batch or [None]:
+                    self._dojo_seen(msg)
+                return batch
+
+        confluent_kafka.Consumer = Holding  # type: ignore[misc]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import confluent_kafka
+
+        confluent_kafka.Consumer = self._original  # type: ignore[misc]
+
+
+def test_a_record_written_during_the_run_is_the_next_runs(lab, clock):
+    topics = lab.topics()
+    dead = craft_dead_letters(lab, topics, [
+        (healthy(f"acc-{n}", 320 + n, partition=n % 2), "InvalidEvent", None) for n in range(4)])
+    by_value = {c.item.value: c for c in dead}
+    group = lab.kafka.group_id("dlt-replayer")
+    late: list[Crafted] = []
+
+    with HoldUntilLate(group, topics.dead_letter, later=1) as gate:
+        def before(number: int) -> None:
+            if number == 0:  # the first send: a dead letter arrives in the other partition
+                first = by_value.get(hook.sending or b"")
+                held = first.partition if first is not None else 0
+                late.extend(craft_dead_letters(lab, topics, [
+                    (healthy("acc-late", 998, partition=1 - held), "InvalidEvent", None),
+                    # and one to p2, empty at the start: done before the run began
+                    (healthy("acc-late", 997, partition=2), "InvalidEvent", None)]))
+                gate.hold(held, late[0])
+
+        hook = HookedProducer(lab.dlt_producer(), clock, before)
+        try:
+            report: Any = replay(lab, topics, group, clock, producer=hook)
+        except CheckFailure:
+            raise
+        except Exception as exc:
+            report = f"raised {type(exc).__name__}: {str(exc)[:120]}"
+    sent = {p.value for p in hook.to(topics.source)}
+    if not late:
+        return  # nothing sent: whether the replay sends at all, other checks say
+    where = " and ".join(f"p{c.partition}@{c.offset}" for c in late)
+    seen = ("one reached the replay's consumer before the run ended" if gate.late_handed else
+            "the replay did not read them")
+    again = [c for c in late if c.item.value in sent]
+    if again:
+        raise CheckFailure(
+            f"A dead letter written while the replay ran ({where}, after the first send; p2 "
+            "was empty at the start) was replayed by it: "
+            + ", ".join(f"p{c.partition}@{c.offset}" for c in again) + ". Replay works "
+            "through what was in the DLT when it started: read every partition's end offset "
+            "before the first record, and stop there (a partition empty at the start is done "
+            "before the run begins).",
+            expected=f"the {len(dead)} records there at the start replayed, nothing of {where}",
+            actual=f"re-published {len(sent)} record(s), among them "
+                   + ", ".join(f"p{c.partition}@{c.offset}" for c in again)
+                   + f"; report {report!r}", lesson=SEE)
+    committed = committed_offsets(lab.kafka.consumer_config(), group, topics.dead_letter,
+                                  topics.partitions)
+    past = [c for c in late if committed.get(c.partition, -1) > c.offset]
+    if past:
+        raise CheckFailure(
+            f"A dead letter written while the replay ran ({where}; {seen}) was not replayed, "
+            f"yet the group's committed offset of p{past[0].partition} is past it: no later run "
+            "of this job sees it, and it is lost. A record past the end read at the start is "
+            "the next run's: leave it uncommitted. Commit the record you handled "
+            "(commit(message=msg, asynchronous=False), or its offset + 1), not the consumer's "
+            "stored positions, which include every record poll() handed out.",
+            expected=f"the committed offset of p{past[0].partition} at most {past[0].offset}",
+            actual=f"committed {offsets_text(committed)}; report {report!r}",
+            fix="commit each handled record's own offset (message=msg), never the stored "
+                "positions, and never past the end read at the start"
+                if gate.late_handed else None,
+            lesson=SEE)
+    counts = tuple(getattr(report, name, None) for name in ("replayed", "parked", "skipped"))
+    if not isinstance(report, str) and len(sent) == len(dead) and counts != (len(dead), 0, 0):
+        raise CheckFailure(
+            f"The replay re-published the {len(dead)} records that were in the DLT when it "
+            f"started (none at the cap, none outside the filters), but its report counts "
+            f"otherwise. {where}, written after the start ({seen}), "
+            f"{'are' if len(late) > 1 else 'is'} not this run's: neither replayed nor skipped "
+            "nor counted.",
+            expected=f"ReplayReport(replayed={len(dead)}, parked=0, skipped=0)",
+            actual=f"{report!r}",
+            fix="leave a record past the end out of the report: it is not skipped, it is the "
+                "next run's" if gate.late_handed and counts[2] else None,
+            lesson=SEE)
+
+
 # The last record of p0 reaches the replay's consumer only after a pause longer than the
 # run, and the third only GATE_OPENS_S into it: the replay handles the first two, waits,
 # handles the third late in the run, then nothing comes until its timeout_seconds is up.
@@ -1699,4 +1886,49 @@ def test_replay_stops_sending_at_its_deadline(lab, clock):
                      "one",
             actual=f"replay {outcome} after {took:.1f} s; sends at "
                    + ", ".join(f"+{t - first:.2f} s" for t in sends.real_at),
+            lesson=SEE)
+    _no_retry_past_the_deadline(lab, clock)
+
+
+# A re-publish whose report never comes (FailOnce, silent, every time): its ack_timeout_seconds
+# outlast the run's timeout_seconds, so when the write has failed the deadline is up, and a
+# retry of it in place, a send like any other, may not begin. Costs RETRY_ACK_S of real time.
+RETRY_DEADLINE_S = 0.5
+RETRY_ACK_S = 1.0
+
+
+def _no_retry_past_the_deadline(lab: Any, clock: InstantClock) -> None:
+    topics = lab.topics()
+    craft_dead_letters(lab, topics, [(healthy("acc-r", 613, partition=0), "InvalidEvent", None)])
+    sink = lab.kafka.topic(1, hint="unacknowledged")
+    router = FailOnce(lab.dlt_producer(), sink, fail_topic=topics.source, silent=True,
+                      every_time=True, hang_seconds=_hang_seconds(RETRY_ACK_S))
+    sends = EveryAckLate(router, clock, 0.0)
+    began = time.monotonic()
+    try:
+        report = replay(lab, topics, lab.kafka.group_id("dlt-replayer"), clock, producer=sends,
+                        timeout_seconds=RETRY_DEADLINE_S, ack_timeout_seconds=RETRY_ACK_S)
+        outcome = f"returned {report!r}"
+    except CheckFailure:
+        raise
+    except Exception as exc:  # the write failed: raising is fine
+        outcome = f"raised {type(exc).__name__}"
+    if not sends.real_at:
+        return  # nothing sent: whether the replay sends at all, other checks say
+    first = sends.real_at[0]
+    late = [t for t in sends.real_at if t > first + RETRY_DEADLINE_S + SEND_AFTER_S]
+    if late:
+        raise CheckFailure(
+            f"The first re-publish got no delivery report: it had failed once its "
+            f"ack_timeout_seconds ({RETRY_ACK_S:g} s) were up, and by then so was the run's "
+            f"timeout_seconds ({RETRY_DEADLINE_S:g} s). The replay wrote it again after its "
+            f"deadline: {len(late)} send(s) began more than {RETRY_DEADLINE_S:g} s after the "
+            "first. A retry in place is a send like any other: look at the deadline before it, "
+            "and when the time is up end the run with the record uncommitted (retries that "
+            "ignore the deadline make a run late by an ack timeout each).",
+            expected=f"no send later than {RETRY_DEADLINE_S + SEND_AFTER_S:g} s after the first; "
+                     "the run ending once the write has failed",
+            actual=f"replay {outcome} after {time.monotonic() - began:.1f} s; sends at "
+                   + ", ".join(f"+{t - first:.2f} s" for t in sends.real_at),
+            fix="look at the deadline before a retry, as before every send",
             lesson=SEE)
