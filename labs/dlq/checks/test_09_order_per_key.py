@@ -608,6 +608,35 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
                 if missing and all(x.endswith(("302", "303", "402")) for x in missing)
                 else None,
             lesson=SEE)
+    stray = [x for x in parked if not x.startswith(tuple(want_lot))]
+    if stray:
+        raise CheckFailure(
+            "A record behind a head that was filtered out went to the parking lot. acc-k's "
+            "head is outside this job's types: it is skipped, left in the DLT for another job, "
+            "and its followers are skipped with it (held back, in the DLT behind it). Only a "
+            "record behind a parked head follows it to the parking lot.",
+            expected="nothing of acc-k in the parking lot",
+            actual=f"parking lot: {parked}; report {report!r}",
+            evidence=evidence,
+            fix="hold a key back with the head's own decision: behind a skipped head skip, "
+                "behind a parked head park",
+            lesson=SEE)
+    # the report: 3 re-published (acc-l 201, 202, b'\xfe' 501), 5 parked (acc-m 301-303,
+    # acc-n 401-402), 4 skipped (acc-k 101-103, b'\xff' 601)
+    counts = tuple(getattr(report, name, None) for name in ("replayed", "parked", "skipped"))
+    if counts != (3, 5, 4):
+        raise CheckFailure(
+            "The replay sent every record where it belonged, but its report counts otherwise. "
+            "A record that went to the parking lot is parked, whatever sent it there: the cap, "
+            "a missing origin, or a parked head of its key (acc-m 302 and 303, acc-n 402). "
+            "Skipped is only what the filters, or a key held back behind a skipped head, left "
+            "out (acc-k's three records, b'\\xff' 601).",
+            expected="ReplayReport(replayed=3, parked=5, skipped=4)",
+            actual=f"{report!r}",
+            evidence=evidence,
+            fix="count a follower parked behind its key's head as parked, not skipped"
+                if counts == (3, 2, 7) else None,
+            lesson=SEE)
 
 
 class _Crash(BaseException):
