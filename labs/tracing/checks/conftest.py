@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from dojo.checks import apply_schema, call
 from dojo.checks.database import Database, create_database, drop_database
 
 T = TypeVar("T")
+TICK_S = 0.02  # how often post_async(ticks=) looks whether the event loop is free
 
 
 @pytest.fixture
@@ -123,13 +125,30 @@ class Shop:
 
         return asyncio.run(main())
 
-    def post_async(self, body: dict[str, Any], headers: dict[str, str]) -> Answer:
+    def post_async(self, body: dict[str, Any], headers: dict[str, str],
+                   ticks: list[float] | None = None) -> Answer:
         """One request through `api.handle_order_async` on a fresh event loop (whose default
-        executor has threads of its own), its background jobs and pool work waited for."""
+        executor has threads of its own), its background jobs and pool work waited for. With
+        `ticks`, a task of the check's appends the real time to it every TICK_S while the
+        handler runs: a gap says the loop ran nothing else meanwhile (it was blocked)."""
+
+        async def tick() -> None:
+            assert ticks is not None
+            while True:
+                ticks.append(time.monotonic())
+                await asyncio.sleep(TICK_S)
 
         async def one() -> Answer:
-            response = await awaited(self.api.handle_order_async(
-                self.deps, headers, json.dumps(body).encode()))
+            ticker = asyncio.create_task(tick()) if ticks is not None else None
+            if ticker is not None:
+                await asyncio.sleep(0)  # its first tick, before the handler can block the loop
+            try:
+                response = await awaited(self.api.handle_order_async(
+                    self.deps, headers, json.dumps(body).encode()))
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
+                    ticks.append(time.monotonic())  # type: ignore[union-attr]
             return Answer(int(response.status), dict(response.body))
 
         answer = self.run_async(one)

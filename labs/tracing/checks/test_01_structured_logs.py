@@ -70,7 +70,8 @@ def test_every_record_is_one_json_line_with_the_documented_fields(captured, trac
     with tracer_spans.tracer.start_as_current_span("POST /orders"):
         log.info("order %s placed for %d cents", "A-17", 4213)
         log.warning('a "quoted" word,\na second line and ünïcode')
-        log.info("with business keys", extra={"order_id": "ord-4711", "customer_id": "c-93"})
+        log.info("with business keys", extra={"order_id": "ord-4711", "customer_id": "c-93",
+                                              "items": 3, "express": True})
     log.error("outside any span")
     after = datetime.now(UTC)
     lines = _require_lines(captured, 4, "four records, one with a line break in its message")
@@ -106,6 +107,18 @@ def test_every_record_is_one_json_line_with_the_documented_fields(captured, trac
         if lines[2].get("order_id") != "ord-4711" or lines[2].get("customer_id") != "c-93":
             problems.append("line 3: the fields given with extra= (order_id, customer_id) are "
                             "not in the line; support searches by them")
+        items, express = lines[2].get("items"), lines[2].get("express")
+        if type(items) is not int or items != 3 or express is not True:
+            problems.append(f"line 3: extra= items={items!r}, express={express!r}, expected 3 "
+                            "and true: a number or a boolean JSON can hold stays one (a query "
+                            "for items > 2 finds no text); only values JSON cannot hold (UUID, "
+                            "Decimal, datetime) become text")
+        with_exception = [n for n, line in enumerate(lines, 1) if "exception" in line]
+        if with_exception:
+            problems.append(f"line(s) {', '.join(map(str, with_exception))}: an exception "
+                            "field on a record that has no exception (even null): the field "
+                            "is there only when the record has one, and whoever counts the "
+                            "lines with an exception counts these too")
     if problems:
         raise CheckFailure(
             "A log store indexes the fields of each JSON line; the checks (and your "

@@ -103,21 +103,43 @@ def test_a_held_insert_shows_its_traceparent_in_pg_stat_activity(shop, database)
     verify_visible(shop, seen, trace, "the API's INSERT INTO orders")
 
 
+LOOP_HELD_S = 0.8
+LOOP_BLOCKED_S = 0.5
+
 def test_on_asyncio_a_held_insert_shows_its_traceparent(shop, database):
     # handle_order_async runs the INSERT on a thread of the loop's executor: the request's
     # context must go with it (asyncio.to_thread copies it; loop.run_in_executor does not).
+    # It must not run it on the loop itself: held here LOOP_HELD_S, a blocking INSERT would
+    # stop every other task of the loop that long (a ticker of the check's shows it).
     traced(shop)
     trace = trace_id_hex()
+    ticks: list[float] = []
     with database.engine.connect() as blocker:
         blocker.execute(text("LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE"))
-        job = in_thread(shop.post_async, order_body(), {"traceparent": traceparent(trace)})
+        job = in_thread(shop.post_async, order_body(), {"traceparent": traceparent(trace)},
+                        ticks)
         seen = waiting_statement(database.engine, "orders")
+        time.sleep(LOOP_HELD_S)
         blocker.rollback()
     answer = job.result(30)
     if answer.status != 201:
         raise CheckFailure("handle_order_async must place the order.", expected="201",
                            actual=str(answer.status), evidence=str(answer.body)[:400],
                            lesson=SEE)
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    if gaps and max(gaps) >= LOOP_BLOCKED_S:
+        raise CheckFailure(
+            "handle_order_async ran the INSERT on the event loop itself: while the check held "
+            f"the orders table locked ({LOOP_HELD_S:g} s after the INSERT began to wait) the "
+            f"loop ran nothing else for {max(gaps):.2f} s. On a server every other request of "
+            "that loop stops with it. A blocking step (the database, the inventory call, the "
+            "Kafka send) goes to a thread: await asyncio.to_thread(...), which also copies the "
+            "request's context there.",
+            expected=f"the loop free while the INSERT waits (no pause of {LOOP_BLOCKED_S:g} s "
+                     "or more)",
+            actual=f"the loop stopped for {max(gaps):.2f} s", lesson=SEE,
+            fix="await asyncio.to_thread(shop.insert_order, ...) instead of calling it on the "
+                "loop")
     verify_visible(shop, seen, trace, "the INSERT INTO orders of handle_order_async",
                    on_asyncio=True)
 
