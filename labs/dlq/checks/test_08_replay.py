@@ -1335,11 +1335,12 @@ def test_replay_stops_at_the_end_it_found(lab, clock):
 # A dead letter written while the replay runs, handed to the replay's consumer while the run
 # still has work: without a hold, a client fetching one record at a time hands it over only
 # after the last record the run needed, and a run that counted it as skipped, or committed it
-# (a commit() of the stored positions), passed. Two records in each of p0 and p1; the first
-# send (p0's first: p1 is paused from assign() until then) writes the late one to the other
-# partition and holds the first send's partition (pause(): the client's own way to stop a
-# partition, its position unchanged) until the late record was handed out, or LATE_HOLD_S (a replay that stops reading a partition at its end
-# never gets it: fine). consume() hands out one record a call, as OneRecordPerConsume does.
+# (a commit() of the stored positions), passed. Two records in each of p0 and p1, none in
+# p2; the first send (p0's first: p1 is paused from assign() until then) writes a late one to
+# p1 and one to p2, and holds the first send's partition (pause(): the client's own way to
+# stop a partition, its position unchanged) until the late p1 record was handed out, or
+# LATE_HOLD_S (a replay that stops reading a partition at its end never gets it: fine).
+# consume() hands out one record a call, as OneRecordPerConsume does.
 LATE_HOLD_S = 1.5
 
 
