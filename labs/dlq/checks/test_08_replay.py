@@ -1830,6 +1830,14 @@ class EveryAckLate(ProducerTap):
         self.real_at.append(time.monotonic())
         return super().produce(*args, **kwargs)
 
+    def late_sends(self, deadline_s: float) -> list[float]:
+        """The sends that began more than `deadline_s` + SEND_AFTER_S after the first (a run's
+        deadline starts before its first send, wherever the replay starts its clock); none when
+        nothing was sent (whether the replay sends at all, other checks say)."""
+        if not self.real_at:
+            return []
+        return [t for t in self.real_at if t > self.real_at[0] + deadline_s + SEND_AFTER_S]
+
 
 def test_replay_stops_sending_at_its_deadline(lab, clock):
     topics = lab.topics()
@@ -1867,11 +1875,9 @@ def test_replay_stops_sending_at_its_deadline(lab, clock):
             fix="wait for a write's report up to ack_timeout_seconds, whatever time is left "
                 "before the deadline" if sends.real_at else None,
             lesson=SEE)
-    if not sends.real_at:
-        return  # nothing sent: whether the replay sends at all, other checks say
-    first = sends.real_at[0]
-    late = [t for t in sends.real_at if t > first + STREAM_DEADLINE_S + SEND_AFTER_S]
+    late = sends.late_sends(STREAM_DEADLINE_S)
     if late:
+        first = sends.real_at[0]
         raise CheckFailure(
             f"Every acknowledgement took {SLOW_ACK_S:g} s of real time here and the DLT held "
             f"{len(dead)} records, more than a timeout_seconds of {STREAM_DEADLINE_S:g} leaves "
@@ -1914,11 +1920,9 @@ def _no_retry_past_the_deadline(lab: Any, clock: InstantClock) -> None:
         raise
     except Exception as exc:  # the write failed: raising is fine
         outcome = f"raised {type(exc).__name__}"
-    if not sends.real_at:
-        return  # nothing sent: whether the replay sends at all, other checks say
-    first = sends.real_at[0]
-    late = [t for t in sends.real_at if t > first + RETRY_DEADLINE_S + SEND_AFTER_S]
+    late = sends.late_sends(RETRY_DEADLINE_S)
     if late:
+        first = sends.real_at[0]
         raise CheckFailure(
             f"The first re-publish got no delivery report: it had failed once its "
             f"ack_timeout_seconds ({RETRY_ACK_S:g} s) were up, and by then so was the run's "
