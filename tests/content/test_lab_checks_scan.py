@@ -49,3 +49,12 @@ def test_a_helper_module_that_does_not_parse_is_no_check_error(tmp_path: Path) -
     (tmp_path / "test_a.py").write_text(CHECKS, encoding="utf-8")
     scan = scan_checks(tmp_path)
     assert scan.syntax_errors == () and len(scan.checks) == 5
+
+
+def test_a_check_marked_thorough_is_known_without_importing_it(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text(
+        CHECKS + "@pytest.mark.thorough\n@pytest.mark.check_seconds(90)\n"
+                 "def test_slow(): ...\n", encoding="utf-8")
+    thorough = {c.id: c.thorough for c in scan_checks(tmp_path).checks}
+    assert thorough == {"direct": False, "through_two_fixtures": False, "endpoints": False,
+                        "database_only": False, "nothing": False, "slow": True}

@@ -29,7 +29,7 @@ def test_alternative_design_passes_every_check(case: LabCase, design: Path,
     lab = case.loaded()
     chosen = broker_checks(lab)
     summary = run_checks(lab, full_design(lab, design, tmp_path / design.name),
-                         RunOptions(checks=chosen))
+                         RunOptions(checks=chosen, thorough=True))
     assert summary.results, f"no check ran against {design}"
     rejected = [r for r in summary.results if r.status in ("fail", "error", "infra")]
     assert not rejected, (

@@ -34,7 +34,7 @@ def test_solution_passes_every_check(case: LabCase,
                                      record_property: Callable[[str, object], None]) -> None:
     lab = case.loaded()
     chosen = broker_checks(lab)
-    summary = run_checks(lab, lab.solution_dir, RunOptions(checks=chosen))
+    summary = run_checks(lab, lab.solution_dir, RunOptions(checks=chosen, thorough=True))
     declared = [c for c in scan_checks(lab.checks_dir).checks if not chosen or c.id in chosen]
     assert summary.results, f"no check ran against solutions/{lab.id}/"
     broken = [r for r in summary.results if r.status in ("fail", "error")]

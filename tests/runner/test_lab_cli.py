@@ -92,6 +92,22 @@ def test_check_json_prints_only_result_lines(content: Path) -> None:
         assert record["status"] in ("pass", "needs-backend")
 
 
+def test_check_names_the_slow_checks_it_left_out_and_thorough_runs_them(content: Path
+                                                                        ) -> None:
+    (content / "labs/tally/checks/test_04_thorough.py").write_text(
+        "import pytest\n\n@pytest.mark.stage('count')\n@pytest.mark.thorough\n"
+        "def test_slow_scene():\n    assert True\n", encoding="utf-8")
+    default = run_dojo("lab", "check", "tally", "--solution", "--stage", "count", root=content)
+    assert default.returncode == 0, default.stdout
+    assert "slow_scene" not in default.stdout.split("summary")[0]
+    assert ("1 slow check was left out (count/slow_scene): `dojo lab check tally --thorough`"
+            in default.stdout), default.stdout
+    thorough = run_dojo("lab", "check", "tally", "--solution", "--stage", "count",
+                        "--thorough", root=content)
+    assert thorough.returncode == 0, thorough.stdout
+    assert "✓ slow_scene" in thorough.stdout and "left out" not in thorough.stdout
+
+
 def test_check_impl_points_at_another_directory(content: Path, tmp_path: Path) -> None:
     impl = tmp_path / "impl"
     impl.mkdir()

@@ -250,3 +250,19 @@ def test_services_that_are_down_are_announced_before_they_start(
     assert isinstance(starting, ServicesStarting) and starting.services == ("kafka",)
     assert isinstance(ready, ServicesReady) and ready.started == ("kafka",)
     assert ready.seconds >= 0 and ready.backend
+
+
+THOROUGH_CHECK = ("import pytest\n\n@pytest.mark.stage('count')\n@pytest.mark.thorough\n"
+                  "def test_slow_scene():\n    assert True\n")
+
+
+def test_a_thorough_check_runs_only_with_thorough_or_when_named(content: Path) -> None:
+    lab = _copy_lab(content)
+    _add_check(lab, "test_04_thorough.py", THOROUGH_CHECK)
+    default = by_check(run(lab, SOLUTION, stages=("count",)))
+    assert "slow_scene" not in default and default, default
+    thorough = by_check(run(lab, SOLUTION, stages=("count",), thorough=True))
+    assert thorough["slow_scene"].status == "pass", thorough
+    assert set(thorough) == set(default) | {"slow_scene"}
+    named = by_check(run(lab, SOLUTION, checks=("slow_scene",)))
+    assert set(named) == {"slow_scene"} and named["slow_scene"].status == "pass", named

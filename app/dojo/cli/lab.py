@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg,
                          help="only this check id (repeatable)")
     p_check.add_argument("-x", "--stop-at-failing-stage", action="store_true",
                          help="stop after the first stage that does not pass")
+    p_check.add_argument("--thorough", action="store_true",
+                         help="also run the slow checks a default run leaves out (each takes "
+                              "a minute or more; the lab's README names them)")
     p_check.add_argument("--json", action="store_true",
                          help="one JSON line per check result, nothing else on stdout")
     p_check.set_defaults(handler=lazy(f"{COMMANDS}:check"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dojo.cli.errors import UsageProblem
 from dojo.cli.lab_render import Printer, paint_diff, progress_marks, use_colour
+from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import Lab, LabError, content_root, find_lab, lab_dirs, load_lab
 from dojo.content.overlay import OverlayError
 from dojo.runner import progress, workspace
@@ -142,7 +143,8 @@ def _check(args: argparse.Namespace) -> int:
         if args.mutant and not checks and not args.stage:
             checks = (lab.mutant(args.mutant).check,)
         options = RunOptions(stages=tuple(args.stage), checks=checks,
-                             stop_at_failing_stage=args.stop_at_failing_stage)
+                             stop_at_failing_stage=args.stop_at_failing_stage,
+                             thorough=args.thorough)
         printer = None if args.json else Printer(lab, colour=use_colour(sys.stdout))
         if printer:
             printer.header(label)
@@ -152,8 +154,19 @@ def _check(args: argparse.Namespace) -> int:
     if is_workspace:
         progress.record_stage_results(lab, summary)
     if printer:
-        printer.summary(summary, stopped_early=args.stop_at_failing_stage)
+        printer.summary(summary, stopped_early=args.stop_at_failing_stage,
+                        left_out=left_out_thorough(lab, options, summary))
     return check_exit_code(summary)
+
+
+def left_out_thorough(lab: Lab, options: RunOptions, summary: RunSummary) -> tuple[str, ...]:
+    """`stage/check` of every thorough check of the stages run that this run left out."""
+    if options.thorough or options.checks:
+        return ()
+    ran = {r.check_id for r in summary.results}
+    stages = {r.stage for r in summary.results}
+    return tuple(f"{c.stage}/{c.id}" for c in scan_checks(lab.checks_dir).checks
+                 if c.thorough and c.stage in stages and c.id not in ran)
 
 
 def check_exit_code(summary: RunSummary) -> int:

@@ -172,8 +172,10 @@ class Printer:
                     print(f"      read: lesson {lesson}", file=self.out)
         self.out.flush()
 
-    def summary(self, summary: RunSummary, stopped_early: bool) -> None:
-        """The per-stage table and the one line that says what to do next."""
+    def summary(self, summary: RunSummary, stopped_early: bool,
+                left_out: tuple[str, ...] = ()) -> None:
+        """The per-stage table and the one line that says what to do next. `left_out` names
+        the slow (thorough) checks of the stages run that this run did not include."""
         print(self.bold("\nsummary"), file=self.out)
         stages = summary.stages()
         for number, stage in enumerate(stages, 1):
@@ -200,6 +202,16 @@ class Printer:
             print(f"{waiting} {'check needs' if waiting == 1 else 'checks need'} Apache Kafka "
                   "and could not be verified on this broker: run `dojo services up --kafka "
                   "apache`, then check again.", file=self.out)
+        if left_out:
+            listed = ", ".join(left_out)
+            command = f"`dojo lab check {self.lab.id} --thorough`"
+            if len(left_out) == 1:
+                text = (f"1 slow check was left out ({listed}): {command} runs it too (about a "
+                        "minute more); the lab is done when it passes as well.")
+            else:
+                text = (f"{len(left_out)} slow checks were left out ({listed}): {command} runs "
+                        "them too (a minute or more each); the lab is done when they pass too.")
+            print(text, file=self.out)
         first = summary.first_unfinished_stage
         if first and first in self.lab.stage_ids and self.lab.stage(first).hints:
             print(f"next: stage {first!r}; stuck? `dojo lab hint {self.lab.id} {first}`",

@@ -22,6 +22,7 @@ class CheckDecl:
     stage_line: int  # where the marker is (the decorator, or the module's pytestmark)
     needs_kafka: bool = False  # marked @pytest.mark.needs_kafka(...): may be needs-backend
     uses_kafka: bool = True  # requests the kit's `kafka` or `services` fixture, at any depth
+    thorough: bool = False  # marked @pytest.mark.thorough: runs with --thorough or by name
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,17 @@ def _stage_marks(node: ast.expr) -> list[tuple[str, int]]:
     return []
 
 
+def _names_mark(node: ast.expr, mark: str) -> bool:
+    """Whether `node` is (or lists) `pytest.mark.<mark>` or `pytest.mark.<mark>(...)`."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return any(_names_mark(element, mark) for element in node.elts)
+    target = node.func if isinstance(node, ast.Call) else node
+    return isinstance(target, ast.Attribute) and target.attr == mark
+
+
 def _names_needs_kafka(node: ast.expr) -> bool:
     """Whether `node` is (or lists) `pytest.mark.needs_kafka(...)`."""
-    if isinstance(node, ast.List | ast.Tuple):
-        return any(_names_needs_kafka(element) for element in node.elts)
-    target = node.func if isinstance(node, ast.Call) else node
-    return isinstance(target, ast.Attribute) and target.attr == "needs_kafka"
+    return _names_mark(node, "needs_kafka")
 
 
 def _pytestmarks(tree: ast.Module) -> list[ast.expr]:
@@ -142,7 +148,8 @@ def scan_checks(checks_dir: Path) -> ChecksScan:
             marks = [m for d in func.decorator_list for m in _stage_marks(d)]
             stage, stage_line = marks[0] if marks else (module_stage, module_line)
             needs_kafka = module_kafka or any(_names_needs_kafka(d) for d in func.decorator_list)
+            thorough = any(_names_mark(d, "thorough") for d in func.decorator_list)
             checks.append(CheckDecl(func.name[len("test_"):], stage, path, func.lineno,
                                     stage_line or func.lineno, needs_kafka,
-                                    needs_kafka or bool(_parameters(func) & reach)))
+                                    needs_kafka or bool(_parameters(func) & reach), thorough))
     return ChecksScan(tuple(checks), tuple(errors))

@@ -41,6 +41,8 @@ def pytest_args(args: argparse.Namespace, ini: Path) -> list[str]:
         argv.append("--dojo-stop-at-failing-stage")
     if args.first_stage:
         argv += ["--dojo-first-stage", args.first_stage]
+    if args.thorough:
+        argv.append("--dojo-thorough")
     # node ids are relative to the checks folder; pytest resolves arguments against cwd
     argv += [str(checks / nodeid) for nodeid in args.nodeids] or [str(checks)]
     return argv
@@ -56,6 +58,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--check", action="append", default=[])
     parser.add_argument("--stop-at-failing-stage", action="store_true")
     parser.add_argument("--first-stage", default="", help="run this stage's checks first")
+    parser.add_argument("--thorough", action="store_true", help="also the slow thorough checks")
     parser.add_argument("nodeids", nargs="*", help="run only these checks (after a restart)")
     return parser.parse_args(argv)
 

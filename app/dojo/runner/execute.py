@@ -46,6 +46,7 @@ from dojo.services.manager import Endpoints
 POLL_SECONDS = 0.2  # how soon cancel() takes effect
 STARTUP_SECONDS = 60.0  # interpreter + pytest + collection, before the first check starts
 EXIT_GRACE_SECONDS = 10.0  # after the last result, for session teardown to finish
+THOROUGH_EXTRA_SECONDS = 180.0  # added to the lab's run limit when the thorough checks run
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,16 @@ class RunOptions:
     stages before it in lab order, then those after. With `stop_at_failing_stage` the stages
     up to `first_stage` always run (a failure there may come from an earlier stage the last
     edit broke); a failure stops only the stages after it.
+
+    `thorough` adds the checks marked `@pytest.mark.thorough`: slow scenes (a transaction held
+    past a minute) a default run leaves out. A check named in `checks` runs either way.
     """
 
     stages: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     stop_at_failing_stage: bool = False
     first_stage: str = ""
+    thorough: bool = False
     check_seconds: float | None = None
     run_seconds: float | None = None
     start_services: bool = True
@@ -124,6 +129,8 @@ class CheckRun:
         self._done: set[str] = set()
         self.check_seconds = self.options.check_seconds or self.lab.time_limits.check_seconds
         self.run_seconds = self.options.run_seconds or self.lab.time_limits.run_seconds
+        if self.options.thorough and not self.options.run_seconds:
+            self.run_seconds += THOROUGH_EXTRA_SECONDS
         self.endpoints: Endpoints | None = None  # resolved once, handed to every child
 
     def cancel(self) -> None:
@@ -218,6 +225,8 @@ class CheckRun:
         args = ["--lab", str(self.lab.dir), "--impl", str(self.impl)]
         if self.options.first_stage:
             args += ["--first-stage", self.options.first_stage]
+        if self.options.thorough:
+            args.append("--thorough")  # before the restart's node ids: they pass the same filter
         if nodeids:
             return [*args, *nodeids]  # a restart: exactly these, already filtered
         for stage in self.options.stages:

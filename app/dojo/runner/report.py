@@ -45,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only this check id (repeatable)")
     group.addoption("--dojo-stop-at-failing-stage", action="store_true", default=False,
                     help="stop after the first stage in which a check failed or errored")
+    group.addoption("--dojo-thorough", action="store_true", default=False,
+                    help="also run the checks marked thorough (slow scenes); a check named "
+                         "with --dojo-check runs either way")
     group.addoption("--dojo-first-stage", default="",
                     help="run this stage first, then the earlier ones (they run even after "
                          "a failure), then the later ones")
@@ -53,6 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "check_seconds(n): this check's own time limit, when the lab's is too short")
+    config.addinivalue_line(
+        "markers", "thorough: a slow scene, run only with --thorough or when named by --check")
     config.pluginmanager.register(DojoReport(config), PLUGIN_NAME)
 
 
@@ -128,12 +133,14 @@ class DojoReport:
                                       items: list[pytest.Item]) -> None:
         stages = set(config.getoption("--dojo-stage"))
         checks = set(config.getoption("--dojo-check"))
+        thorough = bool(config.getoption("--dojo-thorough"))
         keep: list[pytest.Item] = []
         drop: list[pytest.Item] = []
         for item in items:
             cid = check_id(item)
-            wanted = (not stages or stage_of(item) in stages) and (
-                not checks or cid in checks or cid.split("[", 1)[0] in checks)
+            named = cid in checks or cid.split("[", 1)[0] in checks
+            wanted = (not stages or stage_of(item) in stages) and (not checks or named) and (
+                named or thorough or item.get_closest_marker("thorough") is None)
             (keep if wanted else drop).append(item)
         if drop:
             config.hook.pytest_deselected(items=drop)

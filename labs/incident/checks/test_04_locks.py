@@ -26,6 +26,7 @@ pytestmark = pytest.mark.stage("locks")
 
 GAP_S = 1.5          # between the blocker's UPDATE and its last statement
 HELD_TOLERANCE_S = 0.5
+PAST_A_MINUTE_S = 62.0  # the thorough held_for scene's transaction age
 
 STATE_SQL = text("""
     SELECT pid, application_name, state, wait_event_type, pg_blocking_pids(pid) AS blocked_by,
@@ -226,24 +227,48 @@ def test_the_blocker_is_the_head_of_the_chain(learner, database):
 
 
 def test_held_for_is_the_age_of_the_transaction(learner, database):
-    # The blocker is ~2 s old, so EXTRACT(SECOND FROM now() - xact_start) (the seconds field
-    # only, README) passes here: telling it apart takes a real transaction older than a minute,
-    # and the locks stage starts ~13 s into a full run. Tried (branch
-    # fix-incident-r15-held-proto): a transaction begun when the run begins, this check moved
-    # to the run's end, waiting what is left of the minute. It rejects EXTRACT(SECOND), but the
-    # solution's full run went from 54 s to 66 s and --stage locks alone from 7 s to 65 s
-    # (2-core machine): left open.
+    # The blocker is ~2 s old here, so EXTRACT(SECOND FROM now() - xact_start) (the interval's
+    # seconds field only, README) passes this check: the thorough one below, a transaction past
+    # a minute, tells them apart. (Tried in a default run, branch fix-incident-r15-held-proto:
+    # a transaction begun when the run begins, the check at the run's end: --stage locks alone
+    # went from 7 s to 65 s.)
     with lock_chain(database, waiters=1, gap=GAP_S) as chain:
         before = chain.xact_age()
         found = _blocking(learner, chain)
         after = chain.xact_age()
         evidence = chain.evidence()
+    _judge_held_for(found, before, after, GAP_S, evidence)
+
+
+@pytest.mark.thorough
+@pytest.mark.check_seconds(PAST_A_MINUTE_S + 60)
+def test_held_for_counts_past_a_minute(learner, database):
+    # `dojo lab check incident --thorough` (or this check by name): the blocker's transaction
+    # is older than a minute when blocking_chain() runs, where the seconds field of the
+    # interval has started again from 0 and only its whole length is right. The waiter joins
+    # after the minute (its statement_timeout is 30 s).
+    with lock_chain(database, waiters=1, gap=PAST_A_MINUTE_S) as chain:
+        before = chain.xact_age()
+        found = _blocking(learner, chain)
+        after = chain.xact_age()
+        evidence = chain.evidence()
+    _judge_held_for(found, before, after, PAST_A_MINUTE_S, evidence)
+
+
+def _judge_held_for(found: Any, before: float, after: float, gap: float, evidence: str) -> None:
+    """held_for_s must lie within [before, after] (± HELD_TOLERANCE_S), the blocker's
+    transaction ages read around the call; `gap` is how much younger its last statement is."""
     held = field_of(found, "held_for_s") if found is not None else None
     if (isinstance(held, int | float)
             and before - HELD_TOLERANCE_S <= held <= after + HELD_TOLERANCE_S):
         return
     fix = None
-    if isinstance(held, int | float) and held < before - GAP_S / 2:
+    if (isinstance(held, int | float) and before >= 60
+            and before % 60 - HELD_TOLERANCE_S <= held <= after % 60 + HELD_TOLERANCE_S):
+        fix = ("That is the interval's seconds field, which starts again at 0 every minute "
+               "(EXTRACT(SECOND FROM ...)). Take its whole length in seconds: "
+               "EXTRACT(EPOCH FROM now() - xact_start).")
+    elif isinstance(held, int | float) and held < before - gap / 2:
         fix = ("That is the time since the session's last statement (query_start or "
                "state_change). The locks were taken when the transaction began: use "
                "now() - xact_start.")
