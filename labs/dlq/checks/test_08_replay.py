@@ -1895,6 +1895,7 @@ def test_replay_stops_sending_at_its_deadline(lab, clock):
                    + ", ".join(f"+{t - first:.2f} s" for t in sends.real_at),
             lesson=SEE)
     _no_retry_past_the_deadline(lab, clock)
+    _no_send_after_a_late_first_record(lab, clock)
 
 
 # A re-publish whose report never comes (FailOnce, silent, every time): its ack_timeout_seconds
@@ -1936,4 +1937,52 @@ def _no_retry_past_the_deadline(lab: Any, clock: InstantClock) -> None:
             actual=f"replay {outcome} after {time.monotonic() - began:.1f} s; sends at "
                    + ", ".join(f"+{t - first:.2f} s" for t in sends.real_at),
             fix="look at the deadline before a retry, as before every send",
+            lesson=SEE)
+
+
+# The one record of the DLT reaches the replay's consumer only FIRST_HELD_S into the run
+# (OneRecordPerConsume's gate, shut from the start), later than timeout_seconds plus the second
+# a run may return after its deadline: the deadline is up before anything arrives, so nothing
+# may be sent. A deadline counted from the first record (or the first poll that brought one)
+# sends it. Costs about LATE_FIRST_DEADLINE_S + a poll of real time.
+LATE_FIRST_DEADLINE_S = 1.0
+FIRST_HELD_S = 2.4
+
+
+def _no_send_after_a_late_first_record(lab: Any, clock: InstantClock) -> None:
+    topics = lab.topics()
+    craft_dead_letters(lab, topics, [(healthy("acc-f", 619, partition=0), "InvalidEvent", None)])
+    group = lab.kafka.group_id("dlt-replayer")
+    sends = EveryAckLate(lab.dlt_producer(), clock, 0.0)
+    lab.learner.purge()  # imported by the check's earlier scenes: again, with the gate's Consumer
+    with OneRecordPerConsume() as consumers:
+        began = time.monotonic()
+        consumers.gate = (group, 0, began + FIRST_HELD_S)
+        try:
+            report = replay(lab, topics, group, clock, producer=sends,
+                            timeout_seconds=LATE_FIRST_DEADLINE_S)
+            outcome = f"returned {report!r}"
+        except CheckFailure:
+            raise
+        except Exception as exc:  # whether it may raise here, other scenes say
+            outcome = f"raised {type(exc).__name__}"
+    lab.learner.purge()
+    allowed = LATE_FIRST_DEADLINE_S + RETURN_WITHIN_S
+    late = [t - began for t in sends.real_at if t > began + allowed]
+    if late:
+        handed = ", ".join(f"+{t - began:.2f} s" for t in consumers.handed_at) or "never"
+        raise CheckFailure(
+            f"The DLT's one record reached the replay's consumer only {FIRST_HELD_S:g} s into a "
+            f"run whose timeout_seconds was {LATE_FIRST_DEADLINE_S:g}: its deadline had passed "
+            "before anything arrived, yet the replay re-published it "
+            f"{late[0]:.2f} s in. A run's deadline counts from the call, not from its first "
+            "record: start the clock (time.monotonic()) when replay() begins, and a record "
+            "that comes after the deadline waits for the next run.",
+            expected=f"no send later than {allowed:g} s into the run (the deadline plus the "
+                     "second a run may take to return)",
+            actual=f"replay {outcome} after {time.monotonic() - began:.1f} s; the record "
+                   f"handed to it at {handed}; sends at "
+                   + ", ".join(f"+{t:.2f} s" for t in late),
+            fix="take the deadline from time.monotonic() at the start of replay(), before "
+                "the first poll",
             lesson=SEE)

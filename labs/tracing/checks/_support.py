@@ -336,9 +336,10 @@ class RecordingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
-def produce_orders(shop: Any, heads: Sequence[Sequence[tuple[str, bytes | None]] | None]
-                   ) -> list[str]:
-    """One order record per entry of `heads` (its headers), values as the API writes them."""
+def produce_orders(shop: Any, heads: Sequence[Sequence[tuple[str, bytes | None]] | None],
+                   indent: int | None = None) -> list[str]:
+    """One order record per entry of `heads` (its headers), values as the API writes them
+    (with `indent`, spread over lines: valid JSON whose bytes a parse and dump would change)."""
     producer = shop.kafka.producer()
     ids = []
     for headers in heads:
@@ -347,7 +348,7 @@ def produce_orders(shop: Any, heads: Sequence[Sequence[tuple[str, bytes | None]]
                  "sku": f"SKU-{random.randint(1000, 9999)}", "quantity": random.randint(2, 9),
                  "total_cents": random.randint(1001, 99999)}
         producer.produce(shop.deps.topic, key=order_id.encode(),
-                         value=json.dumps(value).encode(),
+                         value=json.dumps(value, indent=indent).encode(),
                          headers=list(headers) if headers else None)
         ids.append(order_id)
     producer.flush(10)

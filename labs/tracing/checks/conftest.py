@@ -125,7 +125,7 @@ class Shop:
 
         return asyncio.run(main())
 
-    def post_async(self, body: dict[str, Any], headers: dict[str, str],
+    def post_async(self, body: dict[str, Any] | bytes, headers: dict[str, str],
                    ticks: list[float] | None = None) -> Answer:
         """One request through `api.handle_order_async` on a fresh event loop (whose default
         executor has threads of its own), its background jobs and pool work waited for. With
@@ -143,8 +143,8 @@ class Shop:
             if ticker is not None:
                 await asyncio.sleep(0)  # its first tick, before the handler can block the loop
             try:
-                response = await awaited(self.api.handle_order_async(
-                    self.deps, headers, json.dumps(body).encode()))
+                raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+                response = await awaited(self.api.handle_order_async(self.deps, headers, raw))
             finally:
                 if ticker is not None:
                     ticker.cancel()

@@ -179,8 +179,22 @@ class Statements:
         event.listen(self.engine, "after_cursor_execute", self._after)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
         event.remove(self.engine, "after_cursor_execute", self._after)
+        text_of = str(error) if error is not None else ""
+        if "placeholder" in text_of and "/*" in text_of:
+            # psycopg refused a statement of the check's, with parameters, because of a % the
+            # learner's comment added: say so, rather than "the check raised"
+            raise CheckFailure(
+                "A statement with parameters failed once your comment was added: the driver "
+                "reads every % in the statement as the start of a placeholder, and your "
+                "comment put one there (a URL-encoded value, such as %3A).",
+                expected="every statement runs, its comment appended",
+                actual=short(text_of.splitlines()[0], 200),
+                evidence=short(text_of, 600),
+                fix="leave out values that need encoding, or double every % of the comment "
+                    "(%%) when the statement has parameters",
+                lesson=SEE) from error
 
     def compared(self) -> tuple[list[dict[str, str]], int]:
         """One row per statement (its comment against the span current when it ran), and

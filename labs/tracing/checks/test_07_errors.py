@@ -4,6 +4,7 @@ keeps failing is retried and dead-lettered in its original trace, traceparent in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,6 +73,36 @@ def test_a_failed_request_answers_with_its_trace_id(shop):
             lesson=SEE)
 
 
+def test_a_body_that_is_not_an_order_answers_400(shop):
+    # the caller's mistake, not a failed step: 400 from both handlers, never the 502 of a
+    # step that failed (a parse_order inside the steps' try answers 502)
+    good = order_body()
+    bodies = {
+        "JSON cut short": json.dumps(good).encode()[:-9],
+        "a customer_id that is not a UUID": json.dumps({**good, "customer_id": "c-17"}).encode(),
+    }
+    wrong = []
+    for what, body in bodies.items():
+        threaded = shop.server.post(body, {"traceparent": traceparent(trace_id_hex())})
+        on_loop = shop.post_async(body, {"traceparent": traceparent(trace_id_hex())})
+        for handler, answer in (("handle_order", threaded), ("handle_order_async", on_loop)):
+            if answer.status != 400:
+                wrong.append((what, handler, str(answer.status), short(str(answer.body), 120)))
+    if wrong:
+        raise CheckFailure(
+            "A request body that is not an order is the caller's mistake: POST /orders "
+            "answers 400, from either handler. A 502 says a step of yours failed (the "
+            "inventory, the database, Kafka), which sends the caller to your on-call instead "
+            "of to their own request.",
+            expected="400 for every body that is not an order, from both handlers",
+            actual=f"{len(wrong)} answer(s) not 400",
+            evidence=table(wrong, ("body", "handler", "status", "answer")),
+            fix="parse the body (shop.parse_order) before the try that turns a failed step "
+                "into 502, and answer shop.BadRequest with 400"
+                if any(status == "502" for _, _, status, _ in wrong) else None,
+            lesson=SEE)
+
+
 def exception_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line for line in lines if line.get("exception")]
 
@@ -133,7 +164,8 @@ def dead_letter_one(shop: Any) -> tuple[str, str, str]:
     """A record whose shipment fails every time: (trace id, parent id, order id)."""
     trace, parent = trace_id_hex(), span_id_hex()
     [order_id] = produce_orders(shop, [[("traceparent", traceparent(trace, parent).encode()),
-                                        ("tracestate", STATE.encode()), ORIGIN, *OTHERS]])
+                                        ("tracestate", STATE.encode()), ORIGIN, *OTHERS]],
+                                indent=1)
     with fail_sql(shop.deps.engine, r"INSERT\s+INTO\s+shipments", times=100,
                   error=lambda where: WarehouseDown(ROOT)):
         shop.consume(1, max_attempts=ATTEMPTS)
@@ -174,6 +206,7 @@ def test_the_dead_letter_record_keeps_the_traceparent(shop, kafka):
             expected="1 record on the dead letter topic", actual=f"{len(records)}",
             lesson=SEE)
     record = records[0]
+    [original] = read_topic(kafka, shop.deps.topic, 1)
     parsed = parse_traceparent(record.text("traceparent"))
     problems = []
     if parsed is None or parsed[0] != trace:
@@ -190,20 +223,26 @@ def test_the_dead_letter_record_keeps_the_traceparent(shop, kafka):
     problems += altered_headers(record.headers)
     if record.key_text != order_id:
         problems.append("the key is not the original record's")
+    if record.value != original.value:
+        problems.append("the value is not the original record's, byte for byte (whoever "
+                        "replays the dead letter sends exactly what it holds)")
     if problems:
         raise CheckFailure(
-            "The dead letter record must keep the original record's trace context: the "
-            "trace id is the way from a dead letter alert back to the request that placed the "
-            "order. Copy every original header, then add your own.",
+            "The dead letter record must keep the original record whole: its key and value "
+            "byte for byte, and its trace context (the trace id is the way from a dead letter "
+            "alert back to the request that placed the order). Copy every original header, "
+            "then add your own.",
             expected="the original traceparent, tracestate and other headers, byte for "
                      "byte (binary and null values, repeated names and their order kept); the "
-                     "original key",
+                     "original key and value",
             actual="; ".join(problems),
             evidence="dead letter record's headers, in order:\n"
             + table([{"header": k, "value": show_bytes(v)} for k, v in record.headers],
                     ("header", "value"), limit=20)
             + f"\noriginal trace id: {trace}\noriginal headers it must carry unchanged: "
-            + ", ".join(f"{k}={show_bytes(v)}" for k, v in OTHERS),
+            + ", ".join(f"{k}={show_bytes(v)}" for k, v in OTHERS)
+            + f"\noriginal value: {show_bytes(original.value, 300)}\ndead letter value: "
+            + show_bytes(record.value, 300),
             lesson=SEE)
 
 
