@@ -241,3 +241,23 @@ async def test_checks_that_fail_the_same_way_fold_into_one_line_under_the_first(
         assert children[fold - 2].has_class("check-message"), children[fold - 2]
         assert "hint Split on whitespace" in str(children[fold - 1].render()), \
             "the folded line comes right after the message and its hint"
+
+
+async def test_a_slow_check_left_out_keeps_the_lab_from_done_until_t_runs_it(
+        make_app: Callable[..., DojoApp], content_root: Path) -> None:
+    (content_root / "labs" / "wordcount" / "checks" / "test_09_slow.py").write_text(
+        "import pytest\n\n@pytest.mark.stage('dedupe')\n@pytest.mark.thorough\n"
+        "def test_slow_scene():\n    assert True\n", encoding="utf-8")
+    async with make_app().run_test(size=(120, 40)) as pilot:
+        lab = await open_lab(pilot)
+        solve(content_root)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not lab.checking, timeout=30, what="the run to end")
+        text = log_text(lab)
+        assert "slow_scene" not in text.split("All 2 stages pass")[0], text
+        assert "1 slow check(s) not run yet (dedupe/slow_scene): T runs" in text, text
+        assert "the lab is done" not in text
+        await pilot.press("T")
+        await wait_for(pilot, lambda: not lab.checking, timeout=30, what="the slow run to end")
+        text = log_text(lab)
+        assert "✓ slow_scene" in text and "the lab is done" in text, text

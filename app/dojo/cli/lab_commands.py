@@ -18,11 +18,10 @@ from pathlib import Path
 
 from dojo.cli.errors import UsageProblem
 from dojo.cli.lab_render import Printer, paint_diff, progress_marks, use_colour
-from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import Lab, LabError, content_root, find_lab, lab_dirs, load_lab
 from dojo.content.overlay import OverlayError
 from dojo.runner import progress, workspace
-from dojo.runner.execute import CheckRun, RunOptions
+from dojo.runner.execute import CheckRun, RunOptions, left_out_thorough
 from dojo.runner.mutants import materialised
 from dojo.runner.results import CheckResult, RunSummary
 
@@ -158,15 +157,6 @@ def _check(args: argparse.Namespace) -> int:
                         left_out=left_out_thorough(lab, options, summary))
     return check_exit_code(summary)
 
-
-def left_out_thorough(lab: Lab, options: RunOptions, summary: RunSummary) -> tuple[str, ...]:
-    """`stage/check` of every thorough check of the stages run that this run left out."""
-    if options.thorough or options.checks:
-        return ()
-    ran = {r.check_id for r in summary.results}
-    stages = {r.stage for r in summary.results}
-    return tuple(f"{c.stage}/{c.id}" for c in scan_checks(lab.checks_dir).checks
-                 if c.thorough and c.stage in stages and c.id not in ran)
 
 
 def check_exit_code(summary: RunSummary) -> int:

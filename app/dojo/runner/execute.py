@@ -27,6 +27,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dojo.content.lab_checks import scan_checks
 from dojo.content.labs import Lab
 from dojo.runner.child_process import ChildProcess, describe_exit
 from dojo.runner.ledger import drop_recorded, new_ledger
@@ -383,3 +384,14 @@ def run_checks(lab: Lab, impl: Path, options: RunOptions | None = None,
         if on_event is not None:
             on_event(event)
     return run.summary
+
+
+def left_out_thorough(lab: Lab, options: RunOptions, summary: RunSummary) -> tuple[str, ...]:
+    """`stage/check` of every thorough check of the stages `summary` ran that `options` left
+    out (none when the run was thorough, or named its checks)."""
+    if options.thorough or options.checks:
+        return ()
+    ran = {r.check_id for r in summary.results}
+    stages = {r.stage for r in summary.results}
+    return tuple(f"{c.stage}/{c.id}" for c in scan_checks(lab.checks_dir).checks
+                 if c.thorough and c.stage in stages and c.id not in ran)

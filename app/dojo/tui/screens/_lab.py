@@ -63,6 +63,8 @@ class LabScreen(Screen[None]):
         Binding("q,escape", "back", "Back", tooltip="back to where the lab was opened"),
         Binding("r", "run", "Run", tooltip="check from stage 1 up to the first that fails"),
         Binding("s", "run_stage", "Stage", tooltip="check only the highlighted stage"),
+        Binding("T", "run_thorough", "Run all, slow checks too", show=False,
+                tooltip="every stage, with the slow checks a normal run leaves out"),
         Binding("w", "watch", "Watch", tooltip="re-check on every save, the stage you are "
                                                 "on first"),
         Binding("h", "hint", "Hint", tooltip="the next hint for the stage"),
@@ -96,6 +98,7 @@ class LabScreen(Screen[None]):
         self._current_stage = ""
         self._rerun = False
         self._awaiting_done = False
+        self._options: RunOptions | None = None  # the last run's, for what it left out
         self._solution_asked_at = 0.0
 
     # --- layout --------------------------------------------------------------------------
@@ -224,6 +227,11 @@ class LabScreen(Screen[None]):
         self._start(RunOptions(stop_at_failing_stage=True),
                     "checking up to the first stage that does not pass")
 
+    def action_run_thorough(self) -> None:
+        from dojo.runner.execute import RunOptions
+
+        self._start(RunOptions(thorough=True), "checking every stage, slow checks too")
+
     def _watch_run(self) -> None:
         """A re-check on save: the stage being worked on first (its result in seconds), then
         the stages before it (did the edit break one?), then the later ones."""
@@ -251,6 +259,7 @@ class LabScreen(Screen[None]):
         started = self.session.now().astimezone()
         log.note(f"{started:%H:%M:%S} · workspace/{self.lab.id} · {label}")
         self.query_one(TabbedContent).active = "lab-results"
+        self._options = options
         self._awaiting_done = self.runner.run(options)
 
     def on_check_runner_event(self, message: CheckRunner.Event) -> None:
@@ -312,12 +321,20 @@ class LabScreen(Screen[None]):
             self._watch_run()
 
     def _summarise(self, summary: RunSummary) -> None:
+        from dojo.runner.execute import RunOptions, left_out_thorough
+
         ran = [stage for stage in summary.stages() if stage.ran]
         passed = [stage for stage in ran if stage.passed]
         everything = sum(1 for s in self.lab.stage_ids if self._statuses.get(s) == "pass")
         log = self.query_one(CheckLog)
+        left_out = left_out_thorough(self.lab, self._options or RunOptions(), summary)
         if ran and len(passed) == len(ran):
-            if everything == len(self.lab.stage_ids):
+            if everything == len(self.lab.stage_ids) and left_out:
+                text = Content.styled(
+                    f"All {everything} stages pass; {len(left_out)} slow check(s) not run yet "
+                    f"({', '.join(left_out)}): T runs every check, the slow ones too.",
+                    "bold $text-success")
+            elif everything == len(self.lab.stage_ids):
                 text = Content.styled(f"All {everything} stages pass — the lab is done.",
                                       "bold $text-success")
                 self.notify(f"{self.lab.id}: every stage passes", title="Lab done", timeout=6)
