@@ -912,14 +912,16 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
                        timestamp_ms: int | None = None,
                        timestamps: Sequence[int] | None = None,
                        origin: bool = True,
-                       dlt_partitions: Sequence[int | None] | None = None) -> list[Crafted]:
+                       dlt_partitions: Sequence[int | None] | None = None,
+                       drop_headers: Sequence[str] = ()) -> list[Crafted]:
     """Write (item, exception class, replay count) records to the DLT, one per batch, in
     order; each goes to the partition its key gives in the source (murmur2, like Java),
     unless the item names one (the original was placed there explicitly). `timestamps`
     gives each record its own DLT timestamp (ms); `origin=False` leaves out the
     kafka_dlt-original-* headers (a record written by hand, or by a broken tool);
     `dlt_partitions` puts a record in another DLT partition than its original's (None: the
-    same), as a DLT written by another tool, or with fewer partitions, may."""
+    same), as a DLT written by another tool, or with fewer partitions, may; `drop_headers`
+    leaves out those headers too (a tool that writes no exception class)."""
     from dojo.checks.partitioning import partition_for
 
     out = []
@@ -931,6 +933,7 @@ def craft_dead_letters(lab: DLQLab, topics: Topics,
                                                       source_offset, exception, replays)
         if not origin:
             headers = [(k, v) for k, v in headers if not k.startswith("kafka_dlt-original-")]
+        headers = [(k, v) for k, v in headers if k not in drop_headers]
         reports: list[Any] = []
         if lab._input_producer is None:
             lab._input_producer = lab.kafka.producer(**{"linger.ms": 0})

@@ -320,15 +320,22 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
         # topic: the filters decide first, so these are skipped, never parked
         ("acc-9", "PaymentDeclined", start_ms + 1_000, "inside the window, at the cap"),
         ("acc-10", "DownstreamUnavailable", start_ms - 600_000,
-         "10 min before the window, no original topic")]
+         "10 min before the window, no original topic"),
+        # written by a tool that names no exception class: no class name is not a wanted one
+        ("acc-12", "DownstreamUnavailable", start_ms + 1_000,
+         "inside the window, no exception class header")]
     wanted_types = {"DownstreamUnavailable", "OperationalError"}
-    capped, orphaned = len(specs) - 2, len(specs) - 1  # their places in specs
+    capped, orphaned, nameless = len(specs) - 3, len(specs) - 2, len(specs) - 1
     dead = craft_dead_letters(lab, topics, [(_item(k, 101 + n), e, 3 if n == capped else None)
-                                            for n, (k, e, _, _) in enumerate(specs[:-1])],
-                              timestamps=[t for _, _, t, _ in specs[:-1]])
-    dead += craft_dead_letters(lab, topics, [(_item(specs[-1][0], 101 + orphaned),
-                                              specs[-1][1], None)],
-                               timestamps=[specs[-1][2]], origin=False)
+                                            for n, (k, e, _, _) in enumerate(specs[:-2])],
+                              timestamps=[t for _, _, t, _ in specs[:-2]])
+    dead += craft_dead_letters(lab, topics, [(_item(specs[orphaned][0], 101 + orphaned),
+                                              specs[orphaned][1], None)],
+                               timestamps=[specs[orphaned][2]], origin=False)
+    dead += craft_dead_letters(lab, topics, [(_item(specs[nameless][0], 101 + nameless),
+                                              specs[nameless][1], None)],
+                               timestamps=[specs[nameless][2]],
+                               drop_headers=("kafka_dlt-exception-fqcn",))
     # An empty collection of types wants none of them (None is the one that means all): a
     # job whose type list came out empty must replay nothing. Every commit() of the jobs is
     # recorded (the replay module, imported inside the `with`, keeps the counting consumer
@@ -339,6 +346,8 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                         exception_types=[], max_replays=3)
     first_job = list(commits.offsets)
     sent = lab.read(topics.source, topics.partitions, fence=True)
+    if sent and {r.value for r in sent} == {dead[nameless].item.value}:
+        _nameless_replayed(f"replay(exception_types=[]) (report {report!r})")
     if sent:
         raise CheckFailure(
             "replay(exception_types=[]) re-published records: an empty list of types wants "
@@ -356,14 +365,18 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
     second_job = commits.offsets[len(first_job):]
     back = {r.value for r in lab.read(topics.source, topics.partitions, fence=True)}
     rows, wrong = [], []
-    for c, (_, _, _, when) in zip(dead, specs, strict=True):
-        name = c.exception.rsplit(".", 1)[-1]
+    for n, (c, (_, _, _, when)) in enumerate(zip(dead, specs, strict=True)):
+        name = c.exception.rsplit(".", 1)[-1] if n != nameless else "(no header)"
         want = name in wanted_types and since <= c.timestamp_ms / 1000 < until
         got = c.item.value in back
-        rows.append(((c.item.key or b"(none)").decode(), c.exception, when,
+        rows.append(((c.item.key or b"(none)").decode(),
+                     c.exception if n != nameless else "(no header)", when,
                      "yes" if want else "no", "yes" if got else "no"))
         if want != got:
             wrong.append(when if "." not in c.exception else f"{c.exception} {when}")
+    if wrong == [specs[nameless][3]]:
+        _nameless_replayed(f"replay(exception_types={sorted(wanted_types)!r}, …) (report "
+                           f"{report!r})")
     if wrong:
         edge = [w for w in wrong if "exactly" in w]
         nested = [w for w in wrong if "." in w.split(" ")[0]]
@@ -419,6 +432,19 @@ def test_replay_filters_by_exception_type_and_time(lab, clock):
                    f"committed after the two runs {offsets_text(committed)}; first report "
                    f"{report!r}, second {again!r}",
             lesson=SEE)
+
+
+def _nameless_replayed(job: str) -> None:
+    raise CheckFailure(
+        "A DLT record without a kafka_dlt-exception-fqcn header (written by a tool that names "
+        "no exception class) was re-published by a job filtered on exception types. It has no "
+        "class name, so it is not one of exception_types: the type filter skips it. Only "
+        "exception_types=None (no type filter) lets it through.",
+        expected="the record without an exception class skipped",
+        actual=f"re-published by {job}",
+        fix="treat a missing exception class as a name outside the filter (None is not in "
+            "exception_types)",
+        lesson=SEE)
 
 
 def _nothing_parked(lab, topics, dead: list[Crafted], specs: list[Any], report: Any) -> None:
