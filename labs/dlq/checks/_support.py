@@ -418,6 +418,86 @@ class HookedProducer(ProducerTap):
         return super().produce(*args, **kwargs)
 
 
+class PausedUntil:
+    """While active, every confluent_kafka.Consumer of group `group` pauses partition
+    `partition` of `topic` right after assign() (its position unchanged: the client's own
+    pause()), until `release()` or `fallback_s` of real time after the assign. Records of that
+    partition then reach the replay only after what `release()` waits for. The learner's
+    replay module must be imported inside the `with`."""
+
+    def __init__(self, group: str, topic: str, partition: int, fallback_s: float = 1.5
+                 ) -> None:
+        self.group, self.topic, self.partition = group, topic, partition
+        self.fallback_s = fallback_s
+        self.released_by_trigger = False
+        self._consumers: list[Any] = []
+        self._until: float | None = None
+        self._original: Any = None
+
+    def release(self) -> None:
+        """Resume the partition now (from a send hook: what it waited for has happened)."""
+        if self._until is not None and not self.released_by_trigger:
+            self.released_by_trigger = True
+        self._resume()
+
+    def _resume(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        if self._until is None:
+            return
+        self._until = None
+        for consumer in self._consumers:
+            consumer._dojo_resume([TopicPartition(self.topic, self.partition)])
+
+    def __enter__(self) -> PausedUntil:
+        import confluent_kafka
+
+        original = self._original = confluent_kafka.Consumer
+        outer = self
+
+        class Pausing(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                config = args[0] if args and isinstance(args[0], dict) else kwargs
+                self._dojo_ours = config.get("group.id") == outer.group
+                if self._dojo_ours:
+                    outer._consumers.append(self)
+
+            def assign(self, *args: Any, **kwargs: Any) -> Any:
+                from confluent_kafka import TopicPartition
+
+                result = super().assign(*args, **kwargs)
+                assigned = {tp.partition for tp in super().assignment() if tp.topic == outer.topic}
+                if self._dojo_ours and outer.partition in assigned \
+                        and not outer.released_by_trigger:
+                    super().pause([TopicPartition(outer.topic, outer.partition)])
+                    outer._until = time.monotonic() + outer.fallback_s
+                return result
+
+            def _dojo_resume(self, partitions: Any) -> None:
+                super().resume(partitions)
+
+            def _dojo_tick(self) -> None:
+                if outer._until is not None and time.monotonic() >= outer._until:
+                    outer._resume()
+
+            def poll(self, *args: Any, **kwargs: Any) -> Any:
+                self._dojo_tick()
+                return super().poll(*args, **kwargs)
+
+            def consume(self, *args: Any, **kwargs: Any) -> Any:
+                self._dojo_tick()
+                return super().consume(*args, **kwargs)
+
+        confluent_kafka.Consumer = Pausing  # type: ignore[misc]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import confluent_kafka
+
+        confluent_kafka.Consumer = self._original  # type: ignore[misc]
+
+
 class CommitCalls:
     """Counts the commit() calls of every confluent_kafka.Consumer made while it is active,
     and how many of them only queued the commit (asynchronous, confluent-kafka's default).

@@ -15,6 +15,8 @@ import pytest
 from _support import (
     READ,
     CommitAudit,
+    HookedProducer,
+    PausedUntil,
     commit_group,
     craft_dead_letters,
     ledger,
@@ -25,6 +27,7 @@ from _tools import ScriptedDownstream, healthy, invalid, undecodable, with_label
 
 from dojo.checks import CheckFailure, NotWritten, call, table
 from dojo.checks.observers import ProducerTap
+from dojo.checks.partitioning import partition_for
 
 pytestmark = pytest.mark.stage("order-per-key")
 SEE = READ["order-per-key"]
@@ -371,8 +374,6 @@ def test_a_replayed_duplicate_still_leaves_the_park(lab, ledger_db, clock):
 def test_a_key_read_outside_its_partition_comes_back(lab, ledger_db, clock):
     """acc-42's producer placed its records in another partition than murmur2 gives the key,
     after other records; replay sends them to the key's partition, at lower offsets."""
-    from dojo.checks.partitioning import partition_for
-
     topics = lab.topics()
     settings = lab.settings(topics)
     home = partition_for(KEY.encode(), topics.partitions)
@@ -539,36 +540,61 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
     dead += craft_dead_letters(lab, topics, [(healthy("acc-n", 401), "DownstreamUnavailable",
                                               None)], origin=False)
     dead += craft_dead_letters(lab, topics, [(healthy("acc-n", 402), "KeyParked", None)])
-    module = lab.module("replay")
-    report = call(module.replay, lab.kafka.consumer_config(), lab.dlt_producer(),
-                  dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
-                  group_id=lab.kafka.group_id("dlt-replayer"), clock=clock,
-                  rate_per_second=1000.0, max_replays=3,
-                  exception_types={"DownstreamUnavailable", "KeyParked"})
+    # acc-q's head is at the cap; its follower sits in another DLT partition (a DLT written by
+    # another tool may put a key's records anywhere) and reaches the replay only once the head
+    # went to the parking lot (that partition paused until then): it is the key's later
+    # record, so it follows the head, though no partition of the DLT holds both
+    head_q = partition_for(b"acc-q", topics.partitions)
+    elsewhere = (head_q + 1) % topics.partitions
+    dead += craft_dead_letters(lab, topics, [
+        (healthy("acc-q", 701), "DownstreamUnavailable", 3),
+        (healthy("acc-q", 702), "DownstreamUnavailable", None)],
+        dlt_partitions=[None, elsewhere])
+    group = lab.kafka.group_id("dlt-replayer")
+    with PausedUntil(group, topics.dead_letter, elsewhere) as pause:
+        def before(_: int) -> None:
+            if hook.sending == dead[-2].item.value:
+                pause.release()
+
+        hook = HookedProducer(lab.dlt_producer(), clock, before)
+        module = lab.module("replay")
+        report = call(module.replay, lab.kafka.consumer_config(), hook,
+                      dead_letter_topic=topics.dead_letter, parking_lot_topic=topics.parking_lot,
+                      group_id=group, clock=clock, rate_per_second=1000.0, max_replays=3,
+                      exception_types={"DownstreamUnavailable", "KeyParked"})
     back = lab.read(topics.source, topics.partitions, fence=True)
     order = [next((c for c in dead if c.item.value == r.value), None) for r in back]
     sent = [_label(c) for c in order if c is not None]
     evidence = table([(f"p{c.partition}@{c.offset}", _label(c).rsplit(" ", 1)[0],
                        c.item.cents, c.exception,
                        c.replays if c.replays is not None else "none")
-                      for c in dead], ("DLT record", "key", "cents", "exception", "replays"))
+                      for c in dead], ("DLT record", "key", "cents", "exception", "replays"),
+                     limit=len(dead))
     wanted = ["acc-l 201", "acc-l 202", "b'\\xfe' 501"]
     in_order = [x for x in sent if x.startswith("acc-l")] == ["acc-l 201", "acc-l 202"]
     if sorted(sent) != sorted(wanted) or not in_order:
         overtook = [x for x in sent if x not in wanted]
         raise CheckFailure(
             "A key's later record must not be replayed while an earlier record of the same key "
-            "stays behind: acc-k's head is filtered out (InvalidEvent), acc-m's head is at the "
-            "replay cap and acc-n's has no origin headers, both go to the parking lot. Their "
-            "followers would otherwise be booked before them. Decide per key (its bytes, "
-            "whatever they are: b'\\xff' and b'\\xfe' are two keys), in DLT order: once a "
+            "stays behind: acc-k's head is filtered out (InvalidEvent), acc-m's and acc-q's "
+            "heads are at the replay cap and acc-n's has no origin headers, all three go to "
+            "the parking lot. Their followers would otherwise be booked before them. Decide "
+            "per key (its bytes, whatever they are: b'\\xff' and b'\\xfe' are two keys), in "
+            "the order the run reads the records, across the DLT's partitions (acc-q 702 sits "
+            "in another partition than its head and reached the replay after it): once a "
             "record of a key is not re-published, none of that key's later records is "
             "re-published in this run.",
             expected="acc-l 201 then acc-l 202 re-published, and b'\\xfe' 501; nothing else",
-            actual=f"re-published: {sent}; report {report!r}",
+            actual=f"re-published: {sent}; report {report!r}"
+                   + ("" if pause.released_by_trigger else
+                      f"; acc-q's head never reached the parking lot (p{elsewhere} resumed "
+                      "after 1.5 s)"),
             evidence=evidence,
             fix="hold a key back behind a head parked for a missing origin too, not only at "
                 "the cap" if overtook == ["acc-n 402"] else
+                "hold a key back for the whole run, whichever DLT partition its later records "
+                "sit in (one set of held-back keys per run, not one per partition)"
+                if overtook == ["acc-q 702"] and pause.released_by_trigger else
                 "key the held-back set by the key's bytes, not a decoded text"
                 if "b'\\xfe' 501" not in sent and not overtook else None,
             lesson=SEE)
@@ -585,7 +611,7 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
     parked_at = {_label(c): r.partition for c, r in zip(lot_order, lot, strict=True)
                  if c is not None}
     want_lot = {"acc-m": ["acc-m 301", "acc-m 302", "acc-m 303"],
-                "acc-n": ["acc-n 401", "acc-n 402"]}
+                "acc-n": ["acc-n 401", "acc-n 402"], "acc-q": ["acc-q 701", "acc-q 702"]}
     wrong = [key for key, want in want_lot.items()
              if [x for x in parked if x.startswith(key)] != want
              and (sorted(x for x in parked if x.startswith(key)) != want
@@ -593,19 +619,20 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
     if wrong:
         missing = [x for key in wrong for x in want_lot[key] if x not in parked]
         raise CheckFailure(
-            "A head that went to the parking lot (acc-m's at the replay cap, acc-n's without "
-            "its origin headers) waits there for a person to decide. The records behind it go "
-            "there behind it, in order, whatever the filters say of them (acc-m 303 is an "
-            "InvalidEvent, outside this job's types): the person then has the key's records "
-            "together. Skipped and committed, a follower stays in no flow at all: this job "
-            "never reads it again, and nothing says it waits behind a parked head.",
+            "A head that went to the parking lot (acc-m's and acc-q's at the replay cap, "
+            "acc-n's without its origin headers) waits there for a person to decide. The "
+            "records behind it go there behind it, in order, whatever the filters say of "
+            "them (acc-m 303 is an InvalidEvent, outside this job's types): the person then "
+            "has the key's records together. Skipped and committed, a follower stays in no "
+            "flow at all: this job never reads it again, and nothing says it waits behind a "
+            "parked head.",
             expected="the parking lot holds " + ", then ".join(
                 x for key in wrong for x in want_lot[key]),
             actual=f"parking lot: {parked or 'nothing'}; report {report!r}",
             evidence=evidence,
             fix="a record behind a key held back by a park is parked too, before the filters "
                 "decide; one behind a key filtered out is skipped like it"
-                if missing and all(x.endswith(("302", "303", "402")) for x in missing)
+                if missing and all(x.endswith(("302", "303", "402", "702")) for x in missing)
                 else None,
             lesson=SEE)
     stray = [x for x in parked if not x.startswith(tuple(want_lot))]
@@ -621,21 +648,22 @@ def test_replay_keeps_a_keys_records_behind_its_head(lab, clock):
             fix="hold a key back with the head's own decision: behind a skipped head skip, "
                 "behind a parked head park",
             lesson=SEE)
-    # the report: 3 re-published (acc-l 201, 202, b'\xfe' 501), 5 parked (acc-m 301-303,
-    # acc-n 401-402), 4 skipped (acc-k 101-103, b'\xff' 601)
+    # the report: 3 re-published (acc-l 201, 202, b'\xfe' 501), 7 parked (acc-m 301-303,
+    # acc-n 401-402, acc-q 701-702), 4 skipped (acc-k 101-103, b'\xff' 601)
     counts = tuple(getattr(report, name, None) for name in ("replayed", "parked", "skipped"))
-    if counts != (3, 5, 4):
+    if counts != (3, 7, 4):
         raise CheckFailure(
             "The replay sent every record where it belonged, but its report counts otherwise. "
             "A record that went to the parking lot is parked, whatever sent it there: the cap, "
-            "a missing origin, or a parked head of its key (acc-m 302 and 303, acc-n 402). "
+            "a missing origin, or a parked head of its key (acc-m 302 and 303, acc-n 402, "
+            "acc-q 702). "
             "Skipped is only what the filters, or a key held back behind a skipped head, left "
             "out (acc-k's three records, b'\\xff' 601).",
-            expected="ReplayReport(replayed=3, parked=5, skipped=4)",
+            expected="ReplayReport(replayed=3, parked=7, skipped=4)",
             actual=f"{report!r}",
             evidence=evidence,
             fix="count a follower parked behind its key's head as parked, not skipped"
-                if counts == (3, 2, 7) else None,
+                if counts == (3, 3, 8) else None,
             lesson=SEE)
 
 
