@@ -158,7 +158,6 @@ def _check(args: argparse.Namespace) -> int:
     return check_exit_code(summary)
 
 
-
 def check_exit_code(summary: RunSummary) -> int:
     """0 every check passed; 1 a check failed or your code raised; 3 nothing of yours failed
     but a service broke under a check; 4 nothing failed, but some checks need another
