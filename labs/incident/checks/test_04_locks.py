@@ -232,12 +232,7 @@ def test_held_for_is_the_age_of_the_transaction(learner, database):
     # a minute, tells them apart. (Tried in a default run, branch fix-incident-r15-held-proto:
     # a transaction begun when the run begins, the check at the run's end: --stage locks alone
     # went from 7 s to 65 s.)
-    with lock_chain(database, waiters=1, gap=GAP_S) as chain:
-        before = chain.xact_age()
-        found = _blocking(learner, chain)
-        after = chain.xact_age()
-        evidence = chain.evidence()
-    _judge_held_for(found, before, after, GAP_S, evidence)
+    _held_for_scene(learner, database, GAP_S)
 
 
 @pytest.mark.thorough
@@ -247,17 +242,22 @@ def test_held_for_counts_past_a_minute(learner, database):
     # is older than a minute when blocking_chain() runs, where the seconds field of the
     # interval has started again from 0 and only its whole length is right. The waiter joins
     # after the minute (its statement_timeout is 30 s).
-    with lock_chain(database, waiters=1, gap=PAST_A_MINUTE_S) as chain:
+    _held_for_scene(learner, database, PAST_A_MINUTE_S)
+
+
+def _held_for_scene(learner: Any, database: Any, gap: float) -> None:
+    """A blocker whose last statement runs `gap` s after the UPDATE that locked, one waiter:
+    held_for_s must lie within the blocker's transaction ages read around the call
+    (± HELD_TOLERANCE_S)."""
+    with lock_chain(database, waiters=1, gap=gap) as chain:
         before = chain.xact_age()
         found = _blocking(learner, chain)
         after = chain.xact_age()
         evidence = chain.evidence()
-    _judge_held_for(found, before, after, PAST_A_MINUTE_S, evidence)
+    _judge_held_for(found, before, after, gap, evidence)
 
 
 def _judge_held_for(found: Any, before: float, after: float, gap: float, evidence: str) -> None:
-    """held_for_s must lie within [before, after] (± HELD_TOLERANCE_S), the blocker's
-    transaction ages read around the call; `gap` is how much younger its last statement is."""
     held = field_of(found, "held_for_s") if found is not None else None
     if (isinstance(held, int | float)
             and before - HELD_TOLERANCE_S <= held <= after + HELD_TOLERANCE_S):
