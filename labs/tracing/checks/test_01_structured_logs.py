@@ -228,6 +228,18 @@ def test_outside_a_span_the_ids_are_empty_and_nothing_breaks(captured, tracer_sp
             expected='trace_id "" and span_id "" on each of the 3 lines',
             actual=f"{len(problems)} problem(s)",
             evidence="\n".join(problems) + "\n\n" + _show(captured), lesson=SEE)
+    amount, at = seen[-1].get("amount"), seen[-1].get("at")
+    if amount != "42.13" or not isinstance(at, str):
+        raise CheckFailure(
+            "A value JSON has no type for goes into the line as text (README): a Decimal as "
+            "its exact digits, not a float, which is not the amount (a binary fraction: sums "
+            "of them drift by fractions of a cent); a datetime as its text.",
+            expected='amount "42.13" (a string), at a string',
+            actual=f"amount {amount!r}, at {at!r}",
+            evidence=_show(captured),
+            fix="json.dumps(..., default=str) (or your own default that returns str(value))"
+                if isinstance(amount, float) else None,
+            lesson=SEE)
 
 
 class _WarehouseDown(Exception):
