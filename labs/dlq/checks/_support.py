@@ -436,8 +436,7 @@ class PausedUntil:
 
     def release(self) -> None:
         """Resume the partition now (from a send hook: what it waited for has happened)."""
-        if self._until is not None and not self.released_by_trigger:
-            self.released_by_trigger = True
+        self.released_by_trigger = True
         self._resume()
 
     def _resume(self) -> None:
